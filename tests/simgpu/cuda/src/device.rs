@@ -1,0 +1,934 @@
+//! The simulated device: memory (plain allocations and VMM), streams, events, the virtual clock,
+//! registered kernels, counters, fault injection and the exit report. Pure Rust; the C ABI is in
+//! `lib.rs`.
+//!
+//! Memory: device addresses live in a range of the host's address space that is reserved with no
+//! access, so a host dereference of a device pointer faults as it would on a real system. Bytes
+//! live in per-allocation host buffers (data mode) or nowhere (shape mode). Every access by a
+//! copy, memset, kernel or cuDNN call is resolved through the mapping table: a range that is
+//! reserved but not mapped (or mapped without access) *traps*: the call fails with
+//! CUDA_ERROR_ILLEGAL_ADDRESS, a message names the address, and the error is sticky, as a real
+//! context's is after a fault.
+//!
+//! Time: work runs on the CPU in program order, but is placed on a virtual timeline: one compute
+//! engine shared by all streams, one H2D and one D2H copy engine. An operation starts when it has
+//! been issued (host time), its stream's earlier work is done, and its engine has a free slot
+//! (later work may fill an earlier gap on an engine, as hardware queues allow).
+
+use simgpu_model::{CopyDir, Profile, size::parse_size};
+use std::collections::{BTreeMap, HashMap};
+
+pub const GRANULARITY: u64 = 2 << 20;
+const VA_BASE: u64 = 0x5000_0000_0000;
+const VA_SPAN: u64 = 1 << 42;
+const SMALL_ALIGN: u64 = 512;
+
+// CUresult values used by the simulator (CUDA 12/13 driver API).
+pub const SUCCESS: i32 = 0;
+pub const INVALID_VALUE: i32 = 1;
+pub const OUT_OF_MEMORY: i32 = 2;
+pub const NOT_INITIALIZED: i32 = 3;
+pub const INVALID_HANDLE: i32 = 400;
+pub const NOT_FOUND: i32 = 500;
+pub const NOT_READY: i32 = 600;
+pub const ILLEGAL_ADDRESS: i32 = 700;
+pub const LAUNCH_FAILED: i32 = 719;
+pub const UNKNOWN: i32 = 999;
+
+pub const ENGINE_COMPUTE: usize = 0;
+pub const ENGINE_H2D: usize = 1;
+pub const ENGINE_D2H: usize = 2;
+
+/// Stream handle values with a meaning of their own (cuda.h).
+pub const STREAM_LEGACY: u64 = 0x1;
+pub const STREAM_PER_THREAD: u64 = 0x2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Data,
+    Shape,
+}
+
+#[derive(Debug)]
+struct Phys {
+    size: u64,
+    data: Vec<u8>,
+    maps: u32,
+    released: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    len: u64,
+    phys: u64,
+    offset: u64,
+    access: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reservation {
+    len: u64,
+    vmm: bool,
+}
+
+#[derive(Debug, Default)]
+struct Engine {
+    /// Busy intervals, sorted, all ending after `floor`.
+    busy: Vec<(f64, f64)>,
+    /// Nothing may be placed before this time (older intervals were folded into it).
+    floor: f64,
+    end: f64,
+}
+
+impl Engine {
+    fn schedule(&mut self, ready: f64, dur: f64) -> (f64, f64) {
+        let mut t = ready.max(self.floor);
+        let mut idx = self.busy.len();
+        for (i, &(s, e)) in self.busy.iter().enumerate() {
+            if e <= t {
+                continue;
+            }
+            if s >= t + dur {
+                idx = i;
+                break;
+            }
+            t = t.max(e);
+        }
+        let end = t + dur;
+        self.busy.insert(idx.min(self.busy.len()), (t, end));
+        self.busy.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if self.busy.len() > 256 {
+            // Bound the search: fold the oldest half into the floor.
+            let cut = self.busy.len() / 2;
+            let f = self.busy[..cut].iter().map(|x| x.1).fold(self.floor, f64::max);
+            self.busy.drain(..cut);
+            self.floor = f;
+        }
+        self.end = self.end.max(end);
+        (t, end)
+    }
+
+    fn prune(&mut self, now: f64) {
+        self.busy.retain(|&(_, e)| e > now);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    ready: f64,
+    blocking: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Event {
+    pub time: Option<f64>,
+    pub timing: bool,
+}
+
+/// A kernel registered by a program through `simgpuRegisterKernel`.
+#[derive(Debug)]
+pub struct Kernel {
+    pub name: String,
+    pub func: usize,
+    pub offsets: Vec<usize>,
+    pub sizes: Vec<usize>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct FailSpec {
+    alloc: Option<u64>,
+    copy: Option<u64>,
+    launch: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    pub kernels: u64,
+    pub cudnn_calls: u64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    pub d2d_bytes: u64,
+    pub allocs: u64,
+    pub copies: u64,
+    pub launches: u64,
+}
+
+pub struct Device {
+    pub profile: Profile,
+    pub profile_json: std::ffi::CString,
+    pub mode: Mode,
+    pub capacity: u64,
+    pub used: u64,
+    pub peak: u64,
+    next_va: u64,
+    reservations: BTreeMap<u64, Reservation>,
+    mappings: BTreeMap<u64, Mapping>,
+    phys: HashMap<u64, Phys>,
+    next_phys: u64,
+    /// Plain allocations: address -> physical allocation.
+    allocs: HashMap<u64, u64>,
+    pinned: BTreeMap<usize, usize>,
+    pinned_owned: HashMap<usize, std::alloc::Layout>,
+    streams: HashMap<u64, Stream>,
+    next_handle: u64,
+    pub events: HashMap<u64, Event>,
+    engines: [Engine; 3],
+    pub host_now: f64,
+    pub counters: Counters,
+    fail: FailSpec,
+    pub sticky: Option<i32>,
+    pub kernels: HashMap<u64, Kernel>,
+    pub report: Option<String>,
+    pub pools: Vec<u64>,
+}
+
+/// Where a trap happened, for the message.
+#[derive(Debug)]
+pub struct Trap {
+    pub code: i32,
+    pub msg: String,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Device {
+    /// Builds the device from the environment; an error names the variable and what is accepted.
+    pub fn from_env() -> Result<Device, String> {
+        let prof = env("SIMGPU_PROFILE").unwrap_or_else(|| "h100".into());
+        let (profile, json) = Profile::load(&prof).map_err(|e| format!("SIMGPU_PROFILE: {e}"))?;
+        let capacity = match env("SIMGPU_MEMORY") {
+            Some(v) => parse_size(&v).map_err(|e| format!("SIMGPU_MEMORY: {e}"))?,
+            None => profile.memory_bytes,
+        };
+        let mode = match env("SIMGPU_MODE").as_deref() {
+            None | Some("data") => Mode::Data,
+            Some("shape") => Mode::Shape,
+            Some(v) => return Err(format!("SIMGPU_MODE={v:?}: accepted are data, shape")),
+        };
+        let fail = match env("SIMGPU_FAIL") {
+            Some(v) => parse_fail(&v)?,
+            None => FailSpec::default(),
+        };
+        Ok(Device::new(profile, json, capacity, mode, fail, env("SIMGPU_REPORT")))
+    }
+
+    fn new(
+        profile: Profile,
+        json: String,
+        capacity: u64,
+        mode: Mode,
+        fail: FailSpec,
+        report: Option<String>,
+    ) -> Device {
+        let mut streams = HashMap::new();
+        streams.insert(0, Stream { ready: 0.0, blocking: true });
+        streams.insert(STREAM_PER_THREAD, Stream { ready: 0.0, blocking: true });
+        Device {
+            profile,
+            profile_json: std::ffi::CString::new(json).unwrap_or_default(),
+            mode,
+            capacity,
+            used: 0,
+            peak: 0,
+            next_va: VA_BASE + GRANULARITY,
+            reservations: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+            phys: HashMap::new(),
+            next_phys: 1,
+            allocs: HashMap::new(),
+            pinned: BTreeMap::new(),
+            pinned_owned: HashMap::new(),
+            streams,
+            next_handle: 0x1000,
+            events: HashMap::new(),
+            engines: Default::default(),
+            host_now: 0.0,
+            counters: Counters::default(),
+            fail,
+            sticky: None,
+            kernels: HashMap::new(),
+            report,
+            pools: Vec::new(),
+        }
+    }
+
+    /// Reserves the device address window in the host's address space with no access, so that a
+    /// host dereference of a device pointer faults.
+    pub fn guard_address_space() {
+        // SAFETY: an anonymous PROT_NONE, MAP_NORESERVE mapping at a hint address that must not
+        // replace anything (MAP_FIXED_NOREPLACE); failure is harmless (the window stays unguarded).
+        unsafe {
+            libc::mmap(
+                VA_BASE as *mut libc::c_void,
+                VA_SPAN as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            );
+        }
+    }
+
+    pub fn new_handle(&mut self) -> u64 {
+        self.next_handle += 16;
+        self.next_handle
+    }
+
+    // ---------------------------------------------------------------- memory
+
+    pub fn is_device(&self, addr: u64) -> bool {
+        (VA_BASE..VA_BASE + VA_SPAN).contains(&addr)
+    }
+
+    fn count_alloc(&mut self) -> Result<(), i32> {
+        self.counters.allocs += 1;
+        if self.fail.alloc == Some(self.counters.allocs) {
+            eprintln!("simgpu: injected failure: allocation #{} (SIMGPU_FAIL)", self.counters.allocs);
+            return Err(OUT_OF_MEMORY);
+        }
+        Ok(())
+    }
+
+    fn new_phys(&mut self, size: u64) -> Result<u64, i32> {
+        if self.used.saturating_add(size) > self.capacity {
+            return Err(OUT_OF_MEMORY);
+        }
+        let data = match self.mode {
+            Mode::Data => {
+                let mut v = Vec::new();
+                if v.try_reserve_exact(size as usize).is_err() {
+                    return Err(OUT_OF_MEMORY);
+                }
+                v.resize(size as usize, 0u8);
+                v
+            }
+            Mode::Shape => Vec::new(),
+        };
+        self.used += size;
+        self.peak = self.peak.max(self.used);
+        let id = self.next_phys;
+        self.next_phys += 1;
+        self.phys.insert(id, Phys { size, data, maps: 0, released: false });
+        Ok(id)
+    }
+
+    fn drop_phys_if_unused(&mut self, id: u64) {
+        if let Some(p) = self.phys.get(&id)
+            && p.released
+            && p.maps == 0
+        {
+            self.used -= p.size;
+            self.phys.remove(&id);
+        }
+    }
+
+    fn take_va(&mut self, len: u64, align: u64) -> Result<u64, i32> {
+        let align = align.max(SMALL_ALIGN);
+        let start = self.next_va.div_ceil(align) * align;
+        if start + len > VA_BASE + VA_SPAN {
+            return Err(OUT_OF_MEMORY);
+        }
+        self.next_va = start + len;
+        Ok(start)
+    }
+
+    /// cuMemAlloc and friends: a plain, mapped, accessible allocation.
+    pub fn malloc(&mut self, size: u64) -> Result<u64, i32> {
+        self.check_sticky()?;
+        if size == 0 {
+            return Err(INVALID_VALUE);
+        }
+        self.count_alloc()?;
+        let rounded = size.div_ceil(SMALL_ALIGN) * SMALL_ALIGN;
+        let align = if rounded >= GRANULARITY / 2 { GRANULARITY } else { SMALL_ALIGN };
+        let phys = self.new_phys(rounded)?;
+        let va = self.take_va(rounded, align)?;
+        self.reservations.insert(va, Reservation { len: rounded, vmm: false });
+        self.mappings.insert(va, Mapping { len: rounded, phys, offset: 0, access: true });
+        if let Some(p) = self.phys.get_mut(&phys) {
+            p.maps = 1;
+            p.released = true;
+        }
+        self.allocs.insert(va, phys);
+        Ok(va)
+    }
+
+    pub fn free(&mut self, ptr: u64) -> Result<(), i32> {
+        if ptr == 0 {
+            return Ok(());
+        }
+        let phys = self.allocs.remove(&ptr).ok_or(INVALID_VALUE)?;
+        self.mappings.remove(&ptr);
+        self.reservations.remove(&ptr);
+        if let Some(p) = self.phys.get_mut(&phys) {
+            p.maps = 0;
+        }
+        self.drop_phys_if_unused(phys);
+        Ok(())
+    }
+
+    pub fn mem_info(&self) -> (u64, u64) {
+        (self.capacity - self.used.min(self.capacity), self.capacity)
+    }
+
+    pub fn address_reserve(&mut self, size: u64, align: u64, hint: u64) -> Result<u64, i32> {
+        if size == 0 || size % GRANULARITY != 0 || (align != 0 && !align.is_power_of_two()) {
+            return Err(INVALID_VALUE);
+        }
+        let align = align.max(GRANULARITY);
+        let free_at_hint = hint != 0
+            && hint % align == 0
+            && self.is_device(hint)
+            && hint >= self.next_va
+            && hint + size <= VA_BASE + VA_SPAN;
+        let va = if free_at_hint {
+            self.next_va = hint + size;
+            hint
+        } else {
+            self.take_va(size, align)?
+        };
+        self.reservations.insert(va, Reservation { len: size, vmm: true });
+        Ok(va)
+    }
+
+    pub fn address_free(&mut self, ptr: u64, size: u64) -> Result<(), i32> {
+        match self.reservations.get(&ptr) {
+            Some(r) if r.vmm && r.len == size => {}
+            _ => return Err(INVALID_VALUE),
+        }
+        if self.mappings.range(ptr..ptr + size).next().is_some() {
+            return Err(INVALID_VALUE);
+        }
+        self.reservations.remove(&ptr);
+        Ok(())
+    }
+
+    pub fn mem_create(&mut self, size: u64) -> Result<u64, i32> {
+        self.check_sticky()?;
+        if size == 0 || size % GRANULARITY != 0 {
+            return Err(INVALID_VALUE);
+        }
+        self.count_alloc()?;
+        self.new_phys(size)
+    }
+
+    pub fn mem_release(&mut self, handle: u64) -> Result<(), i32> {
+        let p = self.phys.get_mut(&handle).ok_or(INVALID_VALUE)?;
+        if p.released {
+            return Err(INVALID_VALUE);
+        }
+        p.released = true;
+        self.drop_phys_if_unused(handle);
+        Ok(())
+    }
+
+    fn vmm_reservation_of(&self, ptr: u64, size: u64) -> Option<u64> {
+        let (&start, r) = self.reservations.range(..=ptr).next_back()?;
+        (r.vmm && ptr + size <= start + r.len).then_some(start)
+    }
+
+    pub fn mem_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> Result<(), i32> {
+        if size == 0 || ptr % GRANULARITY != 0 || size % GRANULARITY != 0 || offset % GRANULARITY != 0 {
+            return Err(INVALID_VALUE);
+        }
+        self.vmm_reservation_of(ptr, size).ok_or(INVALID_VALUE)?;
+        let p = self.phys.get(&handle).ok_or(INVALID_VALUE)?;
+        if p.released || offset + size > p.size {
+            return Err(INVALID_VALUE);
+        }
+        let overlaps = self.mappings.range(..ptr + size).next_back().is_some_and(|(&s, m)| s + m.len > ptr);
+        if overlaps {
+            return Err(INVALID_VALUE);
+        }
+        self.mappings.insert(ptr, Mapping { len: size, phys: handle, offset, access: false });
+        if let Some(p) = self.phys.get_mut(&handle) {
+            p.maps += 1;
+        }
+        Ok(())
+    }
+
+    pub fn mem_unmap(&mut self, ptr: u64, size: u64) -> Result<(), i32> {
+        self.vmm_reservation_of(ptr, size).ok_or(INVALID_VALUE)?;
+        let inside: Vec<u64> = self.mappings.range(ptr..ptr + size).map(|(&s, _)| s).collect();
+        let covers = inside.iter().all(|s| s + self.mappings[s].len <= ptr + size);
+        let straddles = self.mappings.range(..ptr).next_back().is_some_and(|(&s, m)| s + m.len > ptr);
+        if inside.is_empty() || !covers || straddles {
+            return Err(INVALID_VALUE);
+        }
+        for s in inside {
+            if let Some(m) = self.mappings.remove(&s) {
+                if let Some(p) = self.phys.get_mut(&m.phys) {
+                    p.maps -= 1;
+                }
+                self.drop_phys_if_unused(m.phys);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn set_access(&mut self, ptr: u64, size: u64, rw: bool) -> Result<(), i32> {
+        self.vmm_reservation_of(ptr, size).ok_or(INVALID_VALUE)?;
+        let mut covered = ptr;
+        let keys: Vec<u64> = self.mappings.range(ptr..ptr + size).map(|(&s, _)| s).collect();
+        for s in keys {
+            if s != covered {
+                return Err(INVALID_VALUE);
+            }
+            let m = self.mappings.get_mut(&s).unwrap();
+            m.access = rw;
+            covered = s + m.len;
+        }
+        if covered < ptr + size { Err(INVALID_VALUE) } else { Ok(()) }
+    }
+
+    /// The mapped pieces (phys, offset, len) of [addr, addr + len), or the trap it causes.
+    fn pieces(&self, addr: u64, len: u64, what: &str) -> Result<Vec<(u64, u64, u64)>, Trap> {
+        let mut out = Vec::new();
+        let mut a = addr;
+        let end = addr.checked_add(len).ok_or_else(|| self.trap(addr, len, addr, what))?;
+        while a < end {
+            let Some((&s, m)) = self.mappings.range(..=a).next_back() else {
+                return Err(self.trap(addr, len, a, what));
+            };
+            if a >= s + m.len || !m.access {
+                return Err(self.trap(addr, len, a, what));
+            }
+            let take = (s + m.len).min(end) - a;
+            out.push((m.phys, m.offset + (a - s), take));
+            a += take;
+        }
+        Ok(out)
+    }
+
+    fn trap(&self, addr: u64, len: u64, at: u64, what: &str) -> Trap {
+        let why = match self.reservations.range(..=at).next_back() {
+            Some((&s, r)) if at < s + r.len && r.vmm => {
+                if self.mappings.range(..=at).next_back().is_some_and(|(&ms, m)| at < ms + m.len) {
+                    "mapped without access (cuMemSetAccess not called)"
+                } else {
+                    "reserved with cuMemAddressReserve but not mapped"
+                }
+            }
+            _ => "not device memory (never allocated, or freed)",
+        };
+        Trap {
+            code: ILLEGAL_ADDRESS,
+            msg: format!(
+                "simgpu: illegal address {at:#x}: {what} touches [{addr:#x}, {:#x}) and {at:#x} is {why}",
+                addr.wrapping_add(len)
+            ),
+        }
+    }
+
+    fn raise(&mut self, t: Trap) -> i32 {
+        eprintln!("{}", t.msg);
+        self.sticky = Some(t.code);
+        t.code
+    }
+
+    pub fn check_sticky(&self) -> Result<(), i32> {
+        match self.sticky {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks that an operation may touch [addr, addr+len); a failure traps (sticky).
+    pub fn check(&mut self, addr: u64, len: u64, what: &str) -> Result<(), i32> {
+        self.check_sticky()?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.pieces(addr, len, what) {
+            Ok(_) => Ok(()),
+            Err(t) => Err(self.raise(t)),
+        }
+    }
+
+    /// Reads device bytes into `dst` (data mode; in shape mode only checks).
+    pub fn read(&mut self, addr: u64, dst: &mut [u8], what: &str) -> Result<(), i32> {
+        self.check_sticky()?;
+        let pieces = match self.pieces(addr, dst.len() as u64, what) {
+            Ok(p) => p,
+            Err(t) => return Err(self.raise(t)),
+        };
+        if self.mode == Mode::Shape {
+            return Ok(());
+        }
+        let mut at = 0usize;
+        for (phys, off, len) in pieces {
+            let p = &self.phys[&phys];
+            dst[at..at + len as usize].copy_from_slice(&p.data[off as usize..(off + len) as usize]);
+            at += len as usize;
+        }
+        Ok(())
+    }
+
+    /// Writes `src` to device memory (data mode; in shape mode only checks).
+    pub fn write(&mut self, addr: u64, src: &[u8], what: &str) -> Result<(), i32> {
+        self.check_sticky()?;
+        let pieces = match self.pieces(addr, src.len() as u64, what) {
+            Ok(p) => p,
+            Err(t) => return Err(self.raise(t)),
+        };
+        if self.mode == Mode::Shape {
+            return Ok(());
+        }
+        let mut at = 0usize;
+        for (phys, off, len) in pieces {
+            let p = self.phys.get_mut(&phys).unwrap();
+            p.data[off as usize..(off + len) as usize].copy_from_slice(&src[at..at + len as usize]);
+            at += len as usize;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- pinned host memory
+
+    pub fn host_alloc(&mut self, size: usize) -> Result<*mut u8, i32> {
+        let layout = std::alloc::Layout::from_size_align(size.max(1), 4096).map_err(|_| INVALID_VALUE)?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(OUT_OF_MEMORY);
+        }
+        self.pinned.insert(p as usize, size);
+        self.pinned_owned.insert(p as usize, layout);
+        Ok(p)
+    }
+
+    pub fn host_free(&mut self, p: *mut u8) -> Result<(), i32> {
+        if p.is_null() {
+            return Ok(());
+        }
+        let layout = self.pinned_owned.remove(&(p as usize)).ok_or(INVALID_VALUE)?;
+        self.pinned.remove(&(p as usize));
+        // SAFETY: p was returned by alloc_zeroed with this layout and is freed once (removed above).
+        unsafe { std::alloc::dealloc(p, layout) };
+        Ok(())
+    }
+
+    pub fn host_register(&mut self, p: usize, size: usize) -> Result<(), i32> {
+        if p == 0 || size == 0 || self.is_device(p as u64) {
+            return Err(INVALID_VALUE);
+        }
+        self.pinned.insert(p, size);
+        Ok(())
+    }
+
+    pub fn host_unregister(&mut self, p: usize) -> Result<(), i32> {
+        if self.pinned_owned.contains_key(&p) {
+            return Err(INVALID_VALUE);
+        }
+        self.pinned.remove(&p).map(|_| ()).ok_or(INVALID_VALUE)
+    }
+
+    pub fn is_pinned(&self, p: usize, len: usize) -> bool {
+        self.pinned.range(..=p).next_back().is_some_and(|(&s, &l)| p + len <= s + l)
+    }
+
+    // ---------------------------------------------------------------- streams and time
+
+    pub fn stream_create(&mut self, blocking: bool) -> u64 {
+        let h = self.new_handle();
+        self.streams.insert(h, Stream { ready: self.host_now, blocking });
+        h
+    }
+
+    pub fn stream_destroy(&mut self, h: u64) -> Result<(), i32> {
+        if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
+            return Err(INVALID_HANDLE);
+        }
+        self.streams.remove(&h).map(|_| ()).ok_or(INVALID_HANDLE)
+    }
+
+    fn norm(h: u64) -> u64 {
+        if h == STREAM_LEGACY { 0 } else { h }
+    }
+
+    pub fn valid_stream(&self, h: u64) -> bool {
+        self.streams.contains_key(&Self::norm(h))
+    }
+
+    /// When work issued now on stream `h` may start (legacy default stream semantics included).
+    fn stream_ready(&self, h: u64) -> Result<f64, i32> {
+        let h = Self::norm(h);
+        let s = self.streams.get(&h).ok_or(INVALID_HANDLE)?;
+        let legacy = self.streams[&0].ready;
+        let r = if h == 0 {
+            self.streams.values().filter(|s| s.blocking).map(|s| s.ready).fold(legacy, f64::max)
+        } else if s.blocking {
+            s.ready.max(legacy)
+        } else {
+            s.ready
+        };
+        Ok(r)
+    }
+
+    /// Places `dur` seconds of work on `engine` for stream `h`; returns (start, end).
+    pub fn issue(&mut self, h: u64, engine: usize, dur: f64, host_cost: f64) -> Result<(f64, f64), i32> {
+        self.host_now += host_cost;
+        let ready = self.stream_ready(h)?.max(self.host_now);
+        let (s, e) = self.engines[engine].schedule(ready, dur);
+        if let Some(st) = self.streams.get_mut(&Self::norm(h)) {
+            st.ready = e;
+        }
+        Ok((s, e))
+    }
+
+    pub fn host_wait_until(&mut self, t: f64) {
+        if t > self.host_now {
+            self.host_now = t;
+            for e in &mut self.engines {
+                e.prune(t);
+            }
+        }
+    }
+
+    pub fn stream_sync(&mut self, h: u64) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        let t = self.streams.get(&Self::norm(h)).ok_or(INVALID_HANDLE)?.ready;
+        let t = if Self::norm(h) == 0 { self.stream_ready(0)? } else { t };
+        self.host_wait_until(t);
+        self.check_sticky()
+    }
+
+    pub fn device_sync(&mut self) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        let t = self.engines.iter().map(|e| e.end).fold(0.0, f64::max);
+        self.host_wait_until(t);
+        self.check_sticky()
+    }
+
+    pub fn stream_query(&mut self, h: u64) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        let t = self.streams.get(&Self::norm(h)).ok_or(INVALID_HANDLE)?.ready;
+        if t > self.host_now { Err(NOT_READY) } else { Ok(()) }
+    }
+
+    pub fn event_record(&mut self, ev: u64, h: u64) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        let t = self.stream_ready(h)?.max(self.host_now);
+        let e = self.events.get_mut(&ev).ok_or(INVALID_HANDLE)?;
+        e.time = Some(t);
+        Ok(())
+    }
+
+    pub fn stream_wait_event(&mut self, h: u64, ev: u64) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        let t = self.events.get(&ev).ok_or(INVALID_HANDLE)?.time;
+        let s = self.streams.get_mut(&Self::norm(h)).ok_or(INVALID_HANDLE)?;
+        if let Some(t) = t {
+            s.ready = s.ready.max(t);
+        }
+        Ok(())
+    }
+
+    pub fn event_sync(&mut self, ev: u64) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        let t = self.events.get(&ev).ok_or(INVALID_HANDLE)?.time;
+        if let Some(t) = t {
+            self.host_wait_until(t);
+        }
+        self.check_sticky()
+    }
+
+    pub fn event_query(&mut self, ev: u64) -> Result<(), i32> {
+        self.host_now += self.profile.api_call();
+        match self.events.get(&ev).ok_or(INVALID_HANDLE)?.time {
+            Some(t) if t > self.host_now => Err(NOT_READY),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn elapsed_ms(&mut self, a: u64, b: u64) -> Result<f32, i32> {
+        let ea = *self.events.get(&a).ok_or(INVALID_HANDLE)?;
+        let eb = *self.events.get(&b).ok_or(INVALID_HANDLE)?;
+        if !ea.timing || !eb.timing {
+            return Err(INVALID_HANDLE);
+        }
+        match (ea.time, eb.time) {
+            (Some(x), Some(y)) => {
+                if x > self.host_now || y > self.host_now {
+                    return Err(NOT_READY);
+                }
+                Ok(((y - x) * 1e3) as f32)
+            }
+            _ => Err(INVALID_HANDLE),
+        }
+    }
+
+    pub fn makespan(&self) -> f64 {
+        self.engines.iter().map(|e| e.end).fold(self.host_now, f64::max)
+    }
+
+    // ---------------------------------------------------------------- copies and launches
+
+    pub fn count_copy(&mut self) -> Result<(), i32> {
+        self.check_sticky()?;
+        self.counters.copies += 1;
+        if self.fail.copy == Some(self.counters.copies) {
+            eprintln!("simgpu: injected failure: copy #{} (SIMGPU_FAIL)", self.counters.copies);
+            return Err(UNKNOWN);
+        }
+        Ok(())
+    }
+
+    pub fn count_launch(&mut self) -> Result<(), i32> {
+        self.check_sticky()?;
+        self.counters.launches += 1;
+        if self.fail.launch == Some(self.counters.launches) {
+            eprintln!("simgpu: injected failure: launch #{} (SIMGPU_FAIL)", self.counters.launches);
+            return Err(LAUNCH_FAILED);
+        }
+        Ok(())
+    }
+
+    /// Timing of a copy: engine and duration. Pageable host memory makes the host wait.
+    pub fn time_copy(&mut self, dir: CopyDir, bytes: u64, stream: u64, host: Option<(usize, bool)>) -> Result<(), i32> {
+        let pageable = host.is_some_and(|(p, _)| !self.is_pinned(p, bytes as usize));
+        let sync = host.is_some_and(|(_, sync)| sync) || pageable;
+        let dur = self.profile.copy_time(dir, bytes, pageable);
+        let engine = match dir {
+            CopyDir::H2D => ENGINE_H2D,
+            CopyDir::D2H => ENGINE_D2H,
+            CopyDir::D2D => ENGINE_COMPUTE,
+        };
+        match dir {
+            CopyDir::H2D => self.counters.h2d_bytes += bytes,
+            CopyDir::D2H => self.counters.d2h_bytes += bytes,
+            CopyDir::D2D => self.counters.d2d_bytes += bytes,
+        }
+        let (_, end) = self.issue(stream, engine, dur, self.profile.api_call())?;
+        if sync {
+            self.host_wait_until(end);
+        }
+        Ok(())
+    }
+
+    pub fn report_json(&self) -> String {
+        let c = &self.counters;
+        format!(
+            concat!(
+                "{{\n  \"simulated\": true,\n  \"profile\": {:?},\n  \"mode\": {:?},\n",
+                "  \"virtual_time_s\": {:e},\n  \"peak_bytes\": {},\n  \"capacity_bytes\": {},\n",
+                "  \"in_use_bytes\": {},\n  \"h2d_bytes\": {},\n  \"d2h_bytes\": {},\n  \"d2d_bytes\": {},\n",
+                "  \"kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
+                "  \"sticky_error\": {}\n}}\n"
+            ),
+            self.profile.name,
+            if self.mode == Mode::Data { "data" } else { "shape" },
+            self.makespan(),
+            self.peak,
+            self.capacity,
+            self.used,
+            c.h2d_bytes,
+            c.d2h_bytes,
+            c.d2d_bytes,
+            c.kernels,
+            c.cudnn_calls,
+            c.allocs,
+            c.copies,
+            self.sticky.map(|e| e.to_string()).unwrap_or_else(|| "null".into()),
+        )
+    }
+}
+
+fn parse_fail(v: &str) -> Result<FailSpec, String> {
+    let mut f = FailSpec::default();
+    for part in v.split(',') {
+        let bad = || format!("SIMGPU_FAIL={v:?}: accepted are comma-separated alloc:N, copy:N, launch:N (N >= 1)");
+        let (what, n) = part.split_once(':').ok_or_else(bad)?;
+        let n: u64 = n.trim().parse().map_err(|_| bad())?;
+        if n == 0 {
+            return Err(bad());
+        }
+        match what.trim() {
+            "alloc" => f.alloc = Some(n),
+            "copy" => f.copy = Some(n),
+            "launch" => f.launch = Some(n),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(capacity: u64, mode: Mode) -> Device {
+        let (p, j) = Profile::load("h100").unwrap();
+        Device::new(p, j, capacity, mode, FailSpec::default(), None)
+    }
+
+    #[test]
+    fn out_of_memory_at_capacity() {
+        let mut d = dev(8 << 20, Mode::Data);
+        let a = d.malloc(6 << 20).unwrap();
+        assert_eq!(d.malloc(4 << 20), Err(OUT_OF_MEMORY));
+        d.free(a).unwrap();
+        assert!(d.malloc(8 << 20).is_ok());
+        assert_eq!(d.peak, 8 << 20);
+    }
+
+    #[test]
+    fn vmm_unmapped_ranges_trap_and_stick() {
+        let mut d = dev(64 << 20, Mode::Data);
+        let va = d.address_reserve(4 * GRANULARITY, 0, 0).unwrap();
+        let h = d.mem_create(2 * GRANULARITY).unwrap();
+        d.mem_map(va, 2 * GRANULARITY, 0, h).unwrap();
+        // Mapped but no access yet.
+        assert_eq!(d.check(va, 16, "test"), Err(ILLEGAL_ADDRESS));
+        d.sticky = None;
+        d.set_access(va, 2 * GRANULARITY, true).unwrap();
+        d.write(va + 8, &[1, 2, 3], "test").unwrap();
+        let mut b = [0u8; 3];
+        d.read(va + 8, &mut b, "test").unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        // Spilling into the unmapped half traps, with the first bad address.
+        let e = d.pieces(va + 2 * GRANULARITY - 4, 8, "copy").unwrap_err();
+        assert!(e.msg.contains(&format!("{:#x}", va + 2 * GRANULARITY)), "{}", e.msg);
+        assert!(e.msg.contains("not mapped"));
+        assert_eq!(d.read(va + 2 * GRANULARITY - 4, &mut [0; 8], "copy"), Err(ILLEGAL_ADDRESS));
+        assert_eq!(d.malloc(1024), Err(ILLEGAL_ADDRESS), "sticky");
+    }
+
+    #[test]
+    fn released_memory_is_freed_when_unmapped() {
+        let mut d = dev(64 << 20, Mode::Shape);
+        let va = d.address_reserve(GRANULARITY, 0, 0).unwrap();
+        let h = d.mem_create(GRANULARITY).unwrap();
+        d.mem_map(va, GRANULARITY, 0, h).unwrap();
+        d.mem_release(h).unwrap();
+        assert_eq!(d.used, GRANULARITY);
+        d.mem_unmap(va, GRANULARITY).unwrap();
+        assert_eq!(d.used, 0);
+        d.address_free(va, GRANULARITY).unwrap();
+    }
+
+    #[test]
+    fn engines_serialise_within_and_overlap_across() {
+        let mut d = dev(1 << 30, Mode::Shape);
+        let s1 = d.stream_create(false);
+        let s2 = d.stream_create(false);
+        let (a0, a1) = d.issue(s1, ENGINE_COMPUTE, 1.0, 0.0).unwrap();
+        let (b0, _) = d.issue(s1, ENGINE_COMPUTE, 1.0, 0.0).unwrap();
+        assert_eq!((a0, a1, b0), (0.0, 1.0, 1.0));
+        let (c0, c1) = d.issue(s2, ENGINE_H2D, 0.5, 0.0).unwrap();
+        assert_eq!((c0, c1), (0.0, 0.5), "copy overlaps compute on another stream");
+        // A kernel on s2 after the copy fits no gap on the compute engine before 2.0.
+        let (k0, _) = d.issue(s2, ENGINE_COMPUTE, 0.25, 0.0).unwrap();
+        assert_eq!(k0, 2.0);
+    }
+
+    #[test]
+    fn fail_spec() {
+        let f = parse_fail("alloc:3,launch:2").unwrap();
+        assert_eq!((f.alloc, f.copy, f.launch), (Some(3), None, Some(2)));
+        assert!(parse_fail("alloc:0").is_err());
+        assert!(parse_fail("free:1").is_err());
+    }
+}
