@@ -1141,6 +1141,14 @@ pub unsafe extern "C" fn simgpu_write(dst: CUdeviceptr, src: *const u8, bytes: u
     })
 }
 
+/// Checks that an operation may touch [ptr, ptr + bytes) without moving any bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn simgpu_check(ptr: CUdeviceptr, bytes: usize, what: *const c_char) -> CUresult {
+    // SAFETY: what is null or a NUL-terminated string.
+    let what = unsafe { what_str(what) };
+    with(|d| d.check(ptr, bytes as u64, &what))
+}
+
 /// Places `seconds` of cuDNN work on the compute engine for `stream`; `sync` makes the host wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn simgpu_submit(stream: Handle, seconds: f64, sync: c_int) -> CUresult {

@@ -1,0 +1,6 @@
+//! `libcudart.so.12` of the simulated GPU: the runtime in `simgpu-cudart`, reporting CUDA 12.
+pub use simgpu_cudart;
+
+/// The runtime major version this library reports (read by `cudaRuntimeGetVersion`).
+#[unsafe(no_mangle)]
+pub static SIMGPU_CUDART_MAJOR: i32 = 12;
