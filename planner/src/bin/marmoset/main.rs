@@ -1,0 +1,122 @@
+//! `marmoset`: run programs under Marmoset (or on the simulated GPU) and work with its traces.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(Parser)]
+#[command(name = "marmoset", version, about = "Get more out of a GPU's memory without touching the training code")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the directory holding the simulated GPU's libraries (libcuda.so.1, libcudart.so.12,
+    /// libcudart.so.13, libcudnn.so.9).
+    SimPath,
+    /// Run a command, on the simulated GPU with --sim.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Run on the simulated GPU with this device profile (h100, p100, or a profile .json).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "h100", value_name = "PROFILE")]
+    sim: Option<String>,
+    /// Run without libmarmoset.so (plain CUDA, or the plain simulated GPU).
+    #[arg(long)]
+    no_shim: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::SimPath => sim_dir().map(|d| {
+            println!("{}", d.display());
+            ExitCode::SUCCESS
+        }),
+        Cmd::Run(a) => run(a),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("marmoset: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Where cargo put the built libraries: next to this executable (target/<profile>/), or
+/// MARMOSET_BUILD_DIR.
+fn build_dir() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("MARMOSET_BUILD_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe().context("cannot find the marmoset executable")?;
+    Ok(exe.parent().context("the executable has no directory")?.to_path_buf())
+}
+
+/// The simulated-GPU directory: links with the real sonames to the built files, (re)made when
+/// missing or stale.
+fn sim_dir() -> Result<PathBuf> {
+    let build = build_dir()?;
+    for f in planner::sim::built_files() {
+        if !build.join(f).is_file() {
+            bail!(
+                "the simulated GPU is not built: {} is missing (build it with `cargo build --release --workspace`)",
+                build.join(f).display()
+            );
+        }
+    }
+    let dir = build.join("simgpu");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, file) in planner::sim::LIBRARIES {
+        let link = dir.join(name);
+        let target = Path::new("..").join(file);
+        if std::fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
+            continue;
+        }
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).with_context(|| format!("cannot link {}", link.display()))?;
+    }
+    Ok(dir)
+}
+
+fn run(a: RunArgs) -> Result<ExitCode> {
+    if !a.no_shim {
+        bail!("libmarmoset.so is not part of this build yet: pass --no-shim to run without it");
+    }
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..]);
+    if let Some(profile) = &a.sim {
+        let known = planner::sim::profiles();
+        if !known.contains(&profile.as_str()) && !profile.ends_with(".json") {
+            bail!("unknown profile {profile:?}: accepted are {} or a profile .json", known.join(", "));
+        }
+        let dir = sim_dir()?;
+        let mut path = dir.into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", path).env("SIMGPU_PROFILE", profile);
+    }
+    let status = cmd.status().with_context(|| format!("cannot run {}", a.cmd[0]))?;
+    Ok(exit_code(status))
+}
+
+/// The command's own exit status; a signal becomes 128 + its number, as shells report it.
+fn exit_code(s: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        _ => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,9 @@
+//! Marmoset's planner: pure Rust, no FFI, no globals, no clocks; deterministic.
+//!
+//! This crate owns what the shim and the `marmoset` command share. For now that is the layout of
+//! the simulated GPU's libraries ([`sim`]) and size parsing; the trace model, micro-batching
+//! (WR / WD) and the memory policies come with their issues.
+
+pub mod sim;
+
+pub use simgpu_model::size::{ACCEPTED as SIZE_ACCEPTED, parse_size};

@@ -1,0 +1,39 @@
+//! The simulated GPU's libraries: which built file answers to which real soname.
+
+/// (name a program loads, file cargo builds). The unversioned names are for linking (`-lcudart`).
+pub const LIBRARIES: &[(&str, &str)] = &[
+    ("libcuda.so.1", "libsimgpu_cuda.so"),
+    ("libcuda.so", "libsimgpu_cuda.so"),
+    ("libcudart.so.12", "libsimgpu_cudart12.so"),
+    ("libcudart.so.13", "libsimgpu_cudart13.so"),
+    ("libcudart.so", "libsimgpu_cudart13.so"),
+    ("libcudnn.so.9", "libsimgpu_cudnn.so"),
+    ("libcudnn.so", "libsimgpu_cudnn.so"),
+];
+
+/// The built files a simulated-GPU directory needs, each once.
+pub fn built_files() -> Vec<&'static str> {
+    let mut v: Vec<&str> = LIBRARIES.iter().map(|(_, f)| *f).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The profile names built into the simulator.
+pub fn profiles() -> Vec<&'static str> {
+    simgpu_model::BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_real_soname_is_served() {
+        for so in ["libcuda.so.1", "libcudart.so.12", "libcudart.so.13", "libcudnn.so.9"] {
+            assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
+        }
+        assert_eq!(built_files().len(), 4);
+        assert!(profiles().contains(&"h100"));
+    }
+}

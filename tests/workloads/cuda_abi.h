@@ -1,0 +1,191 @@
+/* The CUDA runtime, driver and cuDNN 9 declarations our workloads use, written by hand from the
+ * public API documentation (names, argument order, enum and status values). Workloads include
+ * this instead of NVIDIA's headers so they build where no CUDA toolkit is installed; they link
+ * against the real sonames (libcudart.so.13 or .12, libcudnn.so.9) and run unchanged on the
+ * simulated GPU or a real one. */
+#ifndef MARMOSET_CUDA_ABI_H
+#define MARMOSET_CUDA_ABI_H
+
+#include <stddef.h>
+
+/* ---- CUDA runtime */
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
+typedef void *cudaMemPool_t;
+typedef struct { unsigned x, y, z; } dim3;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
+       cudaErrorInvalidDeviceFunction = 98, cudaErrorNotReady = 600, cudaErrorIllegalAddress = 700,
+       cudaErrorLaunchFailure = 719, cudaErrorUnknown = 999 };
+enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2 };
+
+cudaError_t cudaMalloc(void **p, size_t size);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMallocHost(void **p, size_t size);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
+cudaError_t cudaMemset(void *p, int value, size_t n);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaRuntimeGetVersion(int *v);
+cudaError_t cudaDriverGetVersion(int *v);
+cudaError_t cudaGetDeviceCount(int *n);
+const char *cudaGetErrorName(cudaError_t e);
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+cudaError_t __cudaGetKernel(void **kernel, const void *entry);
+cudaError_t __cudaLaunchKernel(void *kernel, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s);
+typedef struct { dim3 gridDim; dim3 blockDim; size_t dynamicSmemBytes; cudaStream_t stream;
+                 void *attrs; unsigned numAttrs; } cudaLaunchConfig_t;
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args);
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags, int *status);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned version,
+                                             unsigned long long flags, int *status);
+
+/* ---- CUDA driver (reached through dlopen or entry points; the workloads link no driver) */
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_OUT_OF_MEMORY = 2,
+       CUDA_ERROR_NOT_FOUND = 500, CUDA_ERROR_ILLEGAL_ADDRESS = 700, CUDA_ERROR_LAUNCH_FAILED = 719 };
+typedef struct {
+  int type; int requestedHandleTypes; int locationType; int locationId;
+  void *win32HandleMetaData; unsigned char allocFlags[8];
+} CUmemAllocationProp;
+typedef struct { int locationType; int locationId; int flags; } CUmemAccessDesc;
+enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1, CU_MEM_LOCATION_TYPE_DEVICE = 1,
+       CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 };
+
+/* ---- cuDNN 9 */
+typedef int cudnnStatus_t;
+typedef void *cudnnHandle_t;
+typedef void *cudnnTensorDescriptor_t;
+typedef void *cudnnFilterDescriptor_t;
+typedef void *cudnnConvolutionDescriptor_t;
+typedef void *cudnnActivationDescriptor_t;
+typedef void *cudnnPoolingDescriptor_t;
+enum { CUDNN_STATUS_SUCCESS = 0, CUDNN_STATUS_BAD_PARAM = 2000, CUDNN_STATUS_NOT_SUPPORTED = 3000,
+       CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER = 5001 };
+enum { CUDNN_DATA_FLOAT = 0 };
+enum { CUDNN_TENSOR_NCHW = 0, CUDNN_TENSOR_NHWC = 1 };
+enum { CUDNN_CONVOLUTION = 0, CUDNN_CROSS_CORRELATION = 1 };
+enum { CUDNN_DEFAULT_MATH = 0, CUDNN_TENSOR_OP_MATH = 1 };
+enum { CUDNN_ACTIVATION_RELU = 1 };
+enum { CUDNN_POOLING_MAX = 0 };
+enum { CUDNN_SOFTMAX_ACCURATE = 1, CUDNN_SOFTMAX_LOG = 2 };
+enum { CUDNN_SOFTMAX_MODE_INSTANCE = 0, CUDNN_SOFTMAX_MODE_CHANNEL = 1 };
+enum { CUDNN_CONVOLUTION_FWD_ALGO_COUNT = 8, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT = 6,
+       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT = 7 };
+typedef struct { int algo; cudnnStatus_t status; float time; size_t memory; int determinism;
+                 int mathType; int reserved[3]; } cudnnConvolutionFwdAlgoPerf_t;
+typedef cudnnConvolutionFwdAlgoPerf_t cudnnConvolutionBwdDataAlgoPerf_t;
+typedef cudnnConvolutionFwdAlgoPerf_t cudnnConvolutionBwdFilterAlgoPerf_t;
+
+size_t cudnnGetVersion(void);
+const char *cudnnGetErrorString(cudnnStatus_t s);
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h);
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h);
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s);
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d);
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d);
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, int format, int dtype, int n, int c, int h, int w);
+cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t d, int dtype, int n, int c, int h, int w,
+                                           int ns, int cs, int hs, int ws);
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, int dtype, int nb, const int *dims, const int *strides);
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d);
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d);
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, int dtype, int format, int k, int c, int h, int w);
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, int dtype, int format, int nb, const int *dims);
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d);
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d);
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int u, int v,
+                                              int dh, int dw, int mode, int compute);
+cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, int len, const int *pad,
+                                              const int *stride, const int *dil, int mode, int compute);
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int groups);
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, int math);
+cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x,
+                                                    cudnnFilterDescriptor_t w, int nb, int *out);
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x,
+                                                    cudnnFilterDescriptor_t w, int *n, int *ch, int *h, int *wo);
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+    cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t y, int algo, size_t *size);
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, cudnnFilterDescriptor_t w,
+    cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t dx, int algo, size_t *size);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+    cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c, cudnnFilterDescriptor_t dw, int algo, size_t *size);
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t xd, const void *x,
+    cudnnFilterDescriptor_t wd, const void *w, cudnnConvolutionDescriptor_t cd, int algo, void *ws, size_t ws_size,
+    const void *beta, cudnnTensorDescriptor_t yd, void *y);
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, cudnnFilterDescriptor_t wd,
+    const void *w, cudnnTensorDescriptor_t dyd, const void *dy, cudnnConvolutionDescriptor_t cd, int algo, void *ws,
+    size_t ws_size, const void *beta, cudnnTensorDescriptor_t dxd, void *dx);
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t xd,
+    const void *x, cudnnTensorDescriptor_t dyd, const void *dy, cudnnConvolutionDescriptor_t cd, int algo, void *ws,
+    size_t ws_size, const void *beta, cudnnFilterDescriptor_t dwd, void *dw);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+    cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t y, int requested,
+    int *returned, cudnnConvolutionFwdAlgoPerf_t *perf);
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, cudnnFilterDescriptor_t w,
+    cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t dx, int requested,
+    int *returned, cudnnConvolutionBwdDataAlgoPerf_t *perf);
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+    cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c, cudnnFilterDescriptor_t dw, int requested,
+    int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *perf);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, cudnnTensorDescriptor_t xd, const void *x,
+    cudnnFilterDescriptor_t wd, const void *w, cudnnConvolutionDescriptor_t cd, cudnnTensorDescriptor_t yd, void *y,
+    int requested, int *returned, cudnnConvolutionFwdAlgoPerf_t *perf, void *ws, size_t ws_size);
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+    cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t y, int requested,
+    int *returned, cudnnConvolutionFwdAlgoPerf_t *perf);
+cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *d);
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d, int mode, int nan, double coef);
+cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t d);
+cudnnStatus_t cudnnActivationForward(cudnnHandle_t h, cudnnActivationDescriptor_t a, const void *alpha,
+    cudnnTensorDescriptor_t xd, const void *x, const void *beta, cudnnTensorDescriptor_t yd, void *y);
+cudnnStatus_t cudnnActivationBackward(cudnnHandle_t h, cudnnActivationDescriptor_t a, const void *alpha,
+    cudnnTensorDescriptor_t yd, const void *y, cudnnTensorDescriptor_t dyd, const void *dy,
+    cudnnTensorDescriptor_t xd, const void *x, const void *beta, cudnnTensorDescriptor_t dxd, void *dx);
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t *d);
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t d, int mode, int nan, int wh, int ww,
+                                          int ph, int pw, int sh, int sw);
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t d);
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h, cudnnPoolingDescriptor_t p, const void *alpha,
+    cudnnTensorDescriptor_t xd, const void *x, const void *beta, cudnnTensorDescriptor_t yd, void *y);
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, cudnnPoolingDescriptor_t p, const void *alpha,
+    cudnnTensorDescriptor_t yd, const void *y, cudnnTensorDescriptor_t dyd, const void *dy,
+    cudnnTensorDescriptor_t xd, const void *x, const void *beta, cudnnTensorDescriptor_t dxd, void *dx);
+cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t h, int algo, int mode, const void *alpha,
+    cudnnTensorDescriptor_t xd, const void *x, const void *beta, cudnnTensorDescriptor_t yd, void *y);
+cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t h, int algo, int mode, const void *alpha,
+    cudnnTensorDescriptor_t yd, const void *y, cudnnTensorDescriptor_t dyd, const void *dy, const void *beta,
+    cudnnTensorDescriptor_t dxd, void *dx);
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t ad, const void *a,
+    const void *beta, cudnnTensorDescriptor_t cd, void *c);
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t dyd,
+    const void *dy, const void *beta, cudnnTensorDescriptor_t dbd, void *db);
+
+/* ---- the simulated GPU's own calls (libcuda.so.1 of tests/simgpu only), found with dlsym */
+typedef struct simgpuKernelCtx simgpuKernelCtx;
+typedef void (*simgpuKernelFn)(simgpuKernelCtx *ctx, void **params);
+typedef CUresult (*simgpuRegisterKernel_t)(const char *name, simgpuKernelFn fn, unsigned nparams,
+                                           const size_t *sizes, const size_t *aligns, void **handle);
+typedef void *(*simgpuKernelAccess_t)(simgpuKernelCtx *ctx, CUdeviceptr p, size_t bytes, int write);
+typedef void (*simgpuKernelWork_t)(simgpuKernelCtx *ctx, double flops, double bytes);
+
+#endif
