@@ -30,7 +30,12 @@ mod tests {
 
     #[test]
     fn every_real_soname_is_served() {
-        for so in ["libcuda.so.1", "libcudart.so.12", "libcudart.so.13", "libcudnn.so.9"] {
+        for so in [
+            "libcuda.so.1",
+            "libcudart.so.12",
+            "libcudart.so.13",
+            "libcudnn.so.9",
+        ] {
             assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
         }
         assert_eq!(built_files().len(), 4);

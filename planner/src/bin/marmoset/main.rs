@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 #[derive(Parser)]
-#[command(name = "marmoset", version, about = "Get more out of a GPU's memory without touching the training code")]
+#[command(
+    name = "marmoset",
+    version,
+    about = "Get more out of a GPU's memory without touching the training code"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -59,7 +63,10 @@ fn build_dir() -> Result<PathBuf> {
         return Ok(PathBuf::from(d));
     }
     let exe = std::env::current_exe().context("cannot find the marmoset executable")?;
-    Ok(exe.parent().context("the executable has no directory")?.to_path_buf())
+    Ok(exe
+        .parent()
+        .context("the executable has no directory")?
+        .to_path_buf())
 }
 
 /// The simulated-GPU directory: links with the real sonames to the built files, (re)made when
@@ -83,7 +90,8 @@ fn sim_dir() -> Result<PathBuf> {
             continue;
         }
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&target, &link).with_context(|| format!("cannot link {}", link.display()))?;
+        std::os::unix::fs::symlink(&target, &link)
+            .with_context(|| format!("cannot link {}", link.display()))?;
     }
     Ok(dir)
 }
@@ -97,7 +105,10 @@ fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(profile) = &a.sim {
         let known = planner::sim::profiles();
         if !known.contains(&profile.as_str()) && !profile.ends_with(".json") {
-            bail!("unknown profile {profile:?}: accepted are {} or a profile .json", known.join(", "));
+            bail!(
+                "unknown profile {profile:?}: accepted are {} or a profile .json",
+                known.join(", ")
+            );
         }
         let dir = sim_dir()?;
         let mut path = dir.into_os_string();
@@ -105,9 +116,12 @@ fn run(a: RunArgs) -> Result<ExitCode> {
             path.push(":");
             path.push(old);
         }
-        cmd.env("LD_LIBRARY_PATH", path).env("SIMGPU_PROFILE", profile);
+        cmd.env("LD_LIBRARY_PATH", path)
+            .env("SIMGPU_PROFILE", profile);
     }
-    let status = cmd.status().with_context(|| format!("cannot run {}", a.cmd[0]))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {}", a.cmd[0]))?;
     Ok(exit_code(status))
 }
 

@@ -100,7 +100,10 @@ impl Engine {
         if self.busy.len() > 256 {
             // Bound the search: fold the oldest half into the floor.
             let cut = self.busy.len() / 2;
-            let f = self.busy[..cut].iter().map(|x| x.1).fold(self.floor, f64::max);
+            let f = self.busy[..cut]
+                .iter()
+                .map(|x| x.1)
+                .fold(self.floor, f64::max);
             self.busy.drain(..cut);
             self.floor = f;
         }
@@ -168,7 +171,7 @@ pub struct Device {
     /// Plain allocations: address -> physical allocation.
     allocs: HashMap<u64, u64>,
     pinned: BTreeMap<usize, usize>,
-    pinned_owned: HashMap<usize, std::alloc::Layout>,
+    pinned_owned: HashMap<usize, usize>,
     streams: HashMap<u64, Stream>,
     next_handle: u64,
     pub events: HashMap<u64, Event>,
@@ -211,7 +214,14 @@ impl Device {
             Some(v) => parse_fail(&v)?,
             None => FailSpec::default(),
         };
-        Ok(Device::new(profile, json, capacity, mode, fail, env("SIMGPU_REPORT")))
+        Ok(Device::new(
+            profile,
+            json,
+            capacity,
+            mode,
+            fail,
+            env("SIMGPU_REPORT"),
+        ))
     }
 
     fn new(
@@ -223,8 +233,20 @@ impl Device {
         report: Option<String>,
     ) -> Device {
         let mut streams = HashMap::new();
-        streams.insert(0, Stream { ready: 0.0, blocking: true });
-        streams.insert(STREAM_PER_THREAD, Stream { ready: 0.0, blocking: true });
+        streams.insert(
+            0,
+            Stream {
+                ready: 0.0,
+                blocking: true,
+            },
+        );
+        streams.insert(
+            STREAM_PER_THREAD,
+            Stream {
+                ready: 0.0,
+                blocking: true,
+            },
+        );
         Device {
             profile,
             profile_json: std::ffi::CString::new(json).unwrap_or_default(),
@@ -264,7 +286,10 @@ impl Device {
                 VA_BASE as *mut libc::c_void,
                 VA_SPAN as usize,
                 libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
                 -1,
                 0,
             );
@@ -285,7 +310,10 @@ impl Device {
     fn count_alloc(&mut self) -> Result<(), i32> {
         self.counters.allocs += 1;
         if self.fail.alloc == Some(self.counters.allocs) {
-            eprintln!("simgpu: injected failure: allocation #{} (SIMGPU_FAIL)", self.counters.allocs);
+            eprintln!(
+                "simgpu: injected failure: allocation #{} (SIMGPU_FAIL)",
+                self.counters.allocs
+            );
             return Err(OUT_OF_MEMORY);
         }
         Ok(())
@@ -310,7 +338,15 @@ impl Device {
         self.peak = self.peak.max(self.used);
         let id = self.next_phys;
         self.next_phys += 1;
-        self.phys.insert(id, Phys { size, data, maps: 0, released: false });
+        self.phys.insert(
+            id,
+            Phys {
+                size,
+                data,
+                maps: 0,
+                released: false,
+            },
+        );
         Ok(id)
     }
 
@@ -342,11 +378,29 @@ impl Device {
         }
         self.count_alloc()?;
         let rounded = size.div_ceil(SMALL_ALIGN) * SMALL_ALIGN;
-        let align = if rounded >= GRANULARITY / 2 { GRANULARITY } else { SMALL_ALIGN };
+        let align = if rounded >= GRANULARITY / 2 {
+            GRANULARITY
+        } else {
+            SMALL_ALIGN
+        };
         let phys = self.new_phys(rounded)?;
         let va = self.take_va(rounded, align)?;
-        self.reservations.insert(va, Reservation { len: rounded, vmm: false });
-        self.mappings.insert(va, Mapping { len: rounded, phys, offset: 0, access: true });
+        self.reservations.insert(
+            va,
+            Reservation {
+                len: rounded,
+                vmm: false,
+            },
+        );
+        self.mappings.insert(
+            va,
+            Mapping {
+                len: rounded,
+                phys,
+                offset: 0,
+                access: true,
+            },
+        );
         if let Some(p) = self.phys.get_mut(&phys) {
             p.maps = 1;
             p.released = true;
@@ -374,12 +428,15 @@ impl Device {
     }
 
     pub fn address_reserve(&mut self, size: u64, align: u64, hint: u64) -> Result<u64, i32> {
-        if size == 0 || size % GRANULARITY != 0 || (align != 0 && !align.is_power_of_two()) {
+        if size == 0
+            || !size.is_multiple_of(GRANULARITY)
+            || (align != 0 && !align.is_power_of_two())
+        {
             return Err(INVALID_VALUE);
         }
         let align = align.max(GRANULARITY);
         let free_at_hint = hint != 0
-            && hint % align == 0
+            && hint.is_multiple_of(align)
             && self.is_device(hint)
             && hint >= self.next_va
             && hint + size <= VA_BASE + VA_SPAN;
@@ -389,7 +446,13 @@ impl Device {
         } else {
             self.take_va(size, align)?
         };
-        self.reservations.insert(va, Reservation { len: size, vmm: true });
+        self.reservations.insert(
+            va,
+            Reservation {
+                len: size,
+                vmm: true,
+            },
+        );
         Ok(va)
     }
 
@@ -407,7 +470,7 @@ impl Device {
 
     pub fn mem_create(&mut self, size: u64) -> Result<u64, i32> {
         self.check_sticky()?;
-        if size == 0 || size % GRANULARITY != 0 {
+        if size == 0 || !size.is_multiple_of(GRANULARITY) {
             return Err(INVALID_VALUE);
         }
         self.count_alloc()?;
@@ -430,7 +493,11 @@ impl Device {
     }
 
     pub fn mem_map(&mut self, ptr: u64, size: u64, offset: u64, handle: u64) -> Result<(), i32> {
-        if size == 0 || ptr % GRANULARITY != 0 || size % GRANULARITY != 0 || offset % GRANULARITY != 0 {
+        if size == 0
+            || !ptr.is_multiple_of(GRANULARITY)
+            || !size.is_multiple_of(GRANULARITY)
+            || !offset.is_multiple_of(GRANULARITY)
+        {
             return Err(INVALID_VALUE);
         }
         self.vmm_reservation_of(ptr, size).ok_or(INVALID_VALUE)?;
@@ -438,11 +505,23 @@ impl Device {
         if p.released || offset + size > p.size {
             return Err(INVALID_VALUE);
         }
-        let overlaps = self.mappings.range(..ptr + size).next_back().is_some_and(|(&s, m)| s + m.len > ptr);
+        let overlaps = self
+            .mappings
+            .range(..ptr + size)
+            .next_back()
+            .is_some_and(|(&s, m)| s + m.len > ptr);
         if overlaps {
             return Err(INVALID_VALUE);
         }
-        self.mappings.insert(ptr, Mapping { len: size, phys: handle, offset, access: false });
+        self.mappings.insert(
+            ptr,
+            Mapping {
+                len: size,
+                phys: handle,
+                offset,
+                access: false,
+            },
+        );
         if let Some(p) = self.phys.get_mut(&handle) {
             p.maps += 1;
         }
@@ -451,9 +530,19 @@ impl Device {
 
     pub fn mem_unmap(&mut self, ptr: u64, size: u64) -> Result<(), i32> {
         self.vmm_reservation_of(ptr, size).ok_or(INVALID_VALUE)?;
-        let inside: Vec<u64> = self.mappings.range(ptr..ptr + size).map(|(&s, _)| s).collect();
-        let covers = inside.iter().all(|s| s + self.mappings[s].len <= ptr + size);
-        let straddles = self.mappings.range(..ptr).next_back().is_some_and(|(&s, m)| s + m.len > ptr);
+        let inside: Vec<u64> = self
+            .mappings
+            .range(ptr..ptr + size)
+            .map(|(&s, _)| s)
+            .collect();
+        let covers = inside
+            .iter()
+            .all(|s| s + self.mappings[s].len <= ptr + size);
+        let straddles = self
+            .mappings
+            .range(..ptr)
+            .next_back()
+            .is_some_and(|(&s, m)| s + m.len > ptr);
         if inside.is_empty() || !covers || straddles {
             return Err(INVALID_VALUE);
         }
@@ -471,7 +560,11 @@ impl Device {
     pub fn set_access(&mut self, ptr: u64, size: u64, rw: bool) -> Result<(), i32> {
         self.vmm_reservation_of(ptr, size).ok_or(INVALID_VALUE)?;
         let mut covered = ptr;
-        let keys: Vec<u64> = self.mappings.range(ptr..ptr + size).map(|(&s, _)| s).collect();
+        let keys: Vec<u64> = self
+            .mappings
+            .range(ptr..ptr + size)
+            .map(|(&s, _)| s)
+            .collect();
         for s in keys {
             if s != covered {
                 return Err(INVALID_VALUE);
@@ -480,14 +573,20 @@ impl Device {
             m.access = rw;
             covered = s + m.len;
         }
-        if covered < ptr + size { Err(INVALID_VALUE) } else { Ok(()) }
+        if covered < ptr + size {
+            Err(INVALID_VALUE)
+        } else {
+            Ok(())
+        }
     }
 
     /// The mapped pieces (phys, offset, len) of [addr, addr + len), or the trap it causes.
     fn pieces(&self, addr: u64, len: u64, what: &str) -> Result<Vec<(u64, u64, u64)>, Trap> {
         let mut out = Vec::new();
         let mut a = addr;
-        let end = addr.checked_add(len).ok_or_else(|| self.trap(addr, len, addr, what))?;
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| self.trap(addr, len, addr, what))?;
         while a < end {
             let Some((&s, m)) = self.mappings.range(..=a).next_back() else {
                 return Err(self.trap(addr, len, a, what));
@@ -505,7 +604,12 @@ impl Device {
     fn trap(&self, addr: u64, len: u64, at: u64, what: &str) -> Trap {
         let why = match self.reservations.range(..=at).next_back() {
             Some((&s, r)) if at < s + r.len && r.vmm => {
-                if self.mappings.range(..=at).next_back().is_some_and(|(&ms, m)| at < ms + m.len) {
+                if self
+                    .mappings
+                    .range(..=at)
+                    .next_back()
+                    .is_some_and(|(&ms, m)| at < ms + m.len)
+                {
                     "mapped without access (cuMemSetAccess not called)"
                 } else {
                     "reserved with cuMemAddressReserve but not mapped"
@@ -587,26 +691,39 @@ impl Device {
 
     // ---------------------------------------------------------------- pinned host memory
 
+    /// Pinned host memory: anonymous pages (zeroed, committed only when touched).
     pub fn host_alloc(&mut self, size: usize) -> Result<*mut u8, i32> {
-        let layout = std::alloc::Layout::from_size_align(size.max(1), 4096).map_err(|_| INVALID_VALUE)?;
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
+        let len = size.max(1);
+        // SAFETY: a fresh private anonymous mapping; the result is checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
             return Err(OUT_OF_MEMORY);
         }
-        self.pinned.insert(p as usize, size);
-        self.pinned_owned.insert(p as usize, layout);
-        Ok(p)
+        self.pinned.insert(p as usize, len);
+        self.pinned_owned.insert(p as usize, len);
+        Ok(p as *mut u8)
     }
 
     pub fn host_free(&mut self, p: *mut u8) -> Result<(), i32> {
         if p.is_null() {
             return Ok(());
         }
-        let layout = self.pinned_owned.remove(&(p as usize)).ok_or(INVALID_VALUE)?;
+        let len = self
+            .pinned_owned
+            .remove(&(p as usize))
+            .ok_or(INVALID_VALUE)?;
         self.pinned.remove(&(p as usize));
-        // SAFETY: p was returned by alloc_zeroed with this layout and is freed once (removed above).
-        unsafe { std::alloc::dealloc(p, layout) };
+        // SAFETY: p and len are a mapping made by host_alloc, unmapped once (removed above).
+        unsafe { libc::munmap(p as *mut libc::c_void, len) };
         Ok(())
     }
 
@@ -626,14 +743,23 @@ impl Device {
     }
 
     pub fn is_pinned(&self, p: usize, len: usize) -> bool {
-        self.pinned.range(..=p).next_back().is_some_and(|(&s, &l)| p + len <= s + l)
+        self.pinned
+            .range(..=p)
+            .next_back()
+            .is_some_and(|(&s, &l)| p + len <= s + l)
     }
 
     // ---------------------------------------------------------------- streams and time
 
     pub fn stream_create(&mut self, blocking: bool) -> u64 {
         let h = self.new_handle();
-        self.streams.insert(h, Stream { ready: self.host_now, blocking });
+        self.streams.insert(
+            h,
+            Stream {
+                ready: self.host_now,
+                blocking,
+            },
+        );
         h
     }
 
@@ -658,7 +784,11 @@ impl Device {
         let s = self.streams.get(&h).ok_or(INVALID_HANDLE)?;
         let legacy = self.streams[&0].ready;
         let r = if h == 0 {
-            self.streams.values().filter(|s| s.blocking).map(|s| s.ready).fold(legacy, f64::max)
+            self.streams
+                .values()
+                .filter(|s| s.blocking)
+                .map(|s| s.ready)
+                .fold(legacy, f64::max)
         } else if s.blocking {
             s.ready.max(legacy)
         } else {
@@ -668,7 +798,13 @@ impl Device {
     }
 
     /// Places `dur` seconds of work on `engine` for stream `h`; returns (start, end).
-    pub fn issue(&mut self, h: u64, engine: usize, dur: f64, host_cost: f64) -> Result<(f64, f64), i32> {
+    pub fn issue(
+        &mut self,
+        h: u64,
+        engine: usize,
+        dur: f64,
+        host_cost: f64,
+    ) -> Result<(f64, f64), i32> {
         self.host_now += host_cost;
         let ready = self.stream_ready(h)?.max(self.host_now);
         let (s, e) = self.engines[engine].schedule(ready, dur);
@@ -689,8 +825,16 @@ impl Device {
 
     pub fn stream_sync(&mut self, h: u64) -> Result<(), i32> {
         self.host_now += self.profile.api_call();
-        let t = self.streams.get(&Self::norm(h)).ok_or(INVALID_HANDLE)?.ready;
-        let t = if Self::norm(h) == 0 { self.stream_ready(0)? } else { t };
+        let t = self
+            .streams
+            .get(&Self::norm(h))
+            .ok_or(INVALID_HANDLE)?
+            .ready;
+        let t = if Self::norm(h) == 0 {
+            self.stream_ready(0)?
+        } else {
+            t
+        };
         self.host_wait_until(t);
         self.check_sticky()
     }
@@ -704,8 +848,16 @@ impl Device {
 
     pub fn stream_query(&mut self, h: u64) -> Result<(), i32> {
         self.host_now += self.profile.api_call();
-        let t = self.streams.get(&Self::norm(h)).ok_or(INVALID_HANDLE)?.ready;
-        if t > self.host_now { Err(NOT_READY) } else { Ok(()) }
+        let t = self
+            .streams
+            .get(&Self::norm(h))
+            .ok_or(INVALID_HANDLE)?
+            .ready;
+        if t > self.host_now {
+            Err(NOT_READY)
+        } else {
+            Ok(())
+        }
     }
 
     pub fn event_record(&mut self, ev: u64, h: u64) -> Result<(), i32> {
@@ -761,7 +913,10 @@ impl Device {
     }
 
     pub fn makespan(&self) -> f64 {
-        self.engines.iter().map(|e| e.end).fold(self.host_now, f64::max)
+        self.engines
+            .iter()
+            .map(|e| e.end)
+            .fold(self.host_now, f64::max)
     }
 
     // ---------------------------------------------------------------- copies and launches
@@ -770,7 +925,10 @@ impl Device {
         self.check_sticky()?;
         self.counters.copies += 1;
         if self.fail.copy == Some(self.counters.copies) {
-            eprintln!("simgpu: injected failure: copy #{} (SIMGPU_FAIL)", self.counters.copies);
+            eprintln!(
+                "simgpu: injected failure: copy #{} (SIMGPU_FAIL)",
+                self.counters.copies
+            );
             return Err(UNKNOWN);
         }
         Ok(())
@@ -780,14 +938,23 @@ impl Device {
         self.check_sticky()?;
         self.counters.launches += 1;
         if self.fail.launch == Some(self.counters.launches) {
-            eprintln!("simgpu: injected failure: launch #{} (SIMGPU_FAIL)", self.counters.launches);
+            eprintln!(
+                "simgpu: injected failure: launch #{} (SIMGPU_FAIL)",
+                self.counters.launches
+            );
             return Err(LAUNCH_FAILED);
         }
         Ok(())
     }
 
     /// Timing of a copy: engine and duration. Pageable host memory makes the host wait.
-    pub fn time_copy(&mut self, dir: CopyDir, bytes: u64, stream: u64, host: Option<(usize, bool)>) -> Result<(), i32> {
+    pub fn time_copy(
+        &mut self,
+        dir: CopyDir,
+        bytes: u64,
+        stream: u64,
+        host: Option<(usize, bool)>,
+    ) -> Result<(), i32> {
         let pageable = host.is_some_and(|(p, _)| !self.is_pinned(p, bytes as usize));
         let sync = host.is_some_and(|(_, sync)| sync) || pageable;
         let dur = self.profile.copy_time(dir, bytes, pageable);
@@ -819,7 +986,11 @@ impl Device {
                 "  \"sticky_error\": {}\n}}\n"
             ),
             self.profile.name,
-            if self.mode == Mode::Data { "data" } else { "shape" },
+            if self.mode == Mode::Data {
+                "data"
+            } else {
+                "shape"
+            },
             self.makespan(),
             self.peak,
             self.capacity,
@@ -831,7 +1002,9 @@ impl Device {
             c.cudnn_calls,
             c.allocs,
             c.copies,
-            self.sticky.map(|e| e.to_string()).unwrap_or_else(|| "null".into()),
+            self.sticky
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "null".into()),
         )
     }
 }
@@ -839,7 +1012,11 @@ impl Device {
 fn parse_fail(v: &str) -> Result<FailSpec, String> {
     let mut f = FailSpec::default();
     for part in v.split(',') {
-        let bad = || format!("SIMGPU_FAIL={v:?}: accepted are comma-separated alloc:N, copy:N, launch:N (N >= 1)");
+        let bad = || {
+            format!(
+                "SIMGPU_FAIL={v:?}: accepted are comma-separated alloc:N, copy:N, launch:N (N >= 1)"
+            )
+        };
         let (what, n) = part.split_once(':').ok_or_else(bad)?;
         let n: u64 = n.trim().parse().map_err(|_| bad())?;
         if n == 0 {
@@ -890,9 +1067,16 @@ mod tests {
         assert_eq!(b, [1, 2, 3]);
         // Spilling into the unmapped half traps, with the first bad address.
         let e = d.pieces(va + 2 * GRANULARITY - 4, 8, "copy").unwrap_err();
-        assert!(e.msg.contains(&format!("{:#x}", va + 2 * GRANULARITY)), "{}", e.msg);
+        assert!(
+            e.msg.contains(&format!("{:#x}", va + 2 * GRANULARITY)),
+            "{}",
+            e.msg
+        );
         assert!(e.msg.contains("not mapped"));
-        assert_eq!(d.read(va + 2 * GRANULARITY - 4, &mut [0; 8], "copy"), Err(ILLEGAL_ADDRESS));
+        assert_eq!(
+            d.read(va + 2 * GRANULARITY - 4, &mut [0; 8], "copy"),
+            Err(ILLEGAL_ADDRESS)
+        );
         assert_eq!(d.malloc(1024), Err(ILLEGAL_ADDRESS), "sticky");
     }
 
@@ -918,7 +1102,11 @@ mod tests {
         let (b0, _) = d.issue(s1, ENGINE_COMPUTE, 1.0, 0.0).unwrap();
         assert_eq!((a0, a1, b0), (0.0, 1.0, 1.0));
         let (c0, c1) = d.issue(s2, ENGINE_H2D, 0.5, 0.0).unwrap();
-        assert_eq!((c0, c1), (0.0, 0.5), "copy overlaps compute on another stream");
+        assert_eq!(
+            (c0, c1),
+            (0.0, 0.5),
+            "copy overlaps compute on another stream"
+        );
         // A kernel on s2 after the copy fits no gap on the compute engine before 2.0.
         let (k0, _) = d.issue(s2, ENGINE_COMPUTE, 0.25, 0.0).unwrap();
         assert_eq!(k0, 2.0);

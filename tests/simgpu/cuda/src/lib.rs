@@ -6,6 +6,8 @@
 //! Every figure this library prints or writes is simulated.
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
+// Exported C entry points: their callers are C programs and the pointer contracts are the API's.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod device;
 
@@ -77,7 +79,13 @@ fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
-    with(|_| if flags != 0 { Err(INVALID_VALUE) } else { Ok(()) })
+    with(|_| {
+        if flags != 0 {
+            Err(INVALID_VALUE)
+        } else {
+            Ok(())
+        }
+    })
 }
 
 /// The driver version the simulator claims (CUDA 13.2), enough for cudart 12 and 13.
@@ -120,7 +128,13 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_i
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
-    with(|d| if dev != 0 { Err(101) } else { out(bytes, d.capacity as usize) })
+    with(|d| {
+        if dev != 0 {
+            Err(101)
+        } else {
+            out(bytes, d.capacity as usize)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -130,13 +144,13 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attrib: c_int, dev: c_int)
             return Err(101);
         }
         let value = match attrib {
-            1 => 1024,                                    // MAX_THREADS_PER_BLOCK
-            16 => d.profile.sm_count as c_int,            // MULTIPROCESSOR_COUNT
-            41 => 1,                                      // UNIFIED_ADDRESSING
-            75 => d.profile.compute_capability[0],        // COMPUTE_CAPABILITY_MAJOR
-            76 => d.profile.compute_capability[1],        // COMPUTE_CAPABILITY_MINOR
-            102 => 1,                                     // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-            115 => 1,                                     // MEMORY_POOLS_SUPPORTED
+            1 => 1024,                             // MAX_THREADS_PER_BLOCK
+            16 => d.profile.sm_count as c_int,     // MULTIPROCESSOR_COUNT
+            41 => 1,                               // UNIFIED_ADDRESSING
+            75 => d.profile.compute_capability[0], // COMPUTE_CAPABILITY_MAJOR
+            76 => d.profile.compute_capability[1], // COMPUTE_CAPABILITY_MINOR
+            102 => 1,                              // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+            115 => 1,                              // MEMORY_POOLS_SUPPORTED
             _ => return Err(INVALID_VALUE),
         };
         out(v, value)
@@ -148,7 +162,13 @@ const CONTEXT: usize = 0xc0de;
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, dev: c_int) -> CUresult {
-    with(|_| if dev != 0 { Err(101) } else { out(ctx, CONTEXT as Handle) })
+    with(|_| {
+        if dev != 0 {
+            Err(101)
+        } else {
+            out(ctx, CONTEXT as Handle)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -163,7 +183,13 @@ pub extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
-    with(|_| if ctx.is_null() || ctx as usize == CONTEXT { Ok(()) } else { Err(201) })
+    with(|_| {
+        if ctx.is_null() || ctx as usize == CONTEXT {
+            Ok(())
+        } else {
+            Err(201)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -224,7 +250,9 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     pool: Handle,
     stream: Handle,
 ) -> CUresult {
-    let known = lock().map(|d| d.pools.contains(&(pool as u64))).unwrap_or(false);
+    let known = lock()
+        .map(|d| d.pools.contains(&(pool as u64)))
+        .unwrap_or(false);
     if !known {
         return INVALID_VALUE;
     }
@@ -272,11 +300,21 @@ pub extern "C" fn cuMemPoolCreate(pool: *mut Handle, props: *const c_void) -> CU
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemPoolTrimTo(pool: Handle, _keep: usize) -> CUresult {
-    with(|d| if d.pools.contains(&(pool as u64)) { Ok(()) } else { Err(INVALID_VALUE) })
+    with(|d| {
+        if d.pools.contains(&(pool as u64)) {
+            Ok(())
+        } else {
+            Err(INVALID_VALUE)
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolSetAttribute(pool: Handle, _attr: c_int, value: *mut c_void) -> CUresult {
+pub extern "C" fn cuMemPoolSetAttribute(
+    pool: Handle,
+    _attr: c_int,
+    value: *mut c_void,
+) -> CUresult {
     with(|d| {
         if !d.pools.contains(&(pool as u64)) || value.is_null() {
             return Err(INVALID_VALUE);
@@ -355,7 +393,10 @@ fn check_prop(prop: *const MemAllocationProp) -> Result<(), CUresult> {
     }
     // SAFETY: non-null pointer to a CUmemAllocationProp, as the API requires.
     let p = unsafe { &*prop };
-    if p.type_ != MEM_ALLOCATION_TYPE_PINNED || p.location_type != MEM_LOCATION_TYPE_DEVICE || p.location_id != 0 {
+    if p.type_ != MEM_ALLOCATION_TYPE_PINNED
+        || p.location_type != MEM_LOCATION_TYPE_DEVICE
+        || p.location_id != 0
+    {
         return Err(INVALID_VALUE);
     }
     Ok(())
@@ -422,7 +463,13 @@ pub extern "C" fn cuMemRelease(handle: u64) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64) -> CUresult {
+pub extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> CUresult {
     with(|d| {
         if flags != 0 {
             return Err(INVALID_VALUE);
@@ -441,7 +488,12 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const MemAccessDesc, count: usize) -> CUresult {
+pub extern "C" fn cuMemSetAccess(
+    ptr: CUdeviceptr,
+    size: usize,
+    desc: *const MemAccessDesc,
+    count: usize,
+) -> CUresult {
     with(|d| {
         if desc.is_null() || count == 0 {
             return Err(INVALID_VALUE);
@@ -462,7 +514,14 @@ pub extern "C" fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const Mem
 // ==================================================================== copies and memsets
 
 /// One copy: checks, moves the bytes (data mode) and places it on the timeline.
-fn copy(d: &mut Device, dst: u64, src: u64, bytes: usize, stream: u64, sync: bool) -> Result<(), CUresult> {
+fn copy(
+    d: &mut Device,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    stream: u64,
+    sync: bool,
+) -> Result<(), CUresult> {
     if !d.valid_stream(stream) {
         return Err(INVALID_HANDLE);
     }
@@ -539,14 +598,26 @@ copy_fn!(cuMemcpyHtoDAsync_v2, CUdeviceptr, *const c_void, async);
 copy_fn!(cuMemcpyDtoHAsync_v2, *mut c_void, CUdeviceptr, async);
 copy_fn!(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr, async);
 
-fn memset(d: &mut Device, dst: u64, pattern: &[u8], count: usize, stream: u64, sync: bool) -> Result<(), CUresult> {
+fn memset(
+    d: &mut Device,
+    dst: u64,
+    pattern: &[u8],
+    count: usize,
+    stream: u64,
+    sync: bool,
+) -> Result<(), CUresult> {
     if !d.valid_stream(stream) {
         return Err(INVALID_HANDLE);
     }
     d.check_sticky()?;
     let bytes = (pattern.len() * count) as u64;
     if d.mode == Mode::Data {
-        let buf: Vec<u8> = pattern.iter().copied().cycle().take(bytes as usize).collect();
+        let buf: Vec<u8> = pattern
+            .iter()
+            .copied()
+            .cycle()
+            .take(bytes as usize)
+            .collect();
         d.write(dst, &buf, "a memset")?;
     } else {
         d.check(dst, bytes, "a memset")?;
@@ -598,7 +669,11 @@ pub extern "C" fn cuStreamCreate(s: *mut Handle, flags: c_uint) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamCreateWithPriority(s: *mut Handle, flags: c_uint, _prio: c_int) -> CUresult {
+pub extern "C" fn cuStreamCreateWithPriority(
+    s: *mut Handle,
+    flags: c_uint,
+    _prio: c_int,
+) -> CUresult {
     cuStreamCreate(s, flags)
 }
 
@@ -630,14 +705,25 @@ pub extern "C" fn cuEventCreate(e: *mut Handle, flags: c_uint) -> CUresult {
         }
         let h = d.new_handle();
         // CU_EVENT_DISABLE_TIMING = 2
-        d.events.insert(h, Event { time: None, timing: flags & 2 == 0 });
+        d.events.insert(
+            h,
+            Event {
+                time: None,
+                timing: flags & 2 == 0,
+            },
+        );
         out(e, h as Handle)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventDestroy_v2(e: Handle) -> CUresult {
-    with(|d| d.events.remove(&(e as u64)).map(|_| ()).ok_or(INVALID_HANDLE))
+    with(|d| {
+        d.events
+            .remove(&(e as u64))
+            .map(|_| ())
+            .ok_or(INVALID_HANDLE)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -719,7 +805,15 @@ pub unsafe extern "C" fn simgpuRegisterKernel(
             at += s;
         }
         let h = d.new_handle();
-        d.kernels.insert(h, Kernel { name, func: func as usize, offsets, sizes });
+        d.kernels.insert(
+            h,
+            Kernel {
+                name,
+                func: func as usize,
+                offsets,
+                sizes,
+            },
+        );
         out(handle, h as Handle)
     })
 }
@@ -735,11 +829,15 @@ pub unsafe extern "C" fn simgpuKernelAccess(
     write: c_int,
 ) -> *mut c_void {
     // SAFETY: ctx is the live context the simulator passed to the running kernel.
-    let Some(ctx) = (unsafe { ctx.as_mut() }) else { return std::ptr::null_mut() };
+    let Some(ctx) = (unsafe { ctx.as_mut() }) else {
+        return std::ptr::null_mut();
+    };
     if ctx.trapped.is_some() {
         return std::ptr::null_mut();
     }
-    let Ok(mut d) = lock() else { return std::ptr::null_mut() };
+    let Ok(mut d) = lock() else {
+        return std::ptr::null_mut();
+    };
     ctx.bytes += bytes as f64;
     if !ctx.data {
         if let Err(e) = d.check(dptr, bytes as u64, "a kernel") {
@@ -777,7 +875,14 @@ const LAUNCH_PARAM_BUFFER_POINTER: usize = 1;
 const LAUNCH_PARAM_BUFFER_SIZE: usize = 2;
 
 /// Runs one launch of a registered kernel on `stream`.
-fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
+fn launch(
+    f: Handle,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
     let prep = (|| -> Result<(KernelFn, Vec<*mut c_void>, bool), CUresult> {
         let mut d = lock()?;
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
@@ -804,17 +909,27 @@ fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle, para
                 match key {
                     LAUNCH_PARAM_BUFFER_POINTER => buf = val as *mut u8,
                     // SAFETY: the BUFFER_SIZE value points to a size_t.
-                    LAUNCH_PARAM_BUFFER_SIZE if !val.is_null() => size = Some(unsafe { *(val as *const usize) }),
+                    LAUNCH_PARAM_BUFFER_SIZE if !val.is_null() => {
+                        size = Some(unsafe { *(val as *const usize) })
+                    }
                     _ => return Err(INVALID_VALUE),
                 }
                 i += 2;
             }
-            let need = k.offsets.last().map(|o| o + k.sizes.last().unwrap()).unwrap_or(0);
+            let need = k
+                .offsets
+                .last()
+                .map(|o| o + k.sizes.last().unwrap())
+                .unwrap_or(0);
             if buf.is_null() || size.is_none_or(|s| s < need) {
                 return Err(INVALID_VALUE);
             }
             // SAFETY: buf holds `size` >= need bytes, so each offset is inside it.
-            args.extend(k.offsets.iter().map(|&o| unsafe { buf.add(o) } as *mut c_void));
+            args.extend(
+                k.offsets
+                    .iter()
+                    .map(|&o| unsafe { buf.add(o) } as *mut c_void),
+            );
         } else if !k.offsets.is_empty() {
             return Err(INVALID_VALUE);
         }
@@ -830,10 +945,18 @@ fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle, para
         Err(e) => return e,
     };
     let _ = grid;
-    let mut ctx = KernelCtx { stages: Vec::new(), trapped: None, flops: 0.0, bytes: 0.0, data };
+    let mut ctx = KernelCtx {
+        stages: Vec::new(),
+        trapped: None,
+        flops: 0.0,
+        bytes: 0.0,
+        data,
+    };
     // SAFETY: calling the program's registered kernel with its context and argument array; the
     // device lock is not held, so the kernel may call simgpuKernelAccess.
-    let ran = catch_unwind(AssertUnwindSafe(|| unsafe { func(&mut ctx, args.as_mut_ptr()) }));
+    let ran = catch_unwind(AssertUnwindSafe(|| unsafe {
+        func(&mut ctx, args.as_mut_ptr())
+    }));
     with(|d| {
         if ran.is_err() {
             return Err(LAUNCH_FAILED);
@@ -889,12 +1012,19 @@ pub extern "C" fn cuLaunchKernelEx(
     extra: *mut *mut c_void,
 ) -> CUresult {
     // SAFETY: config is null or points to a CUlaunchConfig (API contract).
-    let Some(c) = (unsafe { config.as_ref() }) else { return INVALID_VALUE };
+    let Some(c) = (unsafe { config.as_ref() }) else {
+        return INVALID_VALUE;
+    };
     launch(f, c.grid, c.block, c.stream, params, extra)
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuFuncGetParamInfo(f: Handle, index: usize, offset: *mut usize, size: *mut usize) -> CUresult {
+pub extern "C" fn cuFuncGetParamInfo(
+    f: Handle,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
     with(|d| {
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
         let (o, s) = (*k.offsets.get(index).ok_or(INVALID_VALUE)?, k.sizes[index]);
@@ -1043,7 +1173,9 @@ proc_table! {
 
 /// The exported function named exactly `name` (for tests and `dlsym`-like look-ups).
 fn lookup(symbol: &CStr, version: c_int) -> (Option<usize>, c_int) {
-    let Ok(name) = symbol.to_str() else { return (None, PROC_SYMBOL_NOT_FOUND) };
+    let Ok(name) = symbol.to_str() else {
+        return (None, PROC_SYMBOL_NOT_FOUND);
+    };
     let mut found = false;
     let mut best: Option<(c_int, usize)> = None;
     for &(base, ver, _, f) in proc_table() {
@@ -1114,7 +1246,12 @@ pub extern "C" fn simgpu_profile_json() -> *const c_char {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn simgpu_read(src: CUdeviceptr, dst: *mut u8, bytes: usize, what: *const c_char) -> CUresult {
+pub unsafe extern "C" fn simgpu_read(
+    src: CUdeviceptr,
+    dst: *mut u8,
+    bytes: usize,
+    what: *const c_char,
+) -> CUresult {
     // SAFETY: what is null or a NUL-terminated string; dst holds `bytes` writable bytes.
     let what = unsafe { what_str(what) };
     with(|d| {
@@ -1128,7 +1265,12 @@ pub unsafe extern "C" fn simgpu_read(src: CUdeviceptr, dst: *mut u8, bytes: usiz
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn simgpu_write(dst: CUdeviceptr, src: *const u8, bytes: usize, what: *const c_char) -> CUresult {
+pub unsafe extern "C" fn simgpu_write(
+    dst: CUdeviceptr,
+    src: *const u8,
+    bytes: usize,
+    what: *const c_char,
+) -> CUresult {
     // SAFETY: what is null or a NUL-terminated string.
     let what = unsafe { what_str(what) };
     with(|d| {
@@ -1143,7 +1285,11 @@ pub unsafe extern "C" fn simgpu_write(dst: CUdeviceptr, src: *const u8, bytes: u
 
 /// Checks that an operation may touch [ptr, ptr + bytes) without moving any bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn simgpu_check(ptr: CUdeviceptr, bytes: usize, what: *const c_char) -> CUresult {
+pub unsafe extern "C" fn simgpu_check(
+    ptr: CUdeviceptr,
+    bytes: usize,
+    what: *const c_char,
+) -> CUresult {
     // SAFETY: what is null or a NUL-terminated string.
     let what = unsafe { what_str(what) };
     with(|d| d.check(ptr, bytes as u64, &what))
@@ -1188,11 +1334,135 @@ mod tests {
     #[test]
     fn proc_address_picks_the_abi_variant_for_the_version() {
         let (f, st) = lookup(c"cuMemAlloc", 12000);
-        assert_eq!((f, st), (Some(cuMemAlloc_v2 as *const () as usize), PROC_SUCCESS));
-        assert_eq!(lookup(c"cuMemAlloc", 3000), (None, PROC_VERSION_NOT_SUFFICIENT));
-        assert_eq!(lookup(c"cuGetProcAddress", 12000).0, Some(cuGetProcAddress_v2 as *const () as usize));
-        assert_eq!(lookup(c"cuGetProcAddress", 11080).0, Some(cuGetProcAddress as *const () as usize));
-        assert_eq!(lookup(c"cuEventElapsedTime", 13000).0, Some(cuEventElapsedTime_v2 as *const () as usize));
+        assert_eq!(
+            (f, st),
+            (Some(cuMemAlloc_v2 as *const () as usize), PROC_SUCCESS)
+        );
+        assert_eq!(
+            lookup(c"cuMemAlloc", 3000),
+            (None, PROC_VERSION_NOT_SUFFICIENT)
+        );
+        assert_eq!(
+            lookup(c"cuGetProcAddress", 12000).0,
+            Some(cuGetProcAddress_v2 as *const () as usize)
+        );
+        assert_eq!(
+            lookup(c"cuGetProcAddress", 11080).0,
+            Some(cuGetProcAddress as *const () as usize)
+        );
+        assert_eq!(
+            lookup(c"cuEventElapsedTime", 13000).0,
+            Some(cuEventElapsedTime_v2 as *const () as usize)
+        );
         assert_eq!(lookup(c"cudnnCreate", 13000), (None, PROC_SYMBOL_NOT_FOUND));
+    }
+}
+
+/// Our hand-written ABI against cudarc's bindings, generated from NVIDIA's CUDA 13.2 headers.
+#[cfg(test)]
+mod abi_crosscheck {
+    use super::*;
+    use cudarc::driver::sys as cu;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn result_codes() {
+        use cu::cudaError_enum as E;
+        let pairs = [
+            (SUCCESS, E::CUDA_SUCCESS),
+            (INVALID_VALUE, E::CUDA_ERROR_INVALID_VALUE),
+            (OUT_OF_MEMORY, E::CUDA_ERROR_OUT_OF_MEMORY),
+            (NOT_INITIALIZED, E::CUDA_ERROR_NOT_INITIALIZED),
+            (INVALID_HANDLE, E::CUDA_ERROR_INVALID_HANDLE),
+            (NOT_FOUND, E::CUDA_ERROR_NOT_FOUND),
+            (NOT_READY, E::CUDA_ERROR_NOT_READY),
+            (ILLEGAL_ADDRESS, E::CUDA_ERROR_ILLEGAL_ADDRESS),
+            (LAUNCH_FAILED, E::CUDA_ERROR_LAUNCH_FAILED),
+            (UNKNOWN, E::CUDA_ERROR_UNKNOWN),
+            (101, E::CUDA_ERROR_INVALID_DEVICE),
+            (201, E::CUDA_ERROR_INVALID_CONTEXT),
+        ];
+        for (ours, theirs) in pairs {
+            assert_eq!(ours, theirs as i32, "{theirs:?}");
+        }
+    }
+
+    #[test]
+    fn enums_and_flags() {
+        assert_eq!(
+            MEM_ALLOCATION_TYPE_PINNED,
+            cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32
+        );
+        assert_eq!(
+            MEM_LOCATION_TYPE_DEVICE,
+            cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32
+        );
+        assert_eq!(
+            MEM_ACCESS_FLAGS_PROT_READWRITE,
+            cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u32
+        );
+        assert_eq!(LAUNCH_PARAM_END as u32, cu::CU_LAUNCH_PARAM_END_AS_INT);
+        assert_eq!(
+            LAUNCH_PARAM_BUFFER_POINTER as u32,
+            cu::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT
+        );
+        assert_eq!(
+            LAUNCH_PARAM_BUFFER_SIZE as u32,
+            cu::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT
+        );
+        use cu::CUdriverProcAddressQueryResult as Q;
+        assert_eq!(PROC_SUCCESS, Q::CU_GET_PROC_ADDRESS_SUCCESS as i32);
+        assert_eq!(
+            PROC_SYMBOL_NOT_FOUND,
+            Q::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND as i32
+        );
+        assert_eq!(
+            PROC_VERSION_NOT_SUFFICIENT,
+            Q::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT as i32
+        );
+        assert_eq!(2, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32);
+        use cu::CUdevice_attribute as A;
+        for (ours, theirs) in [
+            (16, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            (75, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            (76, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+            (
+                102,
+                A::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            ),
+            (115, A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED),
+        ] {
+            assert_eq!(ours, theirs as i32, "{theirs:?}");
+        }
+    }
+
+    #[test]
+    fn struct_layouts() {
+        assert_eq!(
+            size_of::<MemAllocationProp>(),
+            size_of::<cu::CUmemAllocationProp>()
+        );
+        assert_eq!(
+            offset_of!(MemAllocationProp, win32_metadata),
+            offset_of!(cu::CUmemAllocationProp, win32HandleMetaData)
+        );
+        assert_eq!(
+            offset_of!(MemAllocationProp, alloc_flags),
+            offset_of!(cu::CUmemAllocationProp, allocFlags)
+        );
+        assert_eq!(size_of::<MemAccessDesc>(), size_of::<cu::CUmemAccessDesc>());
+        assert_eq!(
+            offset_of!(MemAccessDesc, flags),
+            offset_of!(cu::CUmemAccessDesc, flags)
+        );
+        assert_eq!(size_of::<LaunchConfig>(), size_of::<cu::CUlaunchConfig>());
+        assert_eq!(
+            offset_of!(LaunchConfig, stream),
+            offset_of!(cu::CUlaunchConfig, hStream)
+        );
+        assert_eq!(
+            offset_of!(LaunchConfig, num_attrs),
+            offset_of!(cu::CUlaunchConfig, numAttrs)
+        );
     }
 }

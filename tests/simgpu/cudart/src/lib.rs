@@ -5,6 +5,8 @@
 //! the same numbers in `cudaError_t`, so they pass through unchanged.
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
+// Exported C entry points: their callers are C programs and the pointer contracts are the API's.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -44,7 +46,8 @@ fn ret(e: Err) -> Err {
     e
 }
 
-type GetProc = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+type GetProc =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
 /// The driver functions the runtime uses, resolved once.
 struct Driver {
@@ -119,7 +122,8 @@ fn driver() -> Option<&'static Driver> {
             fns.insert(name, p as usize);
         }
         // SAFETY: cuInit resolved above; flags 0.
-        let init: unsafe extern "C" fn(c_uint) -> c_int = unsafe { std::mem::transmute(fns["cuInit"]) };
+        let init: unsafe extern "C" fn(c_uint) -> c_int =
+            unsafe { std::mem::transmute(fns["cuInit"]) };
         // SAFETY: as above.
         if unsafe { init(0) } != 0 {
             return None;
@@ -174,7 +178,11 @@ pub extern "C" fn cudaSetDevice(dev: c_int) -> Err {
     if driver().is_none() {
         return ret(NO_DEVICE);
     }
-    if dev != 0 { ret(INVALID_DEVICE) } else { SUCCESS }
+    if dev != 0 {
+        ret(INVALID_DEVICE)
+    } else {
+        SUCCESS
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -199,7 +207,7 @@ pub extern "C" fn cudaRuntimeGetVersion(v: *mut c_int) -> Err {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaDeviceSynchronize() -> Err {
-    drv!("cuCtxSynchronize" () ())
+    drv!("cuCtxSynchronize"()())
 }
 
 #[unsafe(no_mangle)]
@@ -270,7 +278,12 @@ pub extern "C" fn cudaMallocAsync(p: *mut *mut c_void, size: usize, s: Handle) -
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudaMallocFromPoolAsync(p: *mut *mut c_void, size: usize, pool: Handle, s: Handle) -> Err {
+pub extern "C" fn cudaMallocFromPoolAsync(
+    p: *mut *mut c_void,
+    size: usize,
+    pool: Handle,
+    s: Handle,
+) -> Err {
     drv!("cuMemAllocFromPoolAsync" (*mut *mut c_void, usize, Handle, Handle) (p, size, pool, s))
 }
 
@@ -291,7 +304,7 @@ pub extern "C" fn cudaMemPoolSetAttribute(pool: Handle, attr: c_int, v: *mut c_v
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaMemPoolTrimTo(pool: Handle, keep: usize) -> Err {
-    drv!("cuMemPoolTrimTo" (Handle, usize) (pool, keep))
+    drv!("cuMemPoolTrimTo"(Handle, usize)(pool, keep))
 }
 
 #[unsafe(no_mangle)]
@@ -339,7 +352,13 @@ pub extern "C" fn cudaMemcpy(dst: *mut c_void, src: *const c_void, n: usize, kin
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, n: usize, kind: c_int, s: Handle) -> Err {
+pub extern "C" fn cudaMemcpyAsync(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    kind: c_int,
+    s: Handle,
+) -> Err {
     if !valid_kind(kind) {
         return ret(INVALID_MEMCPY_DIRECTION);
     }
@@ -375,22 +394,22 @@ pub extern "C" fn cudaStreamCreateWithPriority(s: *mut Handle, flags: c_uint, pr
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaStreamDestroy(s: Handle) -> Err {
-    drv!("cuStreamDestroy" (Handle) (s))
+    drv!("cuStreamDestroy"(Handle)(s))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaStreamSynchronize(s: Handle) -> Err {
-    drv!("cuStreamSynchronize" (Handle) (s))
+    drv!("cuStreamSynchronize"(Handle)(s))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaStreamQuery(s: Handle) -> Err {
-    drv!("cuStreamQuery" (Handle) (s))
+    drv!("cuStreamQuery"(Handle)(s))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaStreamWaitEvent(s: Handle, e: Handle, flags: c_uint) -> Err {
-    drv!("cuStreamWaitEvent" (Handle, Handle, c_uint) (s, e, flags))
+    drv!("cuStreamWaitEvent"(Handle, Handle, c_uint)(s, e, flags))
 }
 
 #[unsafe(no_mangle)]
@@ -415,22 +434,22 @@ pub extern "C" fn cudaEventCreateWithFlags(e: *mut Handle, flags: c_uint) -> Err
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaEventDestroy(e: Handle) -> Err {
-    drv!("cuEventDestroy" (Handle) (e))
+    drv!("cuEventDestroy"(Handle)(e))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaEventRecord(e: Handle, s: Handle) -> Err {
-    drv!("cuEventRecord" (Handle, Handle) (e, s))
+    drv!("cuEventRecord"(Handle, Handle)(e, s))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaEventSynchronize(e: Handle) -> Err {
-    drv!("cuEventSynchronize" (Handle) (e))
+    drv!("cuEventSynchronize"(Handle)(e))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaEventQuery(e: Handle) -> Err {
-    drv!("cuEventQuery" (Handle) (e))
+    drv!("cuEventQuery"(Handle)(e))
 }
 
 #[unsafe(no_mangle)]
@@ -454,7 +473,14 @@ pub struct Dim3 {
     pub z: c_uint,
 }
 
-fn launch(f: *const c_void, g: Dim3, b: Dim3, args: *mut *mut c_void, shared: usize, s: Handle) -> Err {
+fn launch(
+    f: *const c_void,
+    g: Dim3,
+    b: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    s: Handle,
+) -> Err {
     let shared = match c_uint::try_from(shared) {
         Ok(v) => v,
         Err(_) => return ret(INVALID_VALUE),
@@ -468,18 +494,39 @@ fn launch(f: *const c_void, g: Dim3, b: Dim3, args: *mut *mut c_void, shared: us
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudaLaunchKernel(f: *const c_void, g: Dim3, b: Dim3, args: *mut *mut c_void, shared: usize, s: Handle) -> Err {
+pub extern "C" fn cudaLaunchKernel(
+    f: *const c_void,
+    g: Dim3,
+    b: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    s: Handle,
+) -> Err {
     launch(f, g, b, args, shared, s)
 }
 
 /// What `<<<...>>>` lowers to in CUDA 13, after `__cudaGetKernel`.
 #[unsafe(no_mangle)]
-pub extern "C" fn __cudaLaunchKernel(k: *const c_void, g: Dim3, b: Dim3, args: *mut *mut c_void, shared: usize, s: Handle) -> Err {
+pub extern "C" fn __cudaLaunchKernel(
+    k: *const c_void,
+    g: Dim3,
+    b: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    s: Handle,
+) -> Err {
     launch(k, g, b, args, shared, s)
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __cudaLaunchKernel_ptsz(k: *const c_void, g: Dim3, b: Dim3, args: *mut *mut c_void, shared: usize, s: Handle) -> Err {
+pub extern "C" fn __cudaLaunchKernel_ptsz(
+    k: *const c_void,
+    g: Dim3,
+    b: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    s: Handle,
+) -> Err {
     launch(k, g, b, args, shared, s)
 }
 
@@ -506,26 +553,49 @@ pub struct LaunchConfig {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudaLaunchKernelExC(config: *const LaunchConfig, f: *const c_void, args: *mut *mut c_void) -> Err {
+pub extern "C" fn cudaLaunchKernelExC(
+    config: *const LaunchConfig,
+    f: *const c_void,
+    args: *mut *mut c_void,
+) -> Err {
     // SAFETY: config is null or a valid cudaLaunchConfig_t (API contract).
-    let Some(c) = (unsafe { config.as_ref() }) else { return ret(INVALID_VALUE) };
+    let Some(c) = (unsafe { config.as_ref() }) else {
+        return ret(INVALID_VALUE);
+    };
     launch(f, c.grid, c.block, args, c.shared, c.stream)
 }
 
 // ==================================================================== driver entry points
 
-fn entry_point(symbol: *const c_char, fp: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> Err {
-    let Some(d) = driver() else { return ret(NO_DEVICE) };
+fn entry_point(
+    symbol: *const c_char,
+    fp: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> Err {
+    let Some(d) = driver() else {
+        return ret(NO_DEVICE);
+    };
     if symbol.is_null() || fp.is_null() {
         return ret(INVALID_VALUE);
     }
     // SAFETY: valid pointers checked above; the driver writes fp and status.
     let r = unsafe { (d.get_proc)(symbol, fp, version, flags, status) };
-    if r == 0 { SUCCESS } else { ret(SYMBOL_NOT_FOUND) }
+    if r == 0 {
+        SUCCESS
+    } else {
+        ret(SYMBOL_NOT_FOUND)
+    }
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudaGetDriverEntryPoint(symbol: *const c_char, fp: *mut *mut c_void, flags: u64, status: *mut c_int) -> Err {
+pub extern "C" fn cudaGetDriverEntryPoint(
+    symbol: *const c_char,
+    fp: *mut *mut c_void,
+    flags: u64,
+    status: *mut c_int,
+) -> Err {
     entry_point(symbol, fp, runtime_version(), flags, status)
 }
 
@@ -538,4 +608,67 @@ pub extern "C" fn cudaGetDriverEntryPointByVersion(
     status: *mut c_int,
 ) -> Err {
     entry_point(symbol, fp, version as c_int, flags, status)
+}
+
+/// The test binary stands in for the wrapping cdylib.
+#[cfg(test)]
+#[unsafe(export_name = "SIMGPU_CUDART_MAJOR")]
+static TEST_MAJOR: c_int = 13;
+
+/// Our hand-written ABI against cudarc's bindings, generated from NVIDIA's CUDA 13.2 headers.
+#[cfg(test)]
+mod abi_crosscheck {
+    use super::*;
+    use cudarc::runtime::sys as rt;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn error_codes_and_names() {
+        use rt::cudaError as E;
+        for (ours, theirs) in [
+            (SUCCESS, E::cudaSuccess),
+            (INVALID_VALUE, E::cudaErrorInvalidValue),
+            (INVALID_MEMCPY_DIRECTION, E::cudaErrorInvalidMemcpyDirection),
+            (INVALID_DEVICE, E::cudaErrorInvalidDevice),
+            (NO_DEVICE, E::cudaErrorNoDevice),
+            (SYMBOL_NOT_FOUND, E::cudaErrorSymbolNotFound),
+            (2, E::cudaErrorMemoryAllocation),
+            (3, E::cudaErrorInitializationError),
+            (98, E::cudaErrorInvalidDeviceFunction),
+            (400, E::cudaErrorInvalidResourceHandle),
+            (600, E::cudaErrorNotReady),
+            (700, E::cudaErrorIllegalAddress),
+            (719, E::cudaErrorLaunchFailure),
+            (801, E::cudaErrorNotSupported),
+            (999, E::cudaErrorUnknown),
+        ] {
+            assert_eq!(ours, theirs as i32, "{theirs:?}");
+            // The name we print is the enumerator's.
+            assert_eq!(error_name(ours).to_str().unwrap(), format!("{theirs:?}"));
+        }
+        assert_eq!(rt::cudaMemcpyKind::cudaMemcpyDefault as i32, 4);
+        assert_eq!(rt::cudaStreamNonBlocking, 1);
+        assert_eq!(rt::cudaEventDisableTiming, 2);
+    }
+
+    #[test]
+    fn struct_layouts() {
+        assert_eq!(size_of::<Dim3>(), size_of::<rt::dim3>());
+        assert_eq!(
+            size_of::<LaunchConfig>(),
+            size_of::<rt::cudaLaunchConfig_t>()
+        );
+        assert_eq!(
+            offset_of!(LaunchConfig, shared),
+            offset_of!(rt::cudaLaunchConfig_t, dynamicSmemBytes)
+        );
+        assert_eq!(
+            offset_of!(LaunchConfig, stream),
+            offset_of!(rt::cudaLaunchConfig_t, stream)
+        );
+        assert_eq!(
+            offset_of!(LaunchConfig, num_attrs),
+            offset_of!(rt::cudaLaunchConfig_t, numAttrs)
+        );
+    }
 }

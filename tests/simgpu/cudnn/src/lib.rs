@@ -9,6 +9,8 @@
 //! `simgpu_submit`, with durations from the performance model in `simgpu_model`.
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
+// Exported C entry points: their callers are C programs and the pointer contracts are the API's.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 #![allow(clippy::too_many_arguments)]
 
 mod math;
@@ -46,13 +48,21 @@ const TENSOR_NHWC: c_int = 1;
 
 // ==================================================================== the driver
 
+type ReadFn = unsafe extern "C" fn(u64, *mut u8, usize, *const c_char) -> c_int;
+type WriteFn = unsafe extern "C" fn(u64, *const u8, usize, *const c_char) -> c_int;
+type CheckFn = unsafe extern "C" fn(u64, usize, *const c_char) -> c_int;
+type SubmitFn = unsafe extern "C" fn(Handle, f64, c_int) -> c_int;
+type ModeFn = unsafe extern "C" fn() -> c_int;
+type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
+
+/// The simulated driver's calls cuDNN uses, and the device profile.
 struct Sim {
-    read: unsafe extern "C" fn(u64, *mut u8, usize, *const c_char) -> c_int,
-    write: unsafe extern "C" fn(u64, *const u8, usize, *const c_char) -> c_int,
-    check: unsafe extern "C" fn(u64, usize, *const c_char) -> c_int,
-    submit: unsafe extern "C" fn(Handle, f64, c_int) -> c_int,
-    data_mode: unsafe extern "C" fn() -> c_int,
-    mem_info: unsafe extern "C" fn(*mut usize, *mut usize) -> c_int,
+    read: ReadFn,
+    write: WriteFn,
+    check: CheckFn,
+    submit: SubmitFn,
+    data_mode: ModeFn,
+    mem_info: MemInfoFn,
     profile: Profile,
 }
 
@@ -70,19 +80,22 @@ fn sim() -> Option<&'static Sim> {
                 let p = libc::dlsym(h, n.as_ptr());
                 (!p.is_null()).then_some(p)
             };
-            let profile_json: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(sym(c"simgpu_profile_json")?);
+            let profile_json = std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn() -> *const c_char,
+            >(sym(c"simgpu_profile_json")?);
             let pj = profile_json();
             if pj.is_null() {
                 return None;
             }
             let profile = Profile::from_json(&CStr::from_ptr(pj).to_string_lossy()).ok()?;
             Some(Sim {
-                read: std::mem::transmute::<*mut c_void, _>(sym(c"simgpu_read")?),
-                write: std::mem::transmute::<*mut c_void, _>(sym(c"simgpu_write")?),
-                check: std::mem::transmute::<*mut c_void, _>(sym(c"simgpu_check")?),
-                submit: std::mem::transmute::<*mut c_void, _>(sym(c"simgpu_submit")?),
-                data_mode: std::mem::transmute::<*mut c_void, _>(sym(c"simgpuDataMode")?),
-                mem_info: std::mem::transmute::<*mut c_void, _>(sym(c"cuMemGetInfo_v2")?),
+                read: std::mem::transmute::<*mut c_void, ReadFn>(sym(c"simgpu_read")?),
+                write: std::mem::transmute::<*mut c_void, WriteFn>(sym(c"simgpu_write")?),
+                check: std::mem::transmute::<*mut c_void, CheckFn>(sym(c"simgpu_check")?),
+                submit: std::mem::transmute::<*mut c_void, SubmitFn>(sym(c"simgpu_submit")?),
+                data_mode: std::mem::transmute::<*mut c_void, ModeFn>(sym(c"simgpuDataMode")?),
+                mem_info: std::mem::transmute::<*mut c_void, MemInfoFn>(sym(c"cuMemGetInfo_v2")?),
                 profile,
             })
         }
@@ -92,7 +105,11 @@ fn sim() -> Option<&'static Sim> {
 
 /// A driver failure seen by cuDNN (a trap or a sticky error) is an execution failure.
 fn drv(r: c_int) -> Result<(), Status> {
-    if r == 0 { Ok(()) } else { Err(EXECUTION_FAILED_CUDA_DRIVER) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(EXECUTION_FAILED_CUDA_DRIVER)
+    }
 }
 
 fn data_mode(s: &Sim) -> bool {
@@ -333,13 +350,21 @@ fn set_tensor(d: Handle, dtype: c_int, dims: &[i64], strides: &[i64]) -> Result<
     if !matches!(get(d)?, Obj::Tensor(_)) {
         return Err(BAD_PARAM);
     }
-    if !(3..=8).contains(&dims.len()) || dims.iter().any(|&v| v <= 0) || strides.iter().any(|&v| v <= 0) {
+    if !(3..=8).contains(&dims.len())
+        || dims.iter().any(|&v| v <= 0)
+        || strides.iter().any(|&v| v <= 0)
+    {
         return Err(BAD_PARAM);
     }
     if !(0..=14).contains(&dtype) {
         return Err(BAD_PARAM);
     }
-    let mut t = Tensor { dtype, nb: dims.len(), dims: [1; 8], strides: [1; 8] };
+    let mut t = Tensor {
+        dtype,
+        nb: dims.len(),
+        dims: [1; 8],
+        strides: [1; 8],
+    };
     t.dims[..dims.len()].copy_from_slice(dims);
     t.strides[..dims.len()].copy_from_slice(strides);
     set(d, Obj::Tensor(Some(t)));
@@ -351,7 +376,10 @@ fn packed_strides(dims: &[i64], format: c_int) -> Vec<i64> {
     let n = dims.len();
     let mut order: Vec<usize> = (0..n).collect();
     if format == TENSOR_NHWC {
-        order = std::iter::once(0).chain(2..n).chain(std::iter::once(1)).collect();
+        order = std::iter::once(0)
+            .chain(2..n)
+            .chain(std::iter::once(1))
+            .collect();
     }
     let mut strides = vec![0; n];
     let mut acc = 1;
@@ -363,7 +391,15 @@ fn packed_strides(dims: &[i64], format: c_int) -> Vec<i64> {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnSetTensor4dDescriptor(d: Handle, format: c_int, dtype: c_int, n: c_int, c: c_int, h: c_int, w: c_int) -> Status {
+pub extern "C" fn cudnnSetTensor4dDescriptor(
+    d: Handle,
+    format: c_int,
+    dtype: c_int,
+    n: c_int,
+    c: c_int,
+    h: c_int,
+    w: c_int,
+) -> Status {
     run(|| {
         if format != TENSOR_NCHW && format != TENSOR_NHWC {
             return Err(BAD_PARAM);
@@ -393,24 +429,45 @@ pub extern "C" fn cudnnSetTensor4dDescriptorEx(
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnSetTensorNdDescriptor(d: Handle, dtype: c_int, nb: c_int, dims: *const c_int, strides: *const c_int) -> Status {
+pub extern "C" fn cudnnSetTensorNdDescriptor(
+    d: Handle,
+    dtype: c_int,
+    nb: c_int,
+    dims: *const c_int,
+    strides: *const c_int,
+) -> Status {
     run(|| {
         if !(3..=8).contains(&nb) {
             return Err(BAD_PARAM);
         }
-        let dims: Vec<i64> = slice(dims, nb as usize)?.iter().map(|&v| v as i64).collect();
-        let strides: Vec<i64> = slice(strides, nb as usize)?.iter().map(|&v| v as i64).collect();
+        let dims: Vec<i64> = slice(dims, nb as usize)?
+            .iter()
+            .map(|&v| v as i64)
+            .collect();
+        let strides: Vec<i64> = slice(strides, nb as usize)?
+            .iter()
+            .map(|&v| v as i64)
+            .collect();
         set_tensor(d, dtype, &dims, &strides)
     })
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnSetTensorNdDescriptorEx(d: Handle, format: c_int, dtype: c_int, nb: c_int, dims: *const c_int) -> Status {
+pub extern "C" fn cudnnSetTensorNdDescriptorEx(
+    d: Handle,
+    format: c_int,
+    dtype: c_int,
+    nb: c_int,
+    dims: *const c_int,
+) -> Status {
     run(|| {
         if !(3..=8).contains(&nb) || (format != TENSOR_NCHW && format != TENSOR_NHWC) {
             return Err(BAD_PARAM);
         }
-        let dims: Vec<i64> = slice(dims, nb as usize)?.iter().map(|&v| v as i64).collect();
+        let dims: Vec<i64> = slice(dims, nb as usize)?
+            .iter()
+            .map(|&v| v as i64)
+            .collect();
         set_tensor(d, dtype, &dims, &packed_strides(&dims, format))
     })
 }
@@ -434,10 +491,20 @@ pub extern "C" fn cudnnGetTensor4dDescriptor(
             return Err(BAD_PARAM);
         }
         put(dtype, t.dtype)?;
-        for (p, v) in [(n, t.dims[0]), (c, t.dims[1]), (h, t.dims[2]), (w, t.dims[3])] {
+        for (p, v) in [
+            (n, t.dims[0]),
+            (c, t.dims[1]),
+            (h, t.dims[2]),
+            (w, t.dims[3]),
+        ] {
             put(p, v as c_int)?;
         }
-        for (p, v) in [(ns, t.strides[0]), (cs, t.strides[1]), (hs, t.strides[2]), (ws, t.strides[3])] {
+        for (p, v) in [
+            (ns, t.strides[0]),
+            (cs, t.strides[1]),
+            (hs, t.strides[2]),
+            (ws, t.strides[3]),
+        ] {
             put(p, v as c_int)?;
         }
         Ok(())
@@ -487,7 +554,9 @@ fn elem_size(dtype: c_int) -> usize {
 
 /// Elements from the first to one past the last addressed by the descriptor.
 fn extent(t: &Tensor) -> usize {
-    1 + (0..t.nb).map(|i| ((t.dims[i] - 1) * t.strides[i]) as usize).sum::<usize>()
+    1 + (0..t.nb)
+        .map(|i| ((t.dims[i] - 1) * t.strides[i]) as usize)
+        .sum::<usize>()
 }
 
 fn count(t: &Tensor) -> usize {
@@ -513,27 +582,50 @@ fn set_filter(d: Handle, dtype: c_int, format: c_int, dims: &[i64]) -> Result<()
     if !matches!(get(d)?, Obj::Filter(_)) {
         return Err(BAD_PARAM);
     }
-    if !(3..=8).contains(&dims.len()) || dims.iter().any(|&v| v <= 0) || !(0..=1).contains(&format) {
+    if !(3..=8).contains(&dims.len()) || dims.iter().any(|&v| v <= 0) || !(0..=1).contains(&format)
+    {
         return Err(BAD_PARAM);
     }
-    let mut f = Filter { dtype, format, nb: dims.len(), dims: [1; 8] };
+    let mut f = Filter {
+        dtype,
+        format,
+        nb: dims.len(),
+        dims: [1; 8],
+    };
     f.dims[..dims.len()].copy_from_slice(dims);
     set(d, Obj::Filter(Some(f)));
     Ok(())
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnSetFilter4dDescriptor(d: Handle, dtype: c_int, format: c_int, k: c_int, c: c_int, h: c_int, w: c_int) -> Status {
+pub extern "C" fn cudnnSetFilter4dDescriptor(
+    d: Handle,
+    dtype: c_int,
+    format: c_int,
+    k: c_int,
+    c: c_int,
+    h: c_int,
+    w: c_int,
+) -> Status {
     run(|| set_filter(d, dtype, format, &[k, c, h, w].map(|v| v as i64)))
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnSetFilterNdDescriptor(d: Handle, dtype: c_int, format: c_int, nb: c_int, dims: *const c_int) -> Status {
+pub extern "C" fn cudnnSetFilterNdDescriptor(
+    d: Handle,
+    dtype: c_int,
+    format: c_int,
+    nb: c_int,
+    dims: *const c_int,
+) -> Status {
     run(|| {
         if !(3..=8).contains(&nb) {
             return Err(BAD_PARAM);
         }
-        let dims: Vec<i64> = slice(dims, nb as usize)?.iter().map(|&v| v as i64).collect();
+        let dims: Vec<i64> = slice(dims, nb as usize)?
+            .iter()
+            .map(|&v| v as i64)
+            .collect();
         set_filter(d, dtype, format, &dims)
     })
 }
@@ -555,7 +647,12 @@ pub extern "C" fn cudnnGetFilter4dDescriptor(
         }
         put(dtype, f.dtype)?;
         put(format, f.format)?;
-        for (p, v) in [(k, f.dims[0]), (c, f.dims[1]), (h, f.dims[2]), (w, f.dims[3])] {
+        for (p, v) in [
+            (k, f.dims[0]),
+            (c, f.dims[1]),
+            (h, f.dims[2]),
+            (w, f.dims[3]),
+        ] {
             put(p, v as c_int)?;
         }
         Ok(())
@@ -590,7 +687,16 @@ pub extern "C" fn cudnnGetFilterNdDescriptor(
 pub extern "C" fn cudnnCreateConvolutionDescriptor(d: *mut Handle) -> Status {
     create(
         d,
-        Obj::Conv(ConvDesc { nb: 0, pad: [0; 3], stride: [1; 3], dil: [1; 3], mode: 1, compute: 0, groups: 1, math: 0 }),
+        Obj::Conv(ConvDesc {
+            nb: 0,
+            pad: [0; 3],
+            stride: [1; 3],
+            dil: [1; 3],
+            mode: 1,
+            compute: 0,
+            groups: 1,
+            math: 0,
+        }),
     )
 }
 
@@ -602,10 +708,21 @@ pub extern "C" fn cudnnDestroyConvolutionDescriptor(d: Handle) -> Status {
     }
 }
 
-fn set_conv(d: Handle, pad: &[i64], stride: &[i64], dil: &[i64], mode: c_int, compute: c_int) -> Result<(), Status> {
+fn set_conv(
+    d: Handle,
+    pad: &[i64],
+    stride: &[i64],
+    dil: &[i64],
+    mode: c_int,
+    compute: c_int,
+) -> Result<(), Status> {
     let mut c = conv_desc(d)?;
     let nb = pad.len();
-    if !(1..=3).contains(&nb) || pad.iter().any(|&p| p < 0) || stride.iter().any(|&s| s <= 0) || dil.iter().any(|&v| v <= 0) {
+    if !(1..=3).contains(&nb)
+        || pad.iter().any(|&p| p < 0)
+        || stride.iter().any(|&s| s <= 0)
+        || dil.iter().any(|&v| v <= 0)
+    {
         return Err(BAD_PARAM);
     }
     if !(0..=1).contains(&mode) {
@@ -663,7 +780,9 @@ pub extern "C" fn cudnnSetConvolutionNdDescriptor(
         if !(1..=3).contains(&len) {
             return Err(NOT_SUPPORTED);
         }
-        let v = |p: *const c_int| -> Result<Vec<i64>, Status> { Ok(slice(p, len as usize)?.iter().map(|&x| x as i64).collect()) };
+        let v = |p: *const c_int| -> Result<Vec<i64>, Status> {
+            Ok(slice(p, len as usize)?.iter().map(|&x| x as i64).collect())
+        };
         set_conv(d, &v(pad)?, &v(stride)?, &v(dil)?, mode, compute)
     })
 }
@@ -793,7 +912,11 @@ fn geometry(x: &Tensor, w: &Filter, c: &ConvDesc) -> Result<Geom, Status> {
     Ok(g)
 }
 
-fn output_dims(conv: *const c_void, x: *const c_void, w: *const c_void) -> Result<Vec<i64>, Status> {
+fn output_dims(
+    conv: *const c_void,
+    x: *const c_void,
+    w: *const c_void,
+) -> Result<Vec<i64>, Status> {
     let (x, w, c) = (tensor(x)?, filter(w)?, conv_desc(conv)?);
     let g = geometry(&x, &w, &c)?;
     let o = g.output().ok_or(BAD_PARAM)?;
@@ -860,7 +983,14 @@ fn load(s: &Sim, t: &Tensor, ptr: *const c_void, what: &CStr) -> Result<Vec<f32>
     }
     let mut raw = vec![0f32; ext];
     // SAFETY: raw holds ext * 4 writable bytes.
-    drv(unsafe { (s.read)(ptr as u64, raw.as_mut_ptr() as *mut u8, ext * 4, what.as_ptr()) })?;
+    drv(unsafe {
+        (s.read)(
+            ptr as u64,
+            raw.as_mut_ptr() as *mut u8,
+            ext * 4,
+            what.as_ptr(),
+        )
+    })?;
     let mut dense = Vec::with_capacity(count(t));
     walk(t, |off| dense.push(raw[off]));
     Ok(dense)
@@ -879,7 +1009,14 @@ fn store(s: &Sim, t: &Tensor, ptr: *mut c_void, dense: &[f32], what: &CStr) -> R
     let mut raw = vec![0f32; ext];
     if count(t) != ext {
         // SAFETY: raw holds ext * 4 writable bytes.
-        drv(unsafe { (s.read)(ptr as u64, raw.as_mut_ptr() as *mut u8, ext * 4, what.as_ptr()) })?;
+        drv(unsafe {
+            (s.read)(
+                ptr as u64,
+                raw.as_mut_ptr() as *mut u8,
+                ext * 4,
+                what.as_ptr(),
+            )
+        })?;
     }
     let mut i = 0;
     walk(t, |off| {
@@ -887,7 +1024,14 @@ fn store(s: &Sim, t: &Tensor, ptr: *mut c_void, dense: &[f32], what: &CStr) -> R
         i += 1;
     });
     // SAFETY: raw holds ext * 4 readable bytes.
-    drv(unsafe { (s.write)(ptr as u64, raw.as_ptr() as *const u8, ext * 4, what.as_ptr()) })
+    drv(unsafe {
+        (s.write)(
+            ptr as u64,
+            raw.as_ptr() as *const u8,
+            ext * 4,
+            what.as_ptr(),
+        )
+    })
 }
 
 /// Calls `f(offset)` for each element in logical (row-major over dims) order.
@@ -911,19 +1055,39 @@ fn walk(t: &Tensor, mut f: impl FnMut(usize)) {
 /// The filter as a tensor: KCRS packed, or KRSC packed for the NHWC filter format.
 fn filter_tensor(f: &Filter) -> Tensor {
     let dims = &f.dims[..f.nb];
-    let strides = packed_strides(dims, if f.format == TENSOR_NHWC { TENSOR_NHWC } else { TENSOR_NCHW });
-    let mut t = Tensor { dtype: f.dtype, nb: f.nb, dims: [1; 8], strides: [1; 8] };
+    let strides = packed_strides(
+        dims,
+        if f.format == TENSOR_NHWC {
+            TENSOR_NHWC
+        } else {
+            TENSOR_NCHW
+        },
+    );
+    let mut t = Tensor {
+        dtype: f.dtype,
+        nb: f.nb,
+        dims: [1; 8],
+        strides: [1; 8],
+    };
     t.dims[..f.nb].copy_from_slice(dims);
     t.strides[..f.nb].copy_from_slice(&strides);
     t
 }
 
 fn require_float(ts: &[c_int]) -> Result<(), Status> {
-    if ts.iter().all(|&t| t == DATA_FLOAT) { Ok(()) } else { Err(NOT_SUPPORTED_DATA_TYPE) }
+    if ts.iter().all(|&t| t == DATA_FLOAT) {
+        Ok(())
+    } else {
+        Err(NOT_SUPPORTED_DATA_TYPE)
+    }
 }
 
 fn same_dims(a: &Tensor, b: &Tensor) -> Result<(), Status> {
-    if a.nb == b.nb && a.dims[..a.nb] == b.dims[..b.nb] { Ok(()) } else { Err(BAD_PARAM) }
+    if a.nb == b.nb && a.dims[..a.nb] == b.dims[..b.nb] {
+        Ok(())
+    } else {
+        Err(BAD_PARAM)
+    }
 }
 
 fn submit(s: &Sim, h: Handle, seconds: f64, sync: bool) -> Result<(), Status> {
@@ -944,7 +1108,12 @@ struct ConvCall {
     y: Tensor,
 }
 
-fn conv_call(x: *const c_void, w: *const c_void, c: *const c_void, y: *const c_void) -> Result<ConvCall, Status> {
+fn conv_call(
+    x: *const c_void,
+    w: *const c_void,
+    c: *const c_void,
+    y: *const c_void,
+) -> Result<ConvCall, Status> {
     let (xt, wf, cd, yt) = (tensor(x)?, filter(w)?, conv_desc(c)?, tensor(y)?);
     require_float(&[xt.dtype, wf.dtype, yt.dtype])?;
     let geom = geometry(&xt, &wf, &cd)?;
@@ -952,12 +1121,26 @@ fn conv_call(x: *const c_void, w: *const c_void, c: *const c_void, y: *const c_v
     if yt.nb != expect.len() || yt.dims[..yt.nb] != expect[..] {
         return Err(BAD_PARAM);
     }
-    Ok(ConvCall { geom, flip: cd.mode == 0, tensor_op: matches!(cd.math, 1 | 2), x: xt, w: filter_tensor(&wf), y: yt })
+    Ok(ConvCall {
+        geom,
+        flip: cd.mode == 0,
+        tensor_op: matches!(cd.math, 1 | 2),
+        x: xt,
+        w: filter_tensor(&wf),
+        y: yt,
+    })
 }
 
 /// Checks the algorithm and the workspace, then scribbles over the workspace: cuDNN owns its
 /// contents during the call, so nothing may rely on them surviving.
-fn check_workspace(s: &Sim, dir: Dir, algo: c_int, g: &Geom, ws: *mut c_void, ws_size: usize) -> Result<(), Status> {
+fn check_workspace(
+    s: &Sim,
+    dir: Dir,
+    algo: c_int,
+    g: &Geom,
+    ws: *mut c_void,
+    ws_size: usize,
+) -> Result<(), Status> {
     if algo < 0 || algo as usize >= dir.algo_count() {
         return Err(BAD_PARAM);
     }
@@ -977,7 +1160,14 @@ fn check_workspace(s: &Sim, dir: Dir, algo: c_int, g: &Geom, ws: *mut c_void, ws
     if data_mode(s) {
         let junk = vec![0xffu8; need.min(4096)];
         // SAFETY: junk holds junk.len() readable bytes, within the checked workspace.
-        drv(unsafe { (s.write)(ws as u64, junk.as_ptr(), junk.len(), c"a cuDNN workspace".as_ptr()) })?;
+        drv(unsafe {
+            (s.write)(
+                ws as u64,
+                junk.as_ptr(),
+                junk.len(),
+                c"a cuDNN workspace".as_ptr(),
+            )
+        })?;
     }
     Ok(())
 }
@@ -1011,9 +1201,23 @@ pub extern "C" fn cudnnConvolutionForward(
         let what = c"cudnnConvolutionForward";
         let xv = load(s, &call.x, x, what)?;
         let wv = load(s, &call.w, w, what)?;
-        let mut yv = if b != 0.0 { load(s, &call.y, y, what)? } else { vec![0.0; count(&call.y)] };
+        let mut yv = if b != 0.0 {
+            load(s, &call.y, y, what)?
+        } else {
+            vec![0.0; count(&call.y)]
+        };
         if data_mode(s) {
-            math::conv_forward(&ConvSpec { geom: call.geom, flip: call.flip }, &xv, &wv, &mut yv, a, b);
+            math::conv_forward(
+                &ConvSpec {
+                    geom: call.geom,
+                    flip: call.flip,
+                },
+                &xv,
+                &wv,
+                &mut yv,
+                a,
+                b,
+            );
         }
         store(s, &call.y, y, &yv, what)?;
         submit(s, h, conv_time(s, Dir::Fwd, algo as usize, &call), false)
@@ -1045,12 +1249,31 @@ pub extern "C" fn cudnnConvolutionBackwardData(
         let what = c"cudnnConvolutionBackwardData";
         let dyv = load(s, &call.y, dy, what)?;
         let wv = load(s, &call.w, w, what)?;
-        let mut dxv = if b != 0.0 { load(s, &call.x, dx, what)? } else { vec![0.0; count(&call.x)] };
+        let mut dxv = if b != 0.0 {
+            load(s, &call.x, dx, what)?
+        } else {
+            vec![0.0; count(&call.x)]
+        };
         if data_mode(s) {
-            math::conv_backward_data(&ConvSpec { geom: call.geom, flip: call.flip }, &dyv, &wv, &mut dxv, a, b);
+            math::conv_backward_data(
+                &ConvSpec {
+                    geom: call.geom,
+                    flip: call.flip,
+                },
+                &dyv,
+                &wv,
+                &mut dxv,
+                a,
+                b,
+            );
         }
         store(s, &call.x, dx, &dxv, what)?;
-        submit(s, h, conv_time(s, Dir::BwdData, algo as usize, &call), false)
+        submit(
+            s,
+            h,
+            conv_time(s, Dir::BwdData, algo as usize, &call),
+            false,
+        )
     })
 }
 
@@ -1079,12 +1302,31 @@ pub extern "C" fn cudnnConvolutionBackwardFilter(
         let what = c"cudnnConvolutionBackwardFilter";
         let xv = load(s, &call.x, x, what)?;
         let dyv = load(s, &call.y, dy, what)?;
-        let mut dwv = if b != 0.0 { load(s, &call.w, dw, what)? } else { vec![0.0; count(&call.w)] };
+        let mut dwv = if b != 0.0 {
+            load(s, &call.w, dw, what)?
+        } else {
+            vec![0.0; count(&call.w)]
+        };
         if data_mode(s) {
-            math::conv_backward_filter(&ConvSpec { geom: call.geom, flip: call.flip }, &xv, &dyv, &mut dwv, a, b);
+            math::conv_backward_filter(
+                &ConvSpec {
+                    geom: call.geom,
+                    flip: call.flip,
+                },
+                &xv,
+                &dyv,
+                &mut dwv,
+                a,
+                b,
+            );
         }
         store(s, &call.w, dw, &dwv, what)?;
-        submit(s, h, conv_time(s, Dir::BwdFilter, algo as usize, &call), false)
+        submit(
+            s,
+            h,
+            conv_time(s, Dir::BwdFilter, algo as usize, &call),
+            false,
+        )
     })
 }
 
@@ -1110,13 +1352,22 @@ pub extern "C" fn cudnnConvolutionBackwardBias(
         let (a, b) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnConvolutionBackwardBias";
         let dyv = load(s, &dyt, dy, what)?;
-        let mut dbv = if b != 0.0 { load(s, &dbt, db, what)? } else { vec![0.0; k as usize] };
+        let mut dbv = if b != 0.0 {
+            load(s, &dbt, db, what)?
+        } else {
+            vec![0.0; k as usize]
+        };
         if data_mode(s) {
             math::conv_backward_bias(&dyv, dyt.dims[0] as usize, k as usize, &mut dbv, a, b);
         }
         store(s, &dbt, db, &dbv, what)?;
         let bytes = 4.0 * count(&dyt) as f64;
-        submit(s, h, s.profile.kernel_time(bytes / 4.0, bytes, 1.0, false), false)
+        submit(
+            s,
+            h,
+            s.profile.kernel_time(bytes / 4.0, bytes, 1.0, false),
+            false,
+        )
     })
 }
 
@@ -1150,7 +1401,11 @@ fn rank(s: &Sim, dir: Dir, call: &ConvCall, limit: Option<(usize, Status)>) -> V
             {
                 status = over;
             }
-            let time = if status == SUCCESS { (conv_time(s, dir, a, call) * 1e3) as f32 } else { -1.0 };
+            let time = if status == SUCCESS {
+                (conv_time(s, dir, a, call) * 1e3) as f32
+            } else {
+                -1.0
+            };
             AlgoPerf {
                 algo: a as c_int,
                 status,
@@ -1171,7 +1426,12 @@ fn rank(s: &Sim, dir: Dir, call: &ConvCall, limit: Option<(usize, Status)>) -> V
     v
 }
 
-fn fill(perf: &[AlgoPerf], requested: c_int, returned: *mut c_int, out: *mut AlgoPerf) -> Result<(), Status> {
+fn fill(
+    perf: &[AlgoPerf],
+    requested: c_int,
+    returned: *mut c_int,
+    out: *mut AlgoPerf,
+) -> Result<(), Status> {
     if requested <= 0 || out.is_null() {
         return Err(BAD_PARAM);
     }
@@ -1185,7 +1445,11 @@ fn fill(perf: &[AlgoPerf], requested: c_int, returned: *mut c_int, out: *mut Alg
 
 /// Benchmarking runs every supported algorithm once on the device, synchronously.
 fn benchmark(s: &Sim, h: Handle, perf: &[AlgoPerf]) -> Result<(), Status> {
-    let total: f64 = perf.iter().filter(|p| p.status == SUCCESS).map(|p| p.time as f64 * 1e-3).sum();
+    let total: f64 = perf
+        .iter()
+        .filter(|p| p.status == SUCCESS)
+        .map(|p| p.time as f64 * 1e-3)
+        .sum();
     submit(s, h, total, true)
 }
 
@@ -1196,7 +1460,17 @@ fn free_device_memory(s: &Sim) -> usize {
     f
 }
 
-fn get_v7(dir: Dir, h: Handle, a: *const c_void, b: *const c_void, c: *const c_void, d: *const c_void, req: c_int, ret: *mut c_int, out: *mut AlgoPerf) -> Status {
+fn get_v7(
+    dir: Dir,
+    h: Handle,
+    a: *const c_void,
+    b: *const c_void,
+    c: *const c_void,
+    d: *const c_void,
+    req: c_int,
+    ret: *mut c_int,
+    out: *mut AlgoPerf,
+) -> Status {
     run(|| {
         let s = sim().ok_or(NOT_INITIALIZED)?;
         handle_stream(h)?;
@@ -1251,13 +1525,25 @@ pub extern "C" fn cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     get_v7(Dir::BwdFilter, h, xd, dyd, cd, dwd, req, ret, perf)
 }
 
-fn find(dir: Dir, h: Handle, call: Result<ConvCall, Status>, req: c_int, ret: *mut c_int, out: *mut AlgoPerf) -> Status {
+fn find(
+    dir: Dir,
+    h: Handle,
+    call: Result<ConvCall, Status>,
+    req: c_int,
+    ret: *mut c_int,
+    out: *mut AlgoPerf,
+) -> Status {
     run(|| {
         let s = sim().ok_or(NOT_INITIALIZED)?;
         handle_stream(h)?;
         let call = call?;
         // cudnnFind* allocates the workspace itself: what does not fit in free memory fails.
-        let perf = rank(s, dir, &call, Some((free_device_memory(s), DEVICE_ALLOCATION_FAILED)));
+        let perf = rank(
+            s,
+            dir,
+            &call,
+            Some((free_device_memory(s), DEVICE_ALLOCATION_FAILED)),
+        );
         benchmark(s, h, &perf)?;
         fill(&perf, req, ret, out)
     })
@@ -1302,7 +1588,14 @@ pub extern "C" fn cudnnFindConvolutionBackwardFilterAlgorithm(
     ret: *mut c_int,
     perf: *mut AlgoPerf,
 ) -> Status {
-    find(Dir::BwdFilter, h, conv_call(xd, dwd, cd, dyd), req, ret, perf)
+    find(
+        Dir::BwdFilter,
+        h,
+        conv_call(xd, dwd, cd, dyd),
+        req,
+        ret,
+        perf,
+    )
 }
 
 /// cudnnFind*Ex: benchmarks on the caller's buffers and workspace. Buffers are checked (they
@@ -1360,7 +1653,11 @@ pub extern "C" fn cudnnFindConvolutionForwardAlgorithmEx(
 ) -> Status {
     let call = conv_call(xd, wd, cd, yd);
     let bufs = match &call {
-        Ok(c) => [(x, extent(&c.x)), (w, extent(&c.w)), (y as *const c_void, extent(&c.y))],
+        Ok(c) => [
+            (x, extent(&c.x)),
+            (w, extent(&c.w)),
+            (y as *const c_void, extent(&c.y)),
+        ],
         Err(_) => [(x, 0); 3],
     };
     find_ex(Dir::Fwd, h, call, bufs, req, ret, perf, ws, ws_size)
@@ -1384,7 +1681,11 @@ pub extern "C" fn cudnnFindConvolutionBackwardDataAlgorithmEx(
 ) -> Status {
     let call = conv_call(dxd, wd, cd, dyd);
     let bufs = match &call {
-        Ok(c) => [(w, extent(&c.w)), (dy, extent(&c.y)), (dx as *const c_void, extent(&c.x))],
+        Ok(c) => [
+            (w, extent(&c.w)),
+            (dy, extent(&c.y)),
+            (dx as *const c_void, extent(&c.x)),
+        ],
         Err(_) => [(w, 0); 3],
     };
     find_ex(Dir::BwdData, h, call, bufs, req, ret, perf, ws, ws_size)
@@ -1408,13 +1709,23 @@ pub extern "C" fn cudnnFindConvolutionBackwardFilterAlgorithmEx(
 ) -> Status {
     let call = conv_call(xd, dwd, cd, dyd);
     let bufs = match &call {
-        Ok(c) => [(x, extent(&c.x)), (dy, extent(&c.y)), (dw as *const c_void, extent(&c.w))],
+        Ok(c) => [
+            (x, extent(&c.x)),
+            (dy, extent(&c.y)),
+            (dw as *const c_void, extent(&c.w)),
+        ],
         Err(_) => [(x, 0); 3],
     };
     find_ex(Dir::BwdFilter, h, call, bufs, req, ret, perf, ws, ws_size)
 }
 
-fn ws_size(dir: Dir, h: Handle, call: Result<ConvCall, Status>, algo: c_int, size: *mut usize) -> Status {
+fn ws_size(
+    dir: Dir,
+    h: Handle,
+    call: Result<ConvCall, Status>,
+    algo: c_int,
+    size: *mut usize,
+) -> Status {
     run(|| {
         handle_stream(h)?;
         let call = call?;
@@ -1422,7 +1733,10 @@ fn ws_size(dir: Dir, h: Handle, call: Result<ConvCall, Status>, algo: c_int, siz
             return Err(BAD_PARAM);
         }
         conv::support(dir, algo as usize, &call.geom).map_err(|_| NOT_SUPPORTED)?;
-        put(size, conv::workspace(dir, algo as usize, &call.geom) as usize)
+        put(
+            size,
+            conv::workspace(dir, algo as usize, &call.geom) as usize,
+        )
     })
 }
 
@@ -1478,12 +1792,18 @@ pub extern "C" fn cudnnGetConvolutionForwardAlgorithmMaxCount(h: Handle, n: *mut
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h: Handle, n: *mut c_int) -> Status {
+pub extern "C" fn cudnnGetConvolutionBackwardDataAlgorithmMaxCount(
+    h: Handle,
+    n: *mut c_int,
+) -> Status {
     max_count(h, conv::BWD_DATA_ALGOS, n)
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h: Handle, n: *mut c_int) -> Status {
+pub extern "C" fn cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(
+    h: Handle,
+    n: *mut c_int,
+) -> Status {
     max_count(h, conv::BWD_FILTER_ALGOS, n)
 }
 
@@ -1503,7 +1823,12 @@ pub extern "C" fn cudnnDestroyActivationDescriptor(d: Handle) -> Status {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnSetActivationDescriptor(d: Handle, mode: c_int, _nan: c_int, coef: f64) -> Status {
+pub extern "C" fn cudnnSetActivationDescriptor(
+    d: Handle,
+    mode: c_int,
+    _nan: c_int,
+    coef: f64,
+) -> Status {
     run(|| {
         if !matches!(get(d)?, Obj::Activation(_)) || !(0..=6).contains(&mode) {
             return Err(BAD_PARAM);
@@ -1514,7 +1839,12 @@ pub extern "C" fn cudnnSetActivationDescriptor(d: Handle, mode: c_int, _nan: c_i
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cudnnGetActivationDescriptor(d: *const c_void, mode: *mut c_int, nan: *mut c_int, coef: *mut f64) -> Status {
+pub extern "C" fn cudnnGetActivationDescriptor(
+    d: *const c_void,
+    mode: *mut c_int,
+    nan: *mut c_int,
+    coef: *mut f64,
+) -> Status {
     run(|| match get(d)? {
         Obj::Activation(a) => {
             put(mode, a.mode)?;
@@ -1559,7 +1889,11 @@ pub extern "C" fn cudnnActivationForward(
         let (a, b) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnActivationForward";
         let xv = load(s, &xt, x, what)?;
-        let mut yv = if b != 0.0 { load(s, &yt, y, what)? } else { vec![0.0; count(&yt)] };
+        let mut yv = if b != 0.0 {
+            load(s, &yt, y, what)?
+        } else {
+            vec![0.0; count(&yt)]
+        };
         if data_mode(s) {
             let r = math::activation_forward(act.mode, act.coef as f32, &xv).ok_or(BAD_PARAM)?;
             math::blend(&mut yv, &r, a, b);
@@ -1595,10 +1929,19 @@ pub extern "C" fn cudnnActivationBackward(
         }
         let (a, b) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnActivationBackward";
-        let (yv, dyv, xv) = (load(s, &yt, y, what)?, load(s, &dyt, dy, what)?, load(s, &xt, x, what)?);
-        let mut dxv = if b != 0.0 { load(s, &dxt, dx, what)? } else { vec![0.0; count(&dxt)] };
+        let (yv, dyv, xv) = (
+            load(s, &yt, y, what)?,
+            load(s, &dyt, dy, what)?,
+            load(s, &xt, x, what)?,
+        );
+        let mut dxv = if b != 0.0 {
+            load(s, &dxt, dx, what)?
+        } else {
+            vec![0.0; count(&dxt)]
+        };
         if data_mode(s) {
-            let r = math::activation_backward(act.mode, act.coef as f32, &yv, &dyv, &xv).ok_or(BAD_PARAM)?;
+            let r = math::activation_backward(act.mode, act.coef as f32, &yv, &dyv, &xv)
+                .ok_or(BAD_PARAM)?;
             math::blend(&mut dxv, &r, a, b);
         }
         store(s, &dxt, dx, &dxv, what)?;
@@ -1621,15 +1964,31 @@ pub extern "C" fn cudnnDestroyPoolingDescriptor(d: Handle) -> Status {
     }
 }
 
-fn set_pool(d: Handle, mode: c_int, window: &[i64], pad: &[i64], stride: &[i64]) -> Result<(), Status> {
+fn set_pool(
+    d: Handle,
+    mode: c_int,
+    window: &[i64],
+    pad: &[i64],
+    stride: &[i64],
+) -> Result<(), Status> {
     if !matches!(get(d)?, Obj::Pool(_)) || !(0..=3).contains(&mode) {
         return Err(BAD_PARAM);
     }
     let nb = window.len();
-    if !(1..=3).contains(&nb) || window.iter().any(|&w| w <= 0) || stride.iter().any(|&s| s <= 0) || pad.iter().any(|&p| p < 0) {
+    if !(1..=3).contains(&nb)
+        || window.iter().any(|&w| w <= 0)
+        || stride.iter().any(|&s| s <= 0)
+        || pad.iter().any(|&p| p < 0)
+    {
         return Err(BAD_PARAM);
     }
-    let mut p = PoolDesc { mode, nb, window: [1; 3], pad: [0; 3], stride: [1; 3] };
+    let mut p = PoolDesc {
+        mode,
+        nb,
+        window: [1; 3],
+        pad: [0; 3],
+        stride: [1; 3],
+    };
     p.window[3 - nb..].copy_from_slice(window);
     p.pad[3 - nb..].copy_from_slice(pad);
     p.stride[3 - nb..].copy_from_slice(stride);
@@ -1649,7 +2008,15 @@ pub extern "C" fn cudnnSetPooling2dDescriptor(
     sh: c_int,
     sw: c_int,
 ) -> Status {
-    run(|| set_pool(d, mode, &[wh as i64, ww as i64], &[ph as i64, pw as i64], &[sh as i64, sw as i64]))
+    run(|| {
+        set_pool(
+            d,
+            mode,
+            &[wh as i64, ww as i64],
+            &[ph as i64, pw as i64],
+            &[sh as i64, sw as i64],
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -1666,13 +2033,17 @@ pub extern "C" fn cudnnSetPoolingNdDescriptor(
         if !(1..=3).contains(&nb) {
             return Err(BAD_PARAM);
         }
-        let v = |p: *const c_int| -> Result<Vec<i64>, Status> { Ok(slice(p, nb as usize)?.iter().map(|&x| x as i64).collect()) };
+        let v = |p: *const c_int| -> Result<Vec<i64>, Status> {
+            Ok(slice(p, nb as usize)?.iter().map(|&x| x as i64).collect())
+        };
         set_pool(d, mode, &v(window)?, &v(pad)?, &v(stride)?)
     })
 }
 
 fn pool_of(d: *const c_void, x: &Tensor) -> Result<(Pool, [usize; 3], [usize; 3]), Status> {
-    let Obj::Pool(Some(p)) = get(d)? else { return Err(BAD_PARAM) };
+    let Obj::Pool(Some(p)) = get(d)? else {
+        return Err(BAD_PARAM);
+    };
     if x.nb != p.nb + 2 {
         return Err(BAD_PARAM);
     }
@@ -1705,7 +2076,12 @@ pub extern "C" fn cudnnGetPooling2dForwardOutputDim(
         if x.nb != 4 {
             return Err(BAD_PARAM);
         }
-        for (p, v) in [(n, x.dims[0] as usize), (c, x.dims[1] as usize), (h, out[1]), (w, out[2])] {
+        for (p, v) in [
+            (n, x.dims[0] as usize),
+            (c, x.dims[1] as usize),
+            (h, out[1]),
+            (w, out[2]),
+        ] {
             put(p, v as c_int)?;
         }
         Ok(())
@@ -1742,7 +2118,11 @@ pub extern "C" fn cudnnPoolingForward(
         let (a, b) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnPoolingForward";
         let xv = load(s, &xt, x, what)?;
-        let mut yv = if b != 0.0 { load(s, &yt, y, what)? } else { vec![0.0; count(&yt)] };
+        let mut yv = if b != 0.0 {
+            load(s, &yt, y, what)?
+        } else {
+            vec![0.0; count(&yt)]
+        };
         if data_mode(s) {
             let nc = (xt.dims[0] * xt.dims[1]) as usize;
             let r = pool.forward(nc, input, &xv, yv.len()).ok_or(BAD_PARAM)?;
@@ -1781,14 +2161,23 @@ pub extern "C" fn cudnnPoolingBackward(
         let what = c"cudnnPoolingBackward";
         load(s, &yt, y, what)?;
         let (dyv, xv) = (load(s, &dyt, dy, what)?, load(s, &xt, x, what)?);
-        let mut dxv = if b != 0.0 { load(s, &dxt, dx, what)? } else { vec![0.0; count(&dxt)] };
+        let mut dxv = if b != 0.0 {
+            load(s, &dxt, dx, what)?
+        } else {
+            vec![0.0; count(&dxt)]
+        };
         if data_mode(s) {
             let nc = (xt.dims[0] * xt.dims[1]) as usize;
             let r = pool.backward(nc, input, &xv, &dyv);
             math::blend(&mut dxv, &r, a, b);
         }
         store(s, &dxt, dx, &dxv, what)?;
-        submit(s, h, elementwise_time(s, 2 * count(&xt) + 2 * count(&yt), 1), false)
+        submit(
+            s,
+            h,
+            elementwise_time(s, 2 * count(&xt) + 2 * count(&yt), 1),
+            false,
+        )
     })
 }
 
@@ -1824,7 +2213,11 @@ pub extern "C" fn cudnnSoftmaxForward(
         let (a, b) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnSoftmaxForward";
         let xv = load(s, &xt, x, what)?;
-        let mut yv = if b != 0.0 { load(s, &yt, y, what)? } else { vec![0.0; count(&yt)] };
+        let mut yv = if b != 0.0 {
+            load(s, &yt, y, what)?
+        } else {
+            vec![0.0; count(&yt)]
+        };
         if data_mode(s) {
             let (n, c, vol) = softmax_shape(&xt);
             let r = math::softmax_forward(algo, mode, n, c, vol, &xv);
@@ -1862,7 +2255,11 @@ pub extern "C" fn cudnnSoftmaxBackward(
         let (a, b) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnSoftmaxBackward";
         let (yv, dyv) = (load(s, &yt, y, what)?, load(s, &dyt, dy, what)?);
-        let mut dxv = if b != 0.0 { load(s, &dxt, dx, what)? } else { vec![0.0; count(&dxt)] };
+        let mut dxv = if b != 0.0 {
+            load(s, &dxt, dx, what)?
+        } else {
+            vec![0.0; count(&dxt)]
+        };
         if data_mode(s) {
             let (n, c, vol) = softmax_shape(&yt);
             let r = math::softmax_backward(algo, mode, n, c, vol, &yv, &dyv);
@@ -1895,14 +2292,18 @@ pub extern "C" fn cudnnAddTensor(
         let (al, be) = (scalar(alpha)?, scalar(beta)?);
         let what = c"cudnnAddTensor";
         let av = load(s, &at, a, what)?;
-        let mut cv = if be != 0.0 { load(s, &ct, c, what)? } else { vec![0.0; count(&ct)] };
+        let mut cv = if be != 0.0 {
+            load(s, &ct, c, what)?
+        } else {
+            vec![0.0; count(&ct)]
+        };
         if data_mode(s) {
             let mut bcast = Vec::with_capacity(cv.len());
             let mut idx = [0i64; 8];
             for _ in 0..cv.len() {
                 let mut ai = 0i64;
-                for i in 0..at.nb {
-                    ai = ai * at.dims[i] + if at.dims[i] == 1 { 0 } else { idx[i] };
+                for (&d, &i) in at.dims[..at.nb].iter().zip(&idx) {
+                    ai = ai * d + if d == 1 { 0 } else { i };
                 }
                 bcast.push(av[ai as usize]);
                 for i in (0..ct.nb).rev() {
@@ -1918,4 +2319,116 @@ pub extern "C" fn cudnnAddTensor(
         store(s, &ct, c, &cv, what)?;
         submit(s, h, elementwise_time(s, count(&ct), 3), false)
     })
+}
+
+/// Our hand-written ABI against cudarc's bindings, generated from NVIDIA's cuDNN 9 headers.
+#[cfg(test)]
+mod abi_crosscheck {
+    use super::*;
+    use cudarc::cudnn::sys as dnn;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn status_codes() {
+        use dnn::cudnnStatus_t as S;
+        for (ours, theirs) in [
+            (SUCCESS, S::CUDNN_STATUS_SUCCESS),
+            (NOT_INITIALIZED, S::CUDNN_STATUS_NOT_INITIALIZED),
+            (BAD_PARAM, S::CUDNN_STATUS_BAD_PARAM),
+            (
+                BAD_PARAM_NULL_POINTER,
+                S::CUDNN_STATUS_BAD_PARAM_NULL_POINTER,
+            ),
+            (
+                BAD_PARAM_SIZE_INSUFFICIENT,
+                S::CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT,
+            ),
+            (NOT_SUPPORTED, S::CUDNN_STATUS_NOT_SUPPORTED),
+            (
+                NOT_SUPPORTED_DATA_TYPE,
+                S::CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE,
+            ),
+            (INTERNAL_ERROR, S::CUDNN_STATUS_INTERNAL_ERROR),
+            (
+                DEVICE_ALLOCATION_FAILED,
+                S::CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED,
+            ),
+            (EXECUTION_FAILED, S::CUDNN_STATUS_EXECUTION_FAILED),
+            (
+                EXECUTION_FAILED_CUDA_DRIVER,
+                S::CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER,
+            ),
+        ] {
+            assert_eq!(ours, theirs as i32, "{theirs:?}");
+            assert_eq!(
+                // SAFETY: cudnnGetErrorString returns a static NUL-terminated string.
+                unsafe { CStr::from_ptr(cudnnGetErrorString(ours)) }
+                    .to_str()
+                    .unwrap(),
+                format!("{theirs:?}")
+            );
+        }
+    }
+
+    #[test]
+    fn enums() {
+        assert_eq!(
+            conv::FWD_ALGOS,
+            dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_COUNT as usize
+        );
+        assert_eq!(
+            conv::BWD_DATA_ALGOS,
+            dnn::cudnnConvolutionBwdDataAlgo_t::CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT as usize
+        );
+        assert_eq!(
+            conv::BWD_FILTER_ALGOS,
+            dnn::cudnnConvolutionBwdFilterAlgo_t::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT as usize
+        );
+        use dnn::cudnnConvolutionBwdFilterAlgo_t as F;
+        assert_eq!(F::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING as usize, 6);
+        assert_eq!(
+            conv::method(conv::Dir::BwdFilter, 6),
+            Some(conv::Method::FftTiling)
+        );
+        assert_eq!(
+            conv::method(conv::Dir::BwdFilter, 3),
+            Some(conv::Method::ReductionGemm)
+        );
+        assert_eq!(DATA_FLOAT, dnn::cudnnDataType_t::CUDNN_DATA_FLOAT as i32);
+        assert_eq!(
+            TENSOR_NHWC,
+            dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC as i32
+        );
+        assert_eq!(0, dnn::cudnnConvolutionMode_t::CUDNN_CONVOLUTION as i32);
+        assert_eq!(1, dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH as i32);
+        assert_eq!(
+            math::act::SWISH,
+            dnn::cudnnActivationMode_t::CUDNN_ACTIVATION_SWISH as i32
+        );
+        assert_eq!(
+            math::POOL_AVG_EXCLUDE_PAD,
+            dnn::cudnnPoolingMode_t::CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING as i32
+        );
+        assert_eq!(
+            math::SOFTMAX_LOG,
+            dnn::cudnnSoftmaxAlgorithm_t::CUDNN_SOFTMAX_LOG as i32
+        );
+        assert_eq!(
+            math::SOFTMAX_MODE_CHANNEL,
+            dnn::cudnnSoftmaxMode_t::CUDNN_SOFTMAX_MODE_CHANNEL as i32
+        );
+    }
+
+    #[test]
+    fn perf_struct_layout() {
+        type P = dnn::cudnnConvolutionFwdAlgoPerf_t;
+        assert_eq!(size_of::<AlgoPerf>(), size_of::<P>());
+        assert_eq!(offset_of!(AlgoPerf, time), offset_of!(P, time));
+        assert_eq!(offset_of!(AlgoPerf, memory), offset_of!(P, memory));
+        assert_eq!(offset_of!(AlgoPerf, math_type), offset_of!(P, mathType));
+        assert_eq!(
+            size_of::<AlgoPerf>(),
+            size_of::<dnn::cudnnConvolutionBwdFilterAlgoPerf_t>()
+        );
+    }
 }

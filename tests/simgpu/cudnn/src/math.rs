@@ -21,7 +21,13 @@ impl ConvSpec {
     fn dims(&self) -> (usize, usize, usize, usize, usize) {
         let g = &self.geom;
         let groups = g.groups as usize;
-        (g.n as usize, g.c as usize, g.k as usize, groups, g.c as usize / groups)
+        (
+            g.n as usize,
+            g.c as usize,
+            g.k as usize,
+            groups,
+            g.c as usize / groups,
+        )
     }
 
     /// Calls `f(x_index, w_index, y_index)` for every multiply-add of the convolution.
@@ -59,13 +65,17 @@ impl ConvSpec {
                                             if iw >= inp[2] {
                                                 continue;
                                             }
-                                            let xi = (b * c + cx) * in_vol + (id * inp[1] + ih) * inp[2] + iw;
+                                            let xi = (b * c + cx) * in_vol
+                                                + (id * inp[1] + ih) * inp[2]
+                                                + iw;
                                             let (ft, fr, fs) = if self.flip {
                                                 (flt[0] - 1 - t, flt[1] - 1 - r, flt[2] - 1 - s)
                                             } else {
                                                 (t, r, s)
                                             };
-                                            let wi = (ko * cg + ci) * f_vol + (ft * flt[1] + fr) * flt[2] + fs;
+                                            let wi = (ko * cg + ci) * f_vol
+                                                + (ft * flt[1] + fr) * flt[2]
+                                                + fs;
                                             f(xi, wi, yi);
                                         }
                                     }
@@ -88,7 +98,11 @@ fn pos(o: usize, t: usize, i: usize, g: &Geom) -> Option<usize> {
 /// `out = alpha * acc + beta * out`; `out` is not read when beta is 0 (cuDNN's rule).
 pub fn blend(out: &mut [f32], acc: &[f32], alpha: f32, beta: f32) {
     for (o, a) in out.iter_mut().zip(acc) {
-        *o = if beta == 0.0 { alpha * a } else { alpha * a + beta * *o };
+        *o = if beta == 0.0 {
+            alpha * a
+        } else {
+            alpha * a + beta * *o
+        };
     }
 }
 
@@ -98,13 +112,27 @@ pub fn conv_forward(spec: &ConvSpec, x: &[f32], w: &[f32], y: &mut [f32], alpha:
     blend(y, &acc, alpha, beta);
 }
 
-pub fn conv_backward_data(spec: &ConvSpec, dy: &[f32], w: &[f32], dx: &mut [f32], alpha: f32, beta: f32) {
+pub fn conv_backward_data(
+    spec: &ConvSpec,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    alpha: f32,
+    beta: f32,
+) {
     let mut acc = vec![0f32; dx.len()];
     spec.for_each_tap(|xi, wi, yi| acc[xi] += dy[yi] * w[wi]);
     blend(dx, &acc, alpha, beta);
 }
 
-pub fn conv_backward_filter(spec: &ConvSpec, x: &[f32], dy: &[f32], dw: &mut [f32], alpha: f32, beta: f32) {
+pub fn conv_backward_filter(
+    spec: &ConvSpec,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    alpha: f32,
+    beta: f32,
+) {
     let mut acc = vec![0f32; dw.len()];
     spec.for_each_tap(|xi, wi, yi| acc[wi] += x[xi] * dy[yi]);
     blend(dw, &acc, alpha, beta);
@@ -152,16 +180,40 @@ pub fn activation_forward(mode: i32, coef: f32, x: &[f32]) -> Option<Vec<f32>> {
     x.iter().map(|&v| f(v)).collect()
 }
 
-pub fn activation_backward(mode: i32, coef: f32, y: &[f32], dy: &[f32], x: &[f32]) -> Option<Vec<f32>> {
+pub fn activation_backward(
+    mode: i32,
+    coef: f32,
+    y: &[f32],
+    dy: &[f32],
+    x: &[f32],
+) -> Option<Vec<f32>> {
     let mut out = Vec::with_capacity(x.len());
     for i in 0..x.len() {
         let (xv, yv, g) = (x[i], y[i], dy[i]);
         out.push(match mode {
             act::SIGMOID => g * yv * (1.0 - yv),
-            act::RELU => if xv > 0.0 { g } else { 0.0 },
+            act::RELU => {
+                if xv > 0.0 {
+                    g
+                } else {
+                    0.0
+                }
+            }
             act::TANH => g * (1.0 - yv * yv),
-            act::CLIPPED_RELU => if xv > 0.0 && xv < coef { g } else { 0.0 },
-            act::ELU => if xv > 0.0 { g } else { g * (yv + coef) },
+            act::CLIPPED_RELU => {
+                if xv > 0.0 && xv < coef {
+                    g
+                } else {
+                    0.0
+                }
+            }
+            act::ELU => {
+                if xv > 0.0 {
+                    g
+                } else {
+                    g * (yv + coef)
+                }
+            }
             act::IDENTITY => g,
             act::SWISH => {
                 let s = sigmoid(coef * xv);
@@ -223,7 +275,11 @@ impl Pool {
                         for t in 0..self.window[0] {
                             for r in 0..self.window[1] {
                                 for s in 0..self.window[2] {
-                                    let (d, h, w) = (lo[0] + t as isize, lo[1] + r as isize, lo[2] + s as isize);
+                                    let (d, h, w) = (
+                                        lo[0] + t as isize,
+                                        lo[1] + r as isize,
+                                        lo[2] + s as isize,
+                                    );
                                     if d < 0 || h < 0 || w < 0 {
                                         continue;
                                     }
@@ -243,17 +299,29 @@ impl Pool {
         }
     }
 
-    pub fn forward(&self, nc: usize, input: [usize; 3], x: &[f32], y_len: usize) -> Option<Vec<f32>> {
+    pub fn forward(
+        &self,
+        nc: usize,
+        input: [usize; 3],
+        x: &[f32],
+        y_len: usize,
+    ) -> Option<Vec<f32>> {
         let mut y = vec![0f32; y_len];
         let mode = self.mode;
         self.windows(nc, input, |oi, idx, full| {
             y[oi] = match mode {
-                POOL_MAX | POOL_MAX_DETERMINISTIC => idx.iter().map(|&i| x[i]).fold(f32::NEG_INFINITY, f32::max),
+                POOL_MAX | POOL_MAX_DETERMINISTIC => {
+                    idx.iter().map(|&i| x[i]).fold(f32::NEG_INFINITY, f32::max)
+                }
                 POOL_AVG_INCLUDE_PAD => idx.iter().map(|&i| x[i]).sum::<f32>() / full as f32,
                 _ => idx.iter().map(|&i| x[i]).sum::<f32>() / idx.len().max(1) as f32,
             };
         });
-        matches!(mode, POOL_MAX | POOL_AVG_INCLUDE_PAD | POOL_AVG_EXCLUDE_PAD | POOL_MAX_DETERMINISTIC).then_some(y)
+        matches!(
+            mode,
+            POOL_MAX | POOL_AVG_INCLUDE_PAD | POOL_AVG_EXCLUDE_PAD | POOL_MAX_DETERMINISTIC
+        )
+        .then_some(y)
     }
 
     /// dx for dy; max pooling routes each gradient to the first maximum of its window.
@@ -273,7 +341,9 @@ impl Pool {
                 }
             }
             POOL_AVG_INCLUDE_PAD => idx.iter().for_each(|&i| dx[i] += dy[oi] / full as f32),
-            _ => idx.iter().for_each(|&i| dx[i] += dy[oi] / idx.len().max(1) as f32),
+            _ => idx
+                .iter()
+                .for_each(|&i| dx[i] += dy[oi] / idx.len().max(1) as f32),
         });
         dx
     }
@@ -281,15 +351,19 @@ impl Pool {
 
 /// cudnnSoftmaxAlgorithm_t / cudnnSoftmaxMode_t values.
 pub const SOFTMAX_FAST: i32 = 0;
+#[allow(dead_code)] // named for the tests and for readers
 pub const SOFTMAX_ACCURATE: i32 = 1;
 pub const SOFTMAX_LOG: i32 = 2;
 pub const SOFTMAX_MODE_INSTANCE: i32 = 0;
+#[allow(dead_code)] // named for the tests and for readers
 pub const SOFTMAX_MODE_CHANNEL: i32 = 1;
 
 /// Index groups softmax normalises over: per image (INSTANCE) or per pixel across C (CHANNEL).
 fn softmax_groups(mode: i32, n: usize, c: usize, vol: usize) -> Vec<Vec<usize>> {
     if mode == SOFTMAX_MODE_INSTANCE {
-        (0..n).map(|b| (b * c * vol..(b + 1) * c * vol).collect()).collect()
+        (0..n)
+            .map(|b| (b * c * vol..(b + 1) * c * vol).collect())
+            .collect()
     } else {
         let mut g = Vec::new();
         for b in 0..n {
@@ -301,19 +375,42 @@ fn softmax_groups(mode: i32, n: usize, c: usize, vol: usize) -> Vec<Vec<usize>> 
     }
 }
 
-pub fn softmax_forward(algo: i32, mode: i32, n: usize, c: usize, vol: usize, x: &[f32]) -> Vec<f32> {
+pub fn softmax_forward(
+    algo: i32,
+    mode: i32,
+    n: usize,
+    c: usize,
+    vol: usize,
+    x: &[f32],
+) -> Vec<f32> {
     let mut y = vec![0f32; x.len()];
     for g in softmax_groups(mode, n, c, vol) {
-        let m = if algo == SOFTMAX_FAST { 0.0 } else { g.iter().map(|&i| x[i]).fold(f32::NEG_INFINITY, f32::max) };
+        let m = if algo == SOFTMAX_FAST {
+            0.0
+        } else {
+            g.iter().map(|&i| x[i]).fold(f32::NEG_INFINITY, f32::max)
+        };
         let sum: f32 = g.iter().map(|&i| (x[i] - m).exp()).sum();
         for &i in &g {
-            y[i] = if algo == SOFTMAX_LOG { x[i] - m - sum.ln() } else { (x[i] - m).exp() / sum };
+            y[i] = if algo == SOFTMAX_LOG {
+                x[i] - m - sum.ln()
+            } else {
+                (x[i] - m).exp() / sum
+            };
         }
     }
     y
 }
 
-pub fn softmax_backward(algo: i32, mode: i32, n: usize, c: usize, vol: usize, y: &[f32], dy: &[f32]) -> Vec<f32> {
+pub fn softmax_backward(
+    algo: i32,
+    mode: i32,
+    n: usize,
+    c: usize,
+    vol: usize,
+    y: &[f32],
+    dy: &[f32],
+) -> Vec<f32> {
     let mut dx = vec![0f32; y.len()];
     for g in softmax_groups(mode, n, c, vol) {
         if algo == SOFTMAX_LOG {
@@ -361,11 +458,19 @@ mod tests {
 
     #[test]
     fn max_pool_and_its_gradient() {
-        let p = Pool { mode: POOL_MAX, window: [1, 2, 2], pad: [0; 3], stride: [1, 2, 2] };
+        let p = Pool {
+            mode: POOL_MAX,
+            window: [1, 2, 2],
+            pad: [0; 3],
+            stride: [1, 2, 2],
+        };
         let x = [1.0, 5.0, 2.0, 3.0];
         let y = p.forward(1, [1, 2, 2], &x, 1).unwrap();
         assert_eq!(y, vec![5.0]);
-        assert_eq!(p.backward(1, [1, 2, 2], &x, &[7.0]), vec![0.0, 7.0, 0.0, 0.0]);
+        assert_eq!(
+            p.backward(1, [1, 2, 2], &x, &[7.0]),
+            vec![0.0, 7.0, 0.0, 0.0]
+        );
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub enum Method {
 /// The method of algorithm `algo` in direction `dir`.
 pub fn method(dir: Dir, algo: usize) -> Option<Method> {
     use Method::*;
-    let m = match dir {
+    match dir {
         Dir::Fwd => [
             ImplicitGemm,
             PrecompGemm,
@@ -103,13 +103,15 @@ pub fn method(dir: Dir, algo: usize) -> Option<Method> {
         ]
         .get(algo)
         .copied(),
-    };
-    m
+    }
 }
 
 /// Whether an algorithm gives the same bits run after run (cuDNN: the atomics-based ones do not).
 pub fn deterministic(dir: Dir, algo: usize) -> bool {
-    !matches!((dir, algo), (Dir::BwdData, 0) | (Dir::BwdFilter, 0) | (Dir::BwdFilter, 3))
+    !matches!(
+        (dir, algo),
+        (Dir::BwdData, 0) | (Dir::BwdFilter, 0) | (Dir::BwdFilter, 3)
+    )
 }
 
 /// A convolution's shape. Spatial arrays are (depth, height, width); 2-d convolutions have
@@ -370,7 +372,10 @@ pub fn cost(dir: Dir, algo: usize, g: &Geom) -> (f64, f64) {
             let tiles = fft_tiles(g) as f64;
             let t = TILE as f64;
             let planes = n * (c + k) * tiles + k * cg;
-            (fft_flops(planes, t, t, n * k * cg * tiles), tensors + 2.0 * ws)
+            (
+                fft_flops(planes, t, t, n * k * cg * tiles),
+                tensors + 2.0 * ws,
+            )
         }
     }
 }
@@ -459,17 +464,27 @@ mod tests {
             .collect();
         let fastest = algos.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
         assert_eq!(fastest.0, 4, "FFT is fastest: {algos:?}");
-        assert!(fastest.2 > 1.5 * limit, "FFT needs far more than 64 MiB: {}", fastest.2 / MIB);
+        assert!(
+            fastest.2 > 1.5 * limit,
+            "FFT needs far more than 64 MiB: {}",
+            fastest.2 / MIB
+        );
         let fit = algos
             .iter()
             .filter(|a| a.2 <= limit)
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap();
         assert!(fit.0 <= 2, "fastest fitting is GEMM-family: {fit:?}");
-        assert!(fit.1 > 3.0 * fastest.1, "several times slower: {fit:?} vs {fastest:?}");
+        assert!(
+            fit.1 > 3.0 * fastest.1,
+            "several times slower: {fit:?} vs {fastest:?}"
+        );
         assert!(fit.2 < 8192.0, "the paper: 4.3 KiB, got {}", fit.2);
         let micro = workspace(Dir::Fwd, 4, &alexnet_conv2(32)) as f64 / MIB;
-        assert!(micro < 64.0 && (micro - 48.9).abs() / 48.9 < 0.15, "FFT at 32: {micro} MiB");
+        assert!(
+            micro < 64.0 && (micro - 48.9).abs() / 48.9 < 0.15,
+            "FFT at 32: {micro} MiB"
+        );
     }
 
     #[test]
@@ -477,8 +492,16 @@ mod tests {
         let (h, _) = Profile::load("h100").unwrap();
         let (p, _) = Profile::load("p100").unwrap();
         let g = alexnet_conv2(256);
-        assert!(time(&h, Dir::Fwd, 1, &g, true).unwrap() < time(&h, Dir::Fwd, 1, &g, false).unwrap());
-        assert_eq!(time(&p, Dir::Fwd, 1, &g, true), time(&p, Dir::Fwd, 1, &g, false));
-        assert_eq!(time(&h, Dir::Fwd, 4, &g, true), time(&h, Dir::Fwd, 4, &g, false));
+        assert!(
+            time(&h, Dir::Fwd, 1, &g, true).unwrap() < time(&h, Dir::Fwd, 1, &g, false).unwrap()
+        );
+        assert_eq!(
+            time(&p, Dir::Fwd, 1, &g, true),
+            time(&p, Dir::Fwd, 1, &g, false)
+        );
+        assert_eq!(
+            time(&h, Dir::Fwd, 4, &g, true),
+            time(&h, Dir::Fwd, 4, &g, false)
+        );
     }
 }

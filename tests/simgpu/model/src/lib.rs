@@ -108,15 +108,24 @@ impl Profile {
         ];
         for (n, v) in positive {
             if !(v.is_finite() && v > 0.0) {
-                return Err(format!("profile {}: {n} must be positive, is {v}", self.name));
+                return Err(format!(
+                    "profile {}: {n} must be positive, is {v}",
+                    self.name
+                ));
             }
         }
         let e = &self.algo_efficiency;
         if e.fwd.len() != conv::FWD_ALGOS || e.bwd_data.len() != conv::BWD_DATA_ALGOS {
-            return Err(format!("profile {}: algo_efficiency has the wrong length", self.name));
+            return Err(format!(
+                "profile {}: algo_efficiency has the wrong length",
+                self.name
+            ));
         }
         if e.bwd_filter.len() != conv::BWD_FILTER_ALGOS {
-            return Err(format!("profile {}: algo_efficiency has the wrong length", self.name));
+            return Err(format!(
+                "profile {}: algo_efficiency has the wrong length",
+                self.name
+            ));
         }
         if self.memory_bytes == 0 {
             return Err(format!("profile {}: memory_bytes is 0", self.name));
@@ -157,7 +166,11 @@ impl Profile {
                 } else {
                     self.pcie_d2h_gbs
                 } * 1e9;
-                let bw = if pageable { bw * self.pageable_factor } else { bw };
+                let bw = if pageable {
+                    bw * self.pageable_factor
+                } else {
+                    bw
+                };
                 lat + b / bw
             }
         }

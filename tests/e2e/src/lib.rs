@@ -1,0 +1,115 @@
+//! Helpers for the end-to-end tests: where the built binaries are, building the C workloads, and
+//! running them on the simulated GPU through `marmoset run`. The tests expect a release build of
+//! the workspace (`cargo build --release --workspace`, which the README's test command does); a
+//! missing build fails the tests with that instruction, it never skips them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// target/<profile> of this test binary (it lives in target/<profile>/deps).
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+pub fn marmoset() -> PathBuf {
+    let m = build_dir().join("marmoset");
+    assert!(
+        m.is_file(),
+        "{} is missing: build the workspace first (cargo build --release --workspace)",
+        m.display()
+    );
+    m
+}
+
+/// Builds the C workloads once per test process and returns their directory.
+pub fn workloads() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        marmoset();
+        let profile = build_dir()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let out = Command::new(root().join("scripts/build-workloads.sh"))
+            .env("MARMOSET_CARGO_PROFILE", profile)
+            .output()
+            .expect("run scripts/build-workloads.sh");
+        assert!(
+            out.status.success(),
+            "building the workloads failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+/// Runs a workload with `marmoset run --sim=PROFILE --no-shim`, with extra environment.
+pub fn run_sim(profile: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Output {
+    let mut c = Command::new(marmoset());
+    c.arg("run")
+        .arg(format!("--sim={profile}"))
+        .arg("--no-shim")
+        .arg("--");
+    c.arg(workloads().join(prog)).args(args);
+    for k in [
+        "SIMGPU_MEMORY",
+        "SIMGPU_MODE",
+        "SIMGPU_FAIL",
+        "SIMGPU_REPORT",
+        "SIMGPU_PROFILE",
+    ] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run marmoset")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `key=value` pairs of a probe's output (several may share a line).
+pub fn values(o: &Output) -> HashMap<String, String> {
+    stdout(o)
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A numeric value of a probe's output; panics with the whole output when absent.
+pub fn num(o: &Output, key: &str) -> f64 {
+    values(o)
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no numeric {key} in:\n{}{}", stdout(o), stderr(o)))
+}
+
+/// A fresh temporary path under the build directory.
+pub fn temp_path(name: &str) -> PathBuf {
+    let dir = build_dir().join("e2e-tmp");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{}-{name}", std::process::id()))
+}

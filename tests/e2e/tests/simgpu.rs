@@ -1,0 +1,319 @@
+//! The simulated GPU, exercised through the C ABI by the workloads in tests/workloads.
+
+use marmoset_e2e::*;
+
+fn ok(o: &std::process::Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}
+
+#[test]
+fn convolutions_match_the_reference_for_every_algorithm_cuda13() {
+    for seed in ["1", "2", "3"] {
+        let o = run_sim("h100", &[], "conv_check", &[seed, "12"]);
+        ok(&o);
+        let out = stdout(&o);
+        assert!(out.contains("17 passed, 0 failed"), "{out}");
+        // Every algorithm family ran somewhere: FFT (4), Winograd (6) and non-fused (7) forward.
+        assert!(out.contains("fwd[0124567]"), "{out}");
+        assert!(out.contains("bwd-filter[012356]"), "{out}");
+    }
+}
+
+#[test]
+fn convolutions_match_the_reference_cuda12_runtime_p100() {
+    let o = run_sim("p100", &[], "conv_check-cu12", &["7", "8"]);
+    ok(&o);
+    assert!(stdout(&o).contains("13 passed, 0 failed"), "{}", stdout(&o));
+}
+
+#[test]
+fn out_of_memory_at_capacity_with_the_real_codes() {
+    let o = run_sim("h100", &[("SIMGPU_MEMORY", "1GiB")], "sim_probe", &["oom"]);
+    ok(&o);
+    assert_eq!(num(&o, "total"), (1u64 << 30) as f64);
+    assert_eq!(num(&o, "free"), (1u64 << 30) as f64);
+    let big = ((1u64 << 30) / 10 * 6) as f64;
+    assert!((num(&o, "free_after") - ((1u64 << 30) as f64 - big)).abs() < 4096.0);
+    assert_eq!(num(&o, "runtime_oom"), 2.0, "cudaErrorMemoryAllocation");
+    assert_eq!(num(&o, "driver_oom"), 2.0, "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(num(&o, "async_oom"), 2.0);
+    assert_eq!(num(&o, "after_free"), 0.0);
+}
+
+#[test]
+fn unmapped_vmm_ranges_trap_for_copies_kernels_and_cudnn() {
+    for (what, code) in [("copy", 700.0), ("kernel", 700.0), ("cudnn", 5001.0)] {
+        let o = run_sim("h100", &[], "sim_probe", &[&format!("vmm-{what}")]);
+        ok(&o);
+        let v = values(&o);
+        assert_eq!(v["mapped_readback"], "ok", "the mapped part stays readable");
+        assert_eq!(num(&o, "trap_result"), code, "{what}: {}", stderr(&o));
+        assert_eq!(
+            num(&o, "sticky_malloc"),
+            700.0,
+            "the error is sticky, as a real context's"
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains("illegal address") && err.contains("not mapped"),
+            "{err}"
+        );
+        // The message names an address inside the unmapped granule.
+        let unmapped = u64::from_str_radix(v["unmapped_at"].trim_start_matches("0x"), 16).unwrap();
+        let named = err
+            .split("illegal address ")
+            .nth(1)
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap();
+        let named = u64::from_str_radix(named.trim_start_matches("0x"), 16).unwrap();
+        assert!((unmapped..unmapped + (2 << 20)).contains(&named), "{err}");
+    }
+}
+
+#[test]
+fn copies_overlap_compute_across_streams_and_serialise_within_one() {
+    let o = run_sim("h100", &[], "sim_probe", &["timing"]);
+    ok(&o);
+    let (k, c) = (num(&o, "kernel_ms"), num(&o, "copy_ms"));
+    // 2 TFLOP at 66.9 TFLOPS; 256 MiB at 55 GB/s (h100 profile).
+    assert!((k - 2e12 / 66.9e12 * 1e3).abs() / k < 0.01, "kernel {k}");
+    assert!((c - 268435456.0 / 55e9 * 1e3).abs() / c < 0.01, "copy {c}");
+    let two = num(&o, "two_streams_ms");
+    let one = num(&o, "one_stream_ms");
+    assert!(
+        (two - k.max(c)).abs() / two < 0.01,
+        "overlap: {two} vs max({k}, {c})"
+    );
+    assert!(
+        (one - (k + c)).abs() / one < 0.01,
+        "serial: {one} vs {k} + {c}"
+    );
+    assert_eq!(
+        num(&o, "query_before_sync"),
+        600.0,
+        "cudaErrorNotReady before the work is done"
+    );
+    assert!(
+        num(&o, "pageable_copy_ms") > 2.0 * c,
+        "pageable copies are slower"
+    );
+    assert_eq!(
+        num(&o, "pageable_query"),
+        0.0,
+        "pageable copies are synchronous"
+    );
+}
+
+#[test]
+fn elapsed_times_are_deterministic() {
+    let a = run_sim("h100", &[], "sim_probe", &["timing"]);
+    let b = run_sim("h100", &[], "sim_probe", &["timing"]);
+    ok(&a);
+    assert_eq!(stdout(&a), stdout(&b));
+    let p = run_sim("p100", &[], "sim_probe", &["timing"]);
+    assert_ne!(stdout(&a), stdout(&p), "the profile decides the times");
+}
+
+#[test]
+fn kernels_launch_through_every_entry_point_with_real_parameter_buffers() {
+    let o = run_sim("h100", &[], "sim_probe", &["kernels"]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["six_launches"], "ok");
+    assert_eq!(v["struct_param"], "ok");
+    let params: Vec<&str> = (0..4)
+        .map(|i| v[&format!("axpy_param{i}")].as_str())
+        .collect();
+    assert_eq!(
+        params,
+        ["0+4", "4+4", "8+8", "16+8"],
+        "int, float, two pointers"
+    );
+    assert_eq!(v["scale_param0"], "0+16");
+    assert_eq!(v["scale_param1"], "16+4");
+    assert_eq!(
+        num(&o, "param_out_of_range"),
+        1.0,
+        "CUDA_ERROR_INVALID_VALUE"
+    );
+    assert_eq!(
+        num(&o, "unknown_kernel"),
+        98.0,
+        "cudaErrorInvalidDeviceFunction"
+    );
+}
+
+#[test]
+fn driver_entry_points_follow_the_requested_version() {
+    let o = run_sim("h100", &[], "sim_probe", &["entry"]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["cuMemAlloc_12000"], "cuMemAlloc_v2");
+    assert_eq!(
+        num(&o, "cuMemAlloc_3000_result"),
+        500.0,
+        "CUDA_ERROR_NOT_FOUND"
+    );
+    let text = stdout(&o);
+    assert!(
+        text.contains("cuMemAlloc_3000_result=500 status=2 null=1"),
+        "{text}"
+    );
+    assert!(text.contains("cudnnCreate_result=500 status=1"), "{text}");
+    assert_eq!(v["cuGetProcAddress_is_v2"], "1");
+    assert_eq!(v["runtime_entry_point_same"], "1");
+    assert_eq!(v["runtime_entry_point_default_same"], "1");
+    assert_eq!(v["runtime_version"], "13020");
+    assert_eq!(v["cudnn_version"], "90501");
+    let cu12 = run_sim("h100", &[], "sim_probe-cu12", &["entry"]);
+    assert_eq!(values(&cu12)["runtime_version"], "12080");
+}
+
+#[test]
+fn shape_mode_simulates_40_gib_in_well_under_a_gib_of_host_memory() {
+    let report = temp_path("shape-report.json");
+    let o = run_sim(
+        "h100",
+        &[
+            ("SIMGPU_MODE", "shape"),
+            ("SIMGPU_REPORT", report.to_str().unwrap()),
+        ],
+        "sim_probe",
+        &["shape", "40"],
+    );
+    ok(&o);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(r["peak_bytes"].as_u64().unwrap() >= 40 << 30, "{r}");
+    assert_eq!(r["mode"], "shape");
+    assert_eq!(r["simulated"], true);
+    assert_eq!(r["cudnn_calls"], 39);
+    assert_eq!(r["h2d_bytes"], 1u64 << 30);
+    let rss_kib = num(&o, "maxrss_kib");
+    assert!(rss_kib < 256.0 * 1024.0, "host memory {rss_kib} KiB");
+    // 39 implicit-GEMM convolutions of 0.49 TFLOP each take about 0.42 s of device time.
+    let t = r["virtual_time_s"].as_f64().unwrap();
+    assert!(t > 0.3 && t < 0.6, "{t}");
+    std::fs::remove_file(report).ok();
+}
+
+#[test]
+fn fault_injection_fails_the_nth_allocation_copy_and_launch() {
+    let o = run_sim(
+        "h100",
+        &[("SIMGPU_FAIL", "alloc:2,copy:3,launch:1")],
+        "sim_probe",
+        &["faults"],
+    );
+    ok(&o);
+    let v = values(&o);
+    let got: Vec<&str> = [
+        "alloc1", "alloc2", "alloc3", "copy1", "copy2", "copy3", "launch1", "launch2",
+    ]
+    .iter()
+    .map(|k| v[*k].as_str())
+    .collect();
+    assert_eq!(got, ["0", "2", "0", "0", "0", "999", "719", "0"]);
+    assert!(stderr(&o).contains("injected failure: allocation #2"));
+}
+
+#[test]
+fn p100_alexnet_conv2_needs_micro_batches_for_fft() {
+    let csv = root().join("../shared/data/conv-layers/alexnet.csv");
+    let full = run_sim(
+        "p100",
+        &[("SIMGPU_MODE", "shape")],
+        "conv_layers",
+        &[csv.to_str().unwrap(), "64"],
+    );
+    ok(&full);
+    let text = stdout(&full);
+    let fwd = text
+        .lines()
+        .find(|l| l.starts_with("conv2") && l.contains(" fwd "))
+        .unwrap();
+    assert!(
+        fwd.contains("IMPLICIT_PRECOMP_GEMM") && fwd.contains("| FFT"),
+        "{fwd}"
+    );
+    assert!(fwd.ends_with("(simulated)"), "{fwd}");
+    let micro = run_sim(
+        "p100",
+        &[("SIMGPU_MODE", "shape")],
+        "conv_layers",
+        &[csv.to_str().unwrap(), "64", "32"],
+    );
+    let text = stdout(&micro);
+    let fwd = text
+        .lines()
+        .find(|l| l.starts_with("conv2") && l.contains(" fwd "))
+        .unwrap();
+    assert!(fwd.contains(" FFT "), "at 32 images FFT fits 64 MiB: {fwd}");
+}
+
+#[test]
+fn bad_simulator_settings_are_named_and_fail_cleanly() {
+    let o = run_sim("h100", &[("SIMGPU_MEMORY", "lots")], "sim_probe", &["oom"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("SIMGPU_MEMORY") && err.contains("lots") && err.contains("MiB"),
+        "{err}"
+    );
+    let o = run_sim("h100", &[("SIMGPU_MODE", "fast")], "sim_probe", &["oom"]);
+    assert!(stderr(&o).contains("SIMGPU_MODE") && !o.status.success());
+}
+
+#[test]
+fn marmoset_run_passes_the_exit_status_and_rejects_unknown_profiles() {
+    let m = marmoset();
+    let s = std::process::Command::new(&m)
+        .args([
+            "run",
+            "--sim",
+            "--no-shim",
+            "--",
+            "sh",
+            "-c",
+            "test -n \"$LD_LIBRARY_PATH\" && exit 7",
+        ])
+        .status()
+        .unwrap();
+    assert_eq!(s.code(), Some(7));
+    let o = std::process::Command::new(&m)
+        .args(["run", "--sim=v100", "--no-shim", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("h100"));
+    let dir = std::process::Command::new(&m)
+        .arg("sim-path")
+        .output()
+        .unwrap();
+    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
+    for so in [
+        "libcuda.so.1",
+        "libcudart.so.12",
+        "libcudart.so.13",
+        "libcudnn.so.9",
+    ] {
+        let elf = std::process::Command::new("readelf")
+            .arg("-d")
+            .arg(dir.join(so))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&elf.stdout);
+        assert!(
+            text.contains(&format!("Library soname: [{so}]")),
+            "{so}: {text}"
+        );
+    }
+}
