@@ -7,6 +7,7 @@
 #define MARMOSET_CUDA_ABI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- CUDA runtime */
 typedef int cudaError_t;
@@ -179,6 +180,41 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, cudnnTensorDesc
     const void *beta, cudnnTensorDescriptor_t cd, void *c);
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t dyd,
     const void *dy, const void *beta, cudnnTensorDescriptor_t dbd, void *db);
+
+/* cuDNN backend (graph) API: the subset frameworks use for convolutions */
+typedef void *cudnnBackendDescriptor_t;
+enum { CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR = 1, CUDNN_BACKEND_ENGINE_DESCRIPTOR = 2,
+       CUDNN_BACKEND_ENGINECFG_DESCRIPTOR = 3, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR = 5,
+       CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR = 10,
+       CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR = 11,
+       CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR = 12,
+       CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR = 15, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR = 16,
+       CUDNN_BACKEND_TENSOR_DESCRIPTOR = 17 };
+enum { CUDNN_TYPE_HANDLE = 0, CUDNN_TYPE_DATA_TYPE = 1, CUDNN_TYPE_INT64 = 3, CUDNN_TYPE_FLOAT = 4,
+       CUDNN_TYPE_DOUBLE = 5, CUDNN_TYPE_VOID_PTR = 6, CUDNN_TYPE_CONVOLUTION_MODE = 7,
+       CUDNN_TYPE_BACKEND_DESCRIPTOR = 15 };
+enum { CUDNN_ATTR_CONVOLUTION_COMP_TYPE = 100, CUDNN_ATTR_CONVOLUTION_CONV_MODE = 101,
+       CUDNN_ATTR_CONVOLUTION_DILATIONS = 102, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES = 103,
+       CUDNN_ATTR_CONVOLUTION_POST_PADDINGS = 104, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS = 105,
+       CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS = 106, CUDNN_ATTR_ENGINECFG_ENGINE = 300,
+       CUDNN_ATTR_EXECUTION_PLAN_HANDLE = 400, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG = 401,
+       CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA = 700, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA = 701,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC = 702, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W = 703,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X = 704, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y = 705,
+       CUDNN_ATTR_OPERATIONGRAPH_HANDLE = 800, CUDNN_ATTR_OPERATIONGRAPH_OPS = 801,
+       CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT = 900, CUDNN_ATTR_TENSOR_DATA_TYPE = 901,
+       CUDNN_ATTR_TENSOR_DIMENSIONS = 902, CUDNN_ATTR_TENSOR_STRIDES = 903, CUDNN_ATTR_TENSOR_UNIQUE_ID = 906,
+       CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
+       CUDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003, CUDNN_ATTR_ENGINE_OPERATION_GRAPH = 1300,
+       CUDNN_ATTR_ENGINE_GLOBAL_INDEX = 1301 };
+cudnnStatus_t cudnnBackendCreateDescriptor(int type, cudnnBackendDescriptor_t *d);
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d);
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, int name, int type, int64_t count, const void *values);
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, int name, int type, int64_t requested,
+                                       int64_t *count, void *values);
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d);
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack);
 
 /* ---- the simulated GPU's own calls (libcuda.so.1 of tests/simgpu only), found with dlsym */
 typedef struct simgpuKernelCtx simgpuKernelCtx;

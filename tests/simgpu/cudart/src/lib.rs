@@ -541,6 +541,17 @@ pub extern "C" fn __cudaGetKernel(kernel: *mut *const c_void, entry: *const c_vo
     SUCCESS
 }
 
+/// In the simulator a registered kernel's handle is also its `cudaFunction_t` (a `CUfunction`).
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaGetFuncBySymbol(f: *mut *const c_void, symbol: *const c_void) -> Err {
+    if f.is_null() || symbol.is_null() {
+        return ret(INVALID_VALUE);
+    }
+    // SAFETY: non-null output pointer.
+    unsafe { *f = symbol };
+    SUCCESS
+}
+
 /// cudaLaunchConfig_t.
 #[repr(C)]
 pub struct LaunchConfig {

@@ -13,6 +13,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 #![allow(clippy::too_many_arguments)]
 
+mod backend;
 mod math;
 
 use math::{ConvSpec, Pool};
@@ -1176,6 +1177,87 @@ fn conv_time(s: &Sim, dir: Dir, algo: usize, call: &ConvCall) -> f64 {
     conv::time(&s.profile, dir, algo, &call.geom, call.tensor_op).unwrap_or(0.0)
 }
 
+/// Runs one convolution of direction `dir` on the buffers (x, w, y) of `call`: forward reads x
+/// and w and writes y; backward-data reads y (dy) and w and writes x (dx); backward-filter reads
+/// x and y (dy) and writes w (dw). Used by the legacy calls and by cudnnBackendExecute.
+fn execute_conv(
+    h: Handle,
+    dir: Dir,
+    call: &ConvCall,
+    algo: c_int,
+    (ws, ws_size): (*mut c_void, usize),
+    (alpha, beta): (*const c_void, *const c_void),
+    [x, w, y]: [*const c_void; 3],
+) -> Result<(), Status> {
+    let s = sim().ok_or(NOT_INITIALIZED)?;
+    handle_stream(h)?;
+    let (a, b) = (scalar(alpha)?, scalar(beta)?);
+    execute_conv_scaled(s, h, dir, call, algo, (ws, ws_size), (a, b), [x, w, y])
+}
+
+fn execute_conv_scaled(
+    s: &Sim,
+    h: Handle,
+    dir: Dir,
+    call: &ConvCall,
+    algo: c_int,
+    (ws, ws_size): (*mut c_void, usize),
+    (a, b): (f32, f32),
+    [x, w, y]: [*const c_void; 3],
+) -> Result<(), Status> {
+    check_workspace(s, dir, algo, &call.geom, ws, ws_size)?;
+    let what: &CStr = match dir {
+        Dir::Fwd => c"cudnnConvolutionForward",
+        Dir::BwdData => c"cudnnConvolutionBackwardData",
+        Dir::BwdFilter => c"cudnnConvolutionBackwardFilter",
+    };
+    let spec = ConvSpec {
+        geom: call.geom,
+        flip: call.flip,
+    };
+    // The output, read only when beta is not 0.
+    let (out_t, out_p) = match dir {
+        Dir::Fwd => (&call.y, y),
+        Dir::BwdData => (&call.x, x),
+        Dir::BwdFilter => (&call.w, w),
+    };
+    let load_out = |t: &Tensor, p: *const c_void| -> Result<Vec<f32>, Status> {
+        if b != 0.0 {
+            load(s, t, p, what)
+        } else {
+            Ok(vec![0.0; count(t)])
+        }
+    };
+    let out = match dir {
+        Dir::Fwd => {
+            let (xv, wv) = (load(s, &call.x, x, what)?, load(s, &call.w, w, what)?);
+            let mut yv = load_out(out_t, out_p)?;
+            if data_mode(s) {
+                math::conv_forward(&spec, &xv, &wv, &mut yv, a, b);
+            }
+            yv
+        }
+        Dir::BwdData => {
+            let (dyv, wv) = (load(s, &call.y, y, what)?, load(s, &call.w, w, what)?);
+            let mut dxv = load_out(out_t, out_p)?;
+            if data_mode(s) {
+                math::conv_backward_data(&spec, &dyv, &wv, &mut dxv, a, b);
+            }
+            dxv
+        }
+        Dir::BwdFilter => {
+            let (xv, dyv) = (load(s, &call.x, x, what)?, load(s, &call.y, y, what)?);
+            let mut dwv = load_out(out_t, out_p)?;
+            if data_mode(s) {
+                math::conv_backward_filter(&spec, &xv, &dyv, &mut dwv, a, b);
+            }
+            dwv
+        }
+    };
+    store(s, out_t, out_p as *mut c_void, &out, what)?;
+    submit(s, h, conv_time(s, dir, algo as usize, call), false)
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cudnnConvolutionForward(
     h: Handle,
@@ -1193,34 +1275,16 @@ pub extern "C" fn cudnnConvolutionForward(
     y: *mut c_void,
 ) -> Status {
     run(|| {
-        let s = sim().ok_or(NOT_INITIALIZED)?;
-        handle_stream(h)?;
         let call = conv_call(xd, wd, cd, yd)?;
-        let (a, b) = (scalar(alpha)?, scalar(beta)?);
-        check_workspace(s, Dir::Fwd, algo, &call.geom, ws, ws_size)?;
-        let what = c"cudnnConvolutionForward";
-        let xv = load(s, &call.x, x, what)?;
-        let wv = load(s, &call.w, w, what)?;
-        let mut yv = if b != 0.0 {
-            load(s, &call.y, y, what)?
-        } else {
-            vec![0.0; count(&call.y)]
-        };
-        if data_mode(s) {
-            math::conv_forward(
-                &ConvSpec {
-                    geom: call.geom,
-                    flip: call.flip,
-                },
-                &xv,
-                &wv,
-                &mut yv,
-                a,
-                b,
-            );
-        }
-        store(s, &call.y, y, &yv, what)?;
-        submit(s, h, conv_time(s, Dir::Fwd, algo as usize, &call), false)
+        execute_conv(
+            h,
+            Dir::Fwd,
+            &call,
+            algo,
+            (ws, ws_size),
+            (alpha, beta),
+            [x, w, y as *const c_void],
+        )
     })
 }
 
@@ -1241,38 +1305,15 @@ pub extern "C" fn cudnnConvolutionBackwardData(
     dx: *mut c_void,
 ) -> Status {
     run(|| {
-        let s = sim().ok_or(NOT_INITIALIZED)?;
-        handle_stream(h)?;
         let call = conv_call(dxd, wd, cd, dyd)?;
-        let (a, b) = (scalar(alpha)?, scalar(beta)?);
-        check_workspace(s, Dir::BwdData, algo, &call.geom, ws, ws_size)?;
-        let what = c"cudnnConvolutionBackwardData";
-        let dyv = load(s, &call.y, dy, what)?;
-        let wv = load(s, &call.w, w, what)?;
-        let mut dxv = if b != 0.0 {
-            load(s, &call.x, dx, what)?
-        } else {
-            vec![0.0; count(&call.x)]
-        };
-        if data_mode(s) {
-            math::conv_backward_data(
-                &ConvSpec {
-                    geom: call.geom,
-                    flip: call.flip,
-                },
-                &dyv,
-                &wv,
-                &mut dxv,
-                a,
-                b,
-            );
-        }
-        store(s, &call.x, dx, &dxv, what)?;
-        submit(
-            s,
+        execute_conv(
             h,
-            conv_time(s, Dir::BwdData, algo as usize, &call),
-            false,
+            Dir::BwdData,
+            &call,
+            algo,
+            (ws, ws_size),
+            (alpha, beta),
+            [dx as *const c_void, w, dy],
         )
     })
 }
@@ -1294,38 +1335,15 @@ pub extern "C" fn cudnnConvolutionBackwardFilter(
     dw: *mut c_void,
 ) -> Status {
     run(|| {
-        let s = sim().ok_or(NOT_INITIALIZED)?;
-        handle_stream(h)?;
         let call = conv_call(xd, dwd, cd, dyd)?;
-        let (a, b) = (scalar(alpha)?, scalar(beta)?);
-        check_workspace(s, Dir::BwdFilter, algo, &call.geom, ws, ws_size)?;
-        let what = c"cudnnConvolutionBackwardFilter";
-        let xv = load(s, &call.x, x, what)?;
-        let dyv = load(s, &call.y, dy, what)?;
-        let mut dwv = if b != 0.0 {
-            load(s, &call.w, dw, what)?
-        } else {
-            vec![0.0; count(&call.w)]
-        };
-        if data_mode(s) {
-            math::conv_backward_filter(
-                &ConvSpec {
-                    geom: call.geom,
-                    flip: call.flip,
-                },
-                &xv,
-                &dyv,
-                &mut dwv,
-                a,
-                b,
-            );
-        }
-        store(s, &call.w, dw, &dwv, what)?;
-        submit(
-            s,
+        execute_conv(
             h,
-            conv_time(s, Dir::BwdFilter, algo as usize, &call),
-            false,
+            Dir::BwdFilter,
+            &call,
+            algo,
+            (ws, ws_size),
+            (alpha, beta),
+            [x, dw as *const c_void, dy],
         )
     })
 }
