@@ -5,5 +5,6 @@
 //! (WR / WD) and the memory policies come with their issues.
 
 pub mod sim;
+pub mod trace;
 
 pub use simgpu_model::size::{ACCEPTED as SIZE_ACCEPTED, parse_size};

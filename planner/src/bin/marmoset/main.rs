@@ -33,6 +33,18 @@ struct RunArgs {
     /// Run without libmarmoset.so (plain CUDA, or the plain simulated GPU).
     #[arg(long)]
     no_shim: bool,
+    /// Marmoset's policy (MARMOSET_POLICY): none.
+    #[arg(long, value_name = "P")]
+    policy: Option<String>,
+    /// Write a trace of every call (MARMOSET_TRACE).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Memory budget, a size or a fraction of the device (MARMOSET_MEMORY_LIMIT).
+    #[arg(long, value_name = "SIZE")]
+    memory_limit: Option<String>,
+    /// Convolution workspace limit (MARMOSET_WORKSPACE_LIMIT).
+    #[arg(long, value_name = "SIZE")]
+    workspace_limit: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<String>,
@@ -97,11 +109,58 @@ fn sim_dir() -> Result<PathBuf> {
 }
 
 fn run(a: RunArgs) -> Result<ExitCode> {
-    if !a.no_shim {
-        bail!("libmarmoset.so is not part of this build yet: pass --no-shim to run without it");
-    }
     let mut cmd = Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]);
+    if a.no_shim {
+        if a.policy.is_some()
+            || a.trace.is_some()
+            || a.memory_limit.is_some()
+            || a.workspace_limit.is_some()
+        {
+            bail!(
+                "--policy, --trace, --memory-limit and --workspace-limit need the shim: drop --no-shim"
+            );
+        }
+    } else {
+        let lib = build_dir()?.join("libmarmoset.so");
+        if !lib.is_file() {
+            bail!(
+                "{} is missing (build it with `cargo build --release --workspace`)",
+                lib.display()
+            );
+        }
+        let mut preload = lib.into_os_string();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload);
+        if let Some(p) = &a.policy {
+            cmd.env("MARMOSET_POLICY", p);
+        }
+        if let Some(t) = &a.trace {
+            cmd.env("MARMOSET_TRACE", t);
+        }
+        for (flag, var, value) in [
+            ("--memory-limit", "MARMOSET_MEMORY_LIMIT", &a.memory_limit),
+            (
+                "--workspace-limit",
+                "MARMOSET_WORKSPACE_LIMIT",
+                &a.workspace_limit,
+            ),
+        ] {
+            if let Some(v) = value {
+                let fraction = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| *f > 0.0 && *f <= 1.0 && v.contains('.'));
+                if fraction.is_none() || var == "MARMOSET_WORKSPACE_LIMIT" {
+                    planner::parse_size(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+                }
+                cmd.env(var, v);
+            }
+        }
+    }
     if let Some(profile) = &a.sim {
         let known = planner::sim::profiles();
         if !known.contains(&profile.as_str()) && !profile.ends_with(".json") {

@@ -1,0 +1,264 @@
+//! Marmoset's trace: JSON lines, one [`Record`] per line, schema version [`SCHEMA_VERSION`].
+//! The shim fills these types; the `marmoset` command and the planner read them. The schema is
+//! documented in `docs/trace-schema.md`; a change of meaning bumps the version.
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One line of a trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Order of the calls as Marmoset saw them (unique, increasing; lines may be out of order
+    /// when several threads call at once: sort by `seq`).
+    pub seq: u64,
+    /// Host nanoseconds since Marmoset started in this process.
+    pub t_ns: u64,
+    /// The calling thread (kernel thread id).
+    pub tid: u64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// How a call uses memory it touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    R,
+    W,
+    /// Read and/or written: what a kernel does with a pointer among its parameters.
+    Rw,
+}
+
+/// A range of one allocation that a call touches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Touch {
+    /// The allocation's id (its `alloc` record).
+    pub alloc: u64,
+    pub offset: u64,
+    pub bytes: u64,
+    pub access: Access,
+}
+
+/// A tensor argument of a cuDNN call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorArg {
+    /// x, w, y, dx, dw, dy, db, workspace, ...
+    pub role: String,
+    pub ptr: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dims: Vec<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strides: Vec<i64>,
+    pub access: Access,
+}
+
+/// The direction of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CopyDir {
+    H2d,
+    D2h,
+    D2d,
+    H2h,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The first line: what wrote the trace.
+    Header {
+        schema: u32,
+        pid: u32,
+        policy: String,
+        marmoset: String,
+    },
+    /// A device allocation (plain, stream-ordered or from a pool).
+    Alloc {
+        api: String,
+        alloc: u64,
+        ptr: u64,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        result: i32,
+    },
+    /// A device free; `alloc` is absent when the pointer was not a known allocation.
+    Free {
+        api: String,
+        ptr: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alloc: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        result: i32,
+    },
+    Copy {
+        api: String,
+        dst: u64,
+        src: u64,
+        size: u64,
+        dir: CopyDir,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        touches: Vec<Touch>,
+        result: i32,
+    },
+    Memset {
+        api: String,
+        ptr: u64,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        touches: Vec<Touch>,
+        result: i32,
+    },
+    /// A kernel launch; touches are the allocations pointed to from its parameters.
+    Launch {
+        api: String,
+        func: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        touches: Vec<Touch>,
+        result: i32,
+    },
+    /// A cuDNN call that computes, benchmarks or plans.
+    Cudnn {
+        api: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        algo: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<u64>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tensors: Vec<TensorArg>,
+        touches: Vec<Touch>,
+        result: i32,
+    },
+    /// A synchronisation: stream, event, device, or a stream waiting for an event.
+    Sync {
+        api: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        result: i32,
+    },
+    /// Device duration of the call with sequence number `of` (MARMOSET_TRACE_TIMING=1).
+    Timing { of: u64, device_ms: f64 },
+}
+
+impl Event {
+    /// The record's kind as written in the trace.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Header { .. } => "header",
+            Event::Alloc { .. } => "alloc",
+            Event::Free { .. } => "free",
+            Event::Copy { .. } => "copy",
+            Event::Memset { .. } => "memset",
+            Event::Launch { .. } => "launch",
+            Event::Cudnn { .. } => "cudnn",
+            Event::Sync { .. } => "sync",
+            Event::Timing { .. } => "timing",
+        }
+    }
+
+    /// The API call behind the record, if it is one.
+    pub fn api(&self) -> Option<&str> {
+        match self {
+            Event::Alloc { api, .. }
+            | Event::Free { api, .. }
+            | Event::Copy { api, .. }
+            | Event::Memset { api, .. }
+            | Event::Launch { api, .. }
+            | Event::Cudnn { api, .. }
+            | Event::Sync { api, .. } => Some(api),
+            _ => None,
+        }
+    }
+
+    pub fn touches(&self) -> &[Touch] {
+        match self {
+            Event::Copy { touches, .. }
+            | Event::Memset { touches, .. }
+            | Event::Launch { touches, .. }
+            | Event::Cudnn { touches, .. } => touches,
+            _ => &[],
+        }
+    }
+}
+
+/// Reads a trace, one record per non-empty line; an error names the line and what is wrong.
+pub fn read(text: &str) -> Result<Vec<Record>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let r: Record = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if let Event::Header { schema, .. } = &r.event
+            && *schema != SCHEMA_VERSION
+        {
+            return Err(format!(
+                "line {}: trace schema {schema}, this marmoset reads {SCHEMA_VERSION}",
+                i + 1
+            ));
+        }
+        out.push(r);
+    }
+    out.sort_by_key(|r| r.seq);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_shape_of_a_line() {
+        let r = Record {
+            seq: 7,
+            t_ns: 1000,
+            tid: 42,
+            event: Event::Copy {
+                api: "cudaMemcpyAsync".into(),
+                dst: 0x5000_0000_0000,
+                src: 4096,
+                size: 64,
+                dir: CopyDir::H2d,
+                stream: Some(16),
+                touches: vec![Touch {
+                    alloc: 3,
+                    offset: 0,
+                    bytes: 64,
+                    access: Access::W,
+                }],
+                result: 0,
+            },
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(
+            line.contains(r#""kind":"copy""#) && line.contains(r#""dir":"h2d""#),
+            "{line}"
+        );
+        assert!(line.contains(r#""access":"w""#), "{line}");
+        assert_eq!(read(&line).unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn read_names_the_bad_line_and_sorts_by_seq() {
+        let a =
+            r#"{"seq":2,"t_ns":0,"tid":1,"kind":"sync","api":"cudaDeviceSynchronize","result":0}"#;
+        let b = r#"{"seq":1,"t_ns":0,"tid":1,"kind":"free","api":"cudaFree","ptr":5,"result":0}"#;
+        let recs = read(&format!("{a}\n{b}\n")).unwrap();
+        assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+        let e = read(&format!("{a}\nnot json\n")).unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+        let h = r#"{"seq":0,"t_ns":0,"tid":1,"kind":"header","schema":99,"pid":1,"policy":"none","marmoset":"x"}"#;
+        assert!(read(h).unwrap_err().contains("schema 99"));
+    }
+}

@@ -1,0 +1,334 @@
+//! Marmoset's settings, all from the environment, validated at first use. A value that does not
+//! parse is reported in one stderr line (variable, value, what is accepted) and Marmoset passes
+//! every call through unchanged.
+
+use planner::{SIZE_ACCEPTED, parse_size};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// What Marmoset does to the program's memory and convolutions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Observe and trace only; every call is forwarded unchanged.
+    None,
+}
+
+impl Policy {
+    pub const ACCEPTED: &'static str = "none";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::None => "none",
+        }
+    }
+
+    /// Whether the policy needs one allocation per tensor from the framework.
+    pub fn needs_tensor_allocations(self) -> bool {
+        false
+    }
+
+    /// Whether the policy needs the legacy convolution calls (it splits or replans them).
+    pub fn needs_legacy_convolutions(self) -> bool {
+        false
+    }
+}
+
+/// A memory budget: bytes, or a fraction of the device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    Bytes(u64),
+    Fraction(f64),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub policy: Policy,
+    pub trace: Option<String>,
+    pub trace_timing: bool,
+    pub log: Level,
+    pub disable: bool,
+    pub memory_limit: Option<Limit>,
+    pub workspace_limit: Option<u64>,
+    /// Test facility: panic inside the named hook (MARMOSET_TEST_PANIC).
+    pub test_panic: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            policy: Policy::None,
+            trace: None,
+            trace_timing: false,
+            log: Level::Warn,
+            disable: false,
+            memory_limit: None,
+            workspace_limit: None,
+            test_panic: None,
+        }
+    }
+}
+
+fn bad(var: &str, value: &str, accepted: &str) -> String {
+    format!(
+        "marmoset: {var}={value:?} is not valid: accepted are {accepted}; Marmoset passes every call through"
+    )
+}
+
+fn flag(var: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(bad(var, v, "1, 0, true, false")),
+    }
+}
+
+/// Parses the settings from `get` (the environment); errors are the lines to print.
+pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>> {
+    let mut c = Config::default();
+    let mut errors = Vec::new();
+    let var = |name: &str| get(name).filter(|v| !v.is_empty());
+    if let Some(v) = var("MARMOSET_POLICY") {
+        match v.as_str() {
+            "none" => c.policy = Policy::None,
+            _ => errors.push(bad("MARMOSET_POLICY", &v, Policy::ACCEPTED)),
+        }
+    }
+    c.trace = var("MARMOSET_TRACE");
+    if let Some(v) = var("MARMOSET_TRACE_TIMING") {
+        flag("MARMOSET_TRACE_TIMING", &v)
+            .map(|b| c.trace_timing = b)
+            .unwrap_or_else(|e| errors.push(e));
+    }
+    if let Some(v) = var("MARMOSET_DISABLE") {
+        flag("MARMOSET_DISABLE", &v)
+            .map(|b| c.disable = b)
+            .unwrap_or_else(|e| errors.push(e));
+    }
+    if let Some(v) = var("MARMOSET_LOG") {
+        c.log = match v.as_str() {
+            "error" => Level::Error,
+            "warn" => Level::Warn,
+            "info" => Level::Info,
+            "debug" => Level::Debug,
+            _ => {
+                errors.push(bad("MARMOSET_LOG", &v, "error, warn, info, debug"));
+                Level::Warn
+            }
+        };
+    }
+    if let Some(v) = var("MARMOSET_MEMORY_LIMIT") {
+        match parse_limit(&v) {
+            Some(l) => c.memory_limit = Some(l),
+            None => errors.push(bad(
+                "MARMOSET_MEMORY_LIMIT",
+                &v,
+                &format!("a fraction of the device in (0, 1] or a size, {SIZE_ACCEPTED}"),
+            )),
+        }
+    }
+    if let Some(v) = var("MARMOSET_WORKSPACE_LIMIT") {
+        match parse_size(&v) {
+            Ok(b) => c.workspace_limit = Some(b),
+            Err(_) => errors.push(bad("MARMOSET_WORKSPACE_LIMIT", &v, SIZE_ACCEPTED)),
+        }
+    }
+    c.test_panic = var("MARMOSET_TEST_PANIC");
+    if errors.is_empty() {
+        Ok(c)
+    } else {
+        Err(errors)
+    }
+}
+
+fn parse_limit(v: &str) -> Option<Limit> {
+    if v.contains('.') && v.chars().all(|ch| ch.is_ascii_digit() || ch == '.') {
+        let f: f64 = v.parse().ok()?;
+        return (f > 0.0 && f <= 1.0).then_some(Limit::Fraction(f));
+    }
+    parse_size(v).ok().filter(|&b| b > 0).map(Limit::Bytes)
+}
+
+/// What to set in the environment so that a framework allocates per tensor and uses the legacy
+/// convolution calls, when the policy needs it; never overriding what the user set. Returns
+/// (variables to set, lines to log, whether the memory policy can work).
+pub fn framework_settings(
+    policy: Policy,
+    get: impl Fn(&str) -> Option<String>,
+) -> (Vec<(String, String)>, Vec<String>, bool) {
+    settings_for(
+        policy.name(),
+        policy.needs_tensor_allocations(),
+        policy.needs_legacy_convolutions(),
+        get,
+    )
+}
+
+fn settings_for(
+    policy: &str,
+    tensors: bool,
+    legacy: bool,
+    get: impl Fn(&str) -> Option<String>,
+) -> (Vec<(String, String)>, Vec<String>, bool) {
+    let (mut set, mut log, mut memory_ok) = (Vec::new(), Vec::new(), true);
+    if tensors {
+        let conf = get("PYTORCH_CUDA_ALLOC_CONF").or_else(|| get("PYTORCH_ALLOC_CONF"));
+        match conf {
+            Some(c) if c.replace(' ', "").contains("expandable_segments:True") => {
+                memory_ok = false;
+                log.push(format!(
+                    "marmoset: PYTORCH_CUDA_ALLOC_CONF={c:?} turns on expandable segments, which hide tensors from \
+                     Marmoset; the {policy} policy is off for this process (calls pass through)"
+                ));
+            }
+            Some(c) => log.push(format!(
+                "marmoset: keeping the user's PYTORCH_CUDA_ALLOC_CONF={c:?}"
+            )),
+            None if get("PYTORCH_NO_CUDA_MEMORY_CACHING").is_some() => {
+                log.push("marmoset: keeping the user's PYTORCH_NO_CUDA_MEMORY_CACHING".into())
+            }
+            None => {
+                // Stream-ordered per-tensor allocations: cudaFree would synchronise the device.
+                set.push((
+                    "PYTORCH_CUDA_ALLOC_CONF".into(),
+                    "backend:cudaMallocAsync".into(),
+                ));
+                log.push(
+                    "marmoset: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (one stream-ordered \
+                     allocation per tensor, without the device-wide synchronisation of cudaFree)"
+                        .into(),
+                );
+            }
+        }
+    }
+    if legacy {
+        if get("TORCH_CUDNN_V8_API_DISABLED").is_some() {
+            log.push("marmoset: keeping the user's TORCH_CUDNN_V8_API_DISABLED".into());
+        } else {
+            set.push(("TORCH_CUDNN_V8_API_DISABLED".into(), "1".into()));
+            log.push(
+                "marmoset: set TORCH_CUDNN_V8_API_DISABLED=1 (legacy cuDNN convolution calls)"
+                    .into(),
+            );
+        }
+    }
+    (set, log, memory_ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| m.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        assert_eq!(parse(env(&[])).unwrap(), Config::default());
+        let c = parse(env(&[
+            ("MARMOSET_POLICY", "none"),
+            ("MARMOSET_TRACE", "/tmp/t.jsonl"),
+            ("MARMOSET_LOG", "debug"),
+            ("MARMOSET_MEMORY_LIMIT", "0.5"),
+            ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
+            ("MARMOSET_TRACE_TIMING", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(c.trace.as_deref(), Some("/tmp/t.jsonl"));
+        assert_eq!(c.log, Level::Debug);
+        assert_eq!(c.memory_limit, Some(Limit::Fraction(0.5)));
+        assert_eq!(c.workspace_limit, Some(64 << 20));
+        assert!(c.trace_timing);
+        assert_eq!(
+            parse(env(&[("MARMOSET_MEMORY_LIMIT", "8GiB")]))
+                .unwrap()
+                .memory_limit,
+            Some(Limit::Bytes(8 << 30))
+        );
+    }
+
+    #[test]
+    fn every_bad_value_is_named_with_what_is_accepted() {
+        for (var, val, accepted) in [
+            ("MARMOSET_POLICY", "capuchin2", "none"),
+            ("MARMOSET_LOG", "loud", "error, warn, info, debug"),
+            ("MARMOSET_DISABLE", "maybe", "1, 0"),
+            ("MARMOSET_TRACE_TIMING", "2", "1, 0"),
+            ("MARMOSET_MEMORY_LIMIT", "1.5", "fraction"),
+            ("MARMOSET_MEMORY_LIMIT", "lots", "MiB"),
+            ("MARMOSET_WORKSPACE_LIMIT", "64XB", "MiB"),
+        ] {
+            let e = parse(env(&[(var, val)])).unwrap_err();
+            assert_eq!(e.len(), 1);
+            assert!(
+                e[0].contains(var) && e[0].contains(val) && e[0].contains(accepted),
+                "{}",
+                e[0]
+            );
+        }
+    }
+
+    #[test]
+    fn framework_settings_for_policy_none_change_nothing() {
+        let (set, log, ok) = framework_settings(
+            Policy::None,
+            env(&[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]),
+        );
+        assert!(set.is_empty() && log.is_empty() && ok);
+    }
+
+    #[test]
+    fn framework_settings_never_override_the_user() {
+        let (set, _, ok) = settings_for("p", true, true, env(&[]));
+        assert!(ok);
+        assert_eq!(
+            set,
+            vec![
+                (
+                    "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+                    "backend:cudaMallocAsync".to_string()
+                ),
+                ("TORCH_CUDNN_V8_API_DISABLED".to_string(), "1".to_string())
+            ]
+        );
+        let (set, log, _) = settings_for(
+            "p",
+            true,
+            true,
+            env(&[
+                ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64"),
+                ("TORCH_CUDNN_V8_API_DISABLED", "0"),
+            ]),
+        );
+        assert!(set.is_empty(), "{set:?}");
+        assert_eq!(log.len(), 2);
+        let (set, _, _) = settings_for(
+            "p",
+            true,
+            false,
+            env(&[("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")]),
+        );
+        assert!(set.is_empty());
+        let (set, log, ok) = settings_for(
+            "p",
+            true,
+            false,
+            env(&[("PYTORCH_ALLOC_CONF", "expandable_segments:True")]),
+        );
+        assert!(
+            set.is_empty() && !ok && log[0].contains("expandable"),
+            "{log:?}"
+        );
+    }
+}

@@ -1,0 +1,430 @@
+//! cuDNN hooks: the convolutions and their queries, the other compute calls, descriptors, and
+//! the backend API. Shapes are read with the real Nd getters (frameworks set descriptors with
+//! the Nd setters); backend executions are resolved by walking the plan with the real
+//! `cudnnBackendGetAttribute`.
+
+use super::{Pending, hooks, range};
+use crate::real::{CUDNN, resolve};
+use planner::trace::{Access, Event, TensorArg, Touch};
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type P = *mut c_void;
+type C = *const c_void;
+
+const NOT_INITIALIZED: c_int = 1001;
+
+fn real(slot: &AtomicUsize, name: &CStr) -> usize {
+    let mut p = slot.load(Ordering::Acquire);
+    if p == 0 {
+        p = resolve(CUDNN, name);
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
+
+macro_rules! dnn {
+    ($name:literal, ($($t:ty),*)) => {{
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        let p = real(&SLOT, $name);
+        // SAFETY: the real cuDNN function named $name has this signature.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+    }};
+}
+
+fn elem_bytes(dtype: c_int) -> u64 {
+    match dtype {
+        1 | 10 => 8,
+        2 | 9 => 2,
+        3 | 6 | 11 | 12 | 13 => 1,
+        _ => 4,
+    }
+}
+
+/// (dims, strides, bytes spanned) of a tensor descriptor.
+fn tensor(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
+    let get = dnn!(
+        c"cudnnGetTensorNdDescriptor",
+        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
+    )?;
+    let (mut dt, mut nb) = (0, 0);
+    let (mut dims, mut strides) = ([0 as c_int; 8], [0 as c_int; 8]);
+    // SAFETY: output arrays of 8 entries, as requested.
+    if unsafe {
+        get(
+            d,
+            8,
+            &mut dt,
+            &mut nb,
+            dims.as_mut_ptr(),
+            strides.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return None;
+    }
+    let nb = (nb as usize).min(8);
+    let dims: Vec<i64> = dims[..nb].iter().map(|&v| v as i64).collect();
+    let strides: Vec<i64> = strides[..nb].iter().map(|&v| v as i64).collect();
+    let span = 1 + dims
+        .iter()
+        .zip(&strides)
+        .map(|(d, s)| (d - 1).max(0) * s)
+        .sum::<i64>();
+    Some((dims, strides, span as u64 * elem_bytes(dt)))
+}
+
+/// (dims, strides, bytes) of a filter descriptor (packed, KCRS or KRSC).
+fn filter(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
+    let get = dnn!(
+        c"cudnnGetFilterNdDescriptor",
+        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
+    )?;
+    let (mut dt, mut fmt, mut nb) = (0, 0, 0);
+    let mut dims = [0 as c_int; 8];
+    // SAFETY: an output array of 8 entries, as requested.
+    if unsafe { get(d, 8, &mut dt, &mut fmt, &mut nb, dims.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    let nb = (nb as usize).min(8);
+    let dims: Vec<i64> = dims[..nb].iter().map(|&v| v as i64).collect();
+    let order: Vec<usize> = if fmt == 1 && nb > 2 {
+        std::iter::once(0)
+            .chain(2..nb)
+            .chain(std::iter::once(1))
+            .collect()
+    } else {
+        (0..nb).collect()
+    };
+    let mut strides = vec![0; nb];
+    let mut acc = 1;
+    for &i in order.iter().rev() {
+        strides[i] = acc;
+        acc *= dims[i];
+    }
+    Some((dims, strides, acc as u64 * elem_bytes(dt)))
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Tensor,
+    Filter,
+}
+
+/// Describes the call's tensors: (role, descriptor kind, descriptor, pointer, access).
+fn args(list: &[(&str, Kind, C, C, Access)]) -> (Vec<TensorArg>, Vec<Touch>) {
+    let (mut tensors, mut touches) = (Vec::new(), Vec::new());
+    for &(role, kind, desc, ptr, access) in list {
+        let Some((dims, strides, bytes)) = (match kind {
+            Kind::Tensor => tensor(desc),
+            Kind::Filter => filter(desc),
+        }) else {
+            continue;
+        };
+        touches.extend(range(ptr as u64, bytes, access));
+        tensors.push(TensorArg {
+            role: role.into(),
+            ptr: ptr as u64,
+            dims,
+            strides,
+            access,
+        });
+    }
+    (tensors, touches)
+}
+
+fn stream_of(h: P) -> Option<u64> {
+    let get = dnn!(c"cudnnGetStream", (P, *mut P))?;
+    let mut s: P = std::ptr::null_mut();
+    // SAFETY: valid output pointer; h is the caller's handle.
+    (unsafe { get(h, &mut s) } == 0).then_some(s as u64)
+}
+
+/// The output is read too when beta is not 0 (float scaling parameters).
+fn out_access(beta: C) -> Access {
+    // SAFETY: beta points to a float for float tensors (cuDNN's scaling-parameter rule).
+    if !beta.is_null() && unsafe { *(beta as *const f32) } != 0.0 {
+        Access::Rw
+    } else {
+        Access::W
+    }
+}
+
+fn call(
+    api: &str,
+    h: P,
+    algo: Option<c_int>,
+    ws: Option<(C, usize)>,
+    list: &[(&str, Kind, C, C, Access)],
+    timed: bool,
+) -> Option<Pending> {
+    let (mut tensors, mut touches) = args(list);
+    if let Some((p, n)) = ws
+        && !p.is_null()
+        && n > 0
+    {
+        touches.extend(range(p as u64, n as u64, Access::Rw));
+        tensors.push(TensorArg {
+            role: "workspace".into(),
+            ptr: p as u64,
+            dims: vec![],
+            strides: vec![],
+            access: Access::Rw,
+        });
+    }
+    let stream = stream_of(h);
+    let p = Pending::new(Event::Cudnn {
+        api: api.into(),
+        stream,
+        algo,
+        workspace: ws.map(|w| w.1 as u64),
+        tensors,
+        touches,
+        result: 0,
+    });
+    Some(if timed {
+        p.timed(stream.unwrap_or(0))
+    } else {
+        p
+    })
+}
+
+use Access::{R, Rw};
+use Kind::{Filter as F, Tensor as T};
+
+hooks! {
+    libs = crate::real::CUDNN, unavailable = NOT_INITIALIZED;
+    [""] fn cudnnConvolutionForward(h: P, alpha: C, xd: C, x: C, wd: C, w: C, cd: C, algo: c_int, ws: P, wss: usize,
+        beta: C, yd: C, y: P) =>
+        call("cudnnConvolutionForward", h, Some(algo), Some((ws, wss)),
+            &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, out_access(beta))], true);
+    [""] fn cudnnConvolutionBackwardData(h: P, alpha: C, wd: C, w: C, dyd: C, dy: C, cd: C, algo: c_int, ws: P, wss: usize,
+        beta: C, dxd: C, dx: P) =>
+        call("cudnnConvolutionBackwardData", h, Some(algo), Some((ws, wss)),
+            &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true);
+    [""] fn cudnnConvolutionBackwardFilter(h: P, alpha: C, xd: C, x: C, dyd: C, dy: C, cd: C, algo: c_int, ws: P,
+        wss: usize, beta: C, dwd: C, dw: P) =>
+        call("cudnnConvolutionBackwardFilter", h, Some(algo), Some((ws, wss)),
+            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, out_access(beta))], true);
+    [""] fn cudnnConvolutionBackwardBias(h: P, alpha: C, dyd: C, dy: C, beta: C, dbd: C, db: P) =>
+        call("cudnnConvolutionBackwardBias", h, None, None, &[("dy", T, dyd, dy, R), ("db", T, dbd, db, out_access(beta))], true);
+    [""] fn cudnnFindConvolutionForwardAlgorithm(h: P, xd: C, wd: C, cd: C, yd: C, req: c_int, ret: *mut c_int, perf: P) =>
+        call("cudnnFindConvolutionForwardAlgorithm", h, None, None, &[], false);
+    [""] fn cudnnFindConvolutionBackwardDataAlgorithm(h: P, wd: C, dyd: C, cd: C, dxd: C, req: c_int, ret: *mut c_int, perf: P) =>
+        call("cudnnFindConvolutionBackwardDataAlgorithm", h, None, None, &[], false);
+    [""] fn cudnnFindConvolutionBackwardFilterAlgorithm(h: P, xd: C, dyd: C, cd: C, dwd: C, req: c_int, ret: *mut c_int, perf: P) =>
+        call("cudnnFindConvolutionBackwardFilterAlgorithm", h, None, None, &[], false);
+    [""] fn cudnnFindConvolutionForwardAlgorithmEx(h: P, xd: C, x: C, wd: C, w: C, cd: C, yd: C, y: P, req: c_int,
+        ret: *mut c_int, perf: P, ws: P, wss: usize) =>
+        call("cudnnFindConvolutionForwardAlgorithmEx", h, None, Some((ws, wss)),
+            &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, Access::W)], false);
+    [""] fn cudnnFindConvolutionBackwardDataAlgorithmEx(h: P, wd: C, w: C, dyd: C, dy: C, cd: C, dxd: C, dx: P, req: c_int,
+        ret: *mut c_int, perf: P, ws: P, wss: usize) =>
+        call("cudnnFindConvolutionBackwardDataAlgorithmEx", h, None, Some((ws, wss)),
+            &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, Access::W)], false);
+    [""] fn cudnnFindConvolutionBackwardFilterAlgorithmEx(h: P, xd: C, x: C, dyd: C, dy: C, cd: C, dwd: C, dw: P, req: c_int,
+        ret: *mut c_int, perf: P, ws: P, wss: usize) =>
+        call("cudnnFindConvolutionBackwardFilterAlgorithmEx", h, None, Some((ws, wss)),
+            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, Access::W)], false);
+    [""] fn cudnnGetConvolutionForwardAlgorithm_v7(h: P, xd: C, wd: C, cd: C, yd: C, req: c_int, ret: *mut c_int, perf: P) =>
+        call("cudnnGetConvolutionForwardAlgorithm_v7", h, None, None, &[], false);
+    [""] fn cudnnGetConvolutionBackwardDataAlgorithm_v7(h: P, wd: C, dyd: C, cd: C, dxd: C, req: c_int, ret: *mut c_int, perf: P) =>
+        call("cudnnGetConvolutionBackwardDataAlgorithm_v7", h, None, None, &[], false);
+    [""] fn cudnnGetConvolutionBackwardFilterAlgorithm_v7(h: P, xd: C, dyd: C, cd: C, dwd: C, req: c_int, ret: *mut c_int, perf: P) =>
+        call("cudnnGetConvolutionBackwardFilterAlgorithm_v7", h, None, None, &[], false);
+    [""] fn cudnnGetConvolutionForwardWorkspaceSize(h: P, xd: C, wd: C, cd: C, yd: C, algo: c_int, size: *mut usize) =>
+        call("cudnnGetConvolutionForwardWorkspaceSize", h, Some(algo), None, &[], false);
+    [""] fn cudnnGetConvolutionBackwardDataWorkspaceSize(h: P, wd: C, dyd: C, cd: C, dxd: C, algo: c_int, size: *mut usize) =>
+        call("cudnnGetConvolutionBackwardDataWorkspaceSize", h, Some(algo), None, &[], false);
+    [""] fn cudnnGetConvolutionBackwardFilterWorkspaceSize(h: P, xd: C, dyd: C, cd: C, dwd: C, algo: c_int, size: *mut usize) =>
+        call("cudnnGetConvolutionBackwardFilterWorkspaceSize", h, Some(algo), None, &[], false);
+    [""] fn cudnnActivationForward(h: P, ad: C, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
+        call("cudnnActivationForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
+    [""] fn cudnnActivationBackward(h: P, ad: C, alpha: C, yd: C, y: C, dyd: C, dy: C, xd: C, x: C, beta: C, dxd: C, dx: P) =>
+        call("cudnnActivationBackward", h, None, None,
+            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("x", T, xd, x, R), ("dx", T, dxd, dx, out_access(beta))], true);
+    [""] fn cudnnPoolingForward(h: P, pd: C, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
+        call("cudnnPoolingForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
+    [""] fn cudnnPoolingBackward(h: P, pd: C, alpha: C, yd: C, y: C, dyd: C, dy: C, xd: C, x: C, beta: C, dxd: C, dx: P) =>
+        call("cudnnPoolingBackward", h, None, None,
+            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("x", T, xd, x, R), ("dx", T, dxd, dx, out_access(beta))], true);
+    [""] fn cudnnSoftmaxForward(h: P, algo: c_int, mode: c_int, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
+        call("cudnnSoftmaxForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
+    [""] fn cudnnSoftmaxBackward(h: P, algo: c_int, mode: c_int, alpha: C, yd: C, y: C, dyd: C, dy: C, beta: C, dxd: C, dx: P) =>
+        call("cudnnSoftmaxBackward", h, None, None,
+            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true);
+    [""] fn cudnnAddTensor(h: P, alpha: C, ad: C, a: C, beta: C, cdesc: C, c: P) =>
+        call("cudnnAddTensor", h, None, None, &[("a", T, ad, a, R), ("c", T, cdesc, c, out_access(beta))], true);
+    [""] fn cudnnSetStream(h: P, s: P) => None;
+    [""] fn cudnnSetTensor4dDescriptor(d: P, fmt: c_int, dt: c_int, n: c_int, c: c_int, hh: c_int, w: c_int) => None;
+    [""] fn cudnnSetTensor4dDescriptorEx(d: P, dt: c_int, n: c_int, c: c_int, hh: c_int, w: c_int, ns: c_int, cs: c_int,
+        hs: c_int, ws: c_int) => None;
+    [""] fn cudnnSetTensorNdDescriptor(d: P, dt: c_int, nb: c_int, dims: *const c_int, strides: *const c_int) => None;
+    [""] fn cudnnGetTensorNdDescriptor(d: C, req: c_int, dt: *mut c_int, nb: *mut c_int, dims: *mut c_int, st: *mut c_int) => None;
+    [""] fn cudnnSetFilter4dDescriptor(d: P, dt: c_int, fmt: c_int, k: c_int, c: c_int, hh: c_int, w: c_int) => None;
+    [""] fn cudnnSetFilterNdDescriptor(d: P, dt: c_int, fmt: c_int, nb: c_int, dims: *const c_int) => None;
+    [""] fn cudnnGetFilterNdDescriptor(d: C, req: c_int, dt: *mut c_int, fmt: *mut c_int, nb: *mut c_int, dims: *mut c_int) => None;
+    [""] fn cudnnSetConvolution2dDescriptor(d: P, ph: c_int, pw: c_int, u: c_int, v: c_int, dh: c_int, dw: c_int, mode: c_int,
+        ct: c_int) => None;
+    [""] fn cudnnSetConvolutionNdDescriptor(d: P, len: c_int, pad: *const c_int, st: *const c_int, dil: *const c_int,
+        mode: c_int, ct: c_int) => None;
+    [""] fn cudnnGetConvolutionNdDescriptor(d: C, req: c_int, len: *mut c_int, pad: *mut c_int, st: *mut c_int, dil: *mut c_int,
+        mode: *mut c_int, ct: *mut c_int) => None;
+    [""] fn cudnnSetConvolutionGroupCount(d: P, g: c_int) => None;
+    [""] fn cudnnSetConvolutionMathType(d: P, m: c_int) => None;
+    [""] fn cudnnBackendCreateDescriptor(ty: c_int, d: *mut P) => None;
+    [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;
+    [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None;
+    [""] fn cudnnBackendFinalize(d: P) => None;
+    [""] fn cudnnBackendExecute(h: P, plan: P, pack: P) => backend_execute(h, plan, pack);
+}
+
+// ==================================================================== backend executions
+
+const TYPE_INT64: c_int = 3;
+const TYPE_VOID_PTR: c_int = 6;
+const TYPE_BACKEND_DESCRIPTOR: c_int = 15;
+const EXECUTION_PLAN_ENGINE_CONFIG: c_int = 401;
+const EXECUTION_PLAN_WORKSPACE_SIZE: c_int = 402;
+const ENGINECFG_ENGINE: c_int = 300;
+const ENGINE_OPERATION_GRAPH: c_int = 1300;
+const OPERATIONGRAPH_OPS: c_int = 801;
+const TENSOR_DIMENSIONS: c_int = 902;
+const TENSOR_STRIDES: c_int = 903;
+const TENSOR_UNIQUE_ID: c_int = 906;
+const VARIANT_PACK_UNIQUE_IDS: c_int = 1000;
+const VARIANT_PACK_DATA_POINTERS: c_int = 1001;
+const VARIANT_PACK_WORKSPACE: c_int = 1003;
+/// Convolution operations: the attribute of their first tensor (w-role), and the roles and
+/// accesses of the three tensors that follow (w, x, y order).
+const CONV_OPS: [(c_int, [(&str, Access); 3]); 3] = [
+    (703, [("w", R), ("x", R), ("y", Access::W)]),
+    (709, [("w", R), ("dx", Access::W), ("dy", R)]),
+    (715, [("dw", Access::W), ("x", R), ("dy", R)]),
+];
+
+fn get_attr(d: usize, name: c_int, ty: c_int, max: usize) -> Option<Vec<i64>> {
+    let get = dnn!(
+        c"cudnnBackendGetAttribute",
+        (usize, c_int, c_int, i64, *mut i64, *mut i64)
+    )?;
+    let mut n = 0i64;
+    let mut v = vec![0i64; max];
+    // SAFETY: v holds `max` 8-byte elements (all the attribute types read here are 8 bytes).
+    (unsafe { get(d, name, ty, max as i64, &mut n, v.as_mut_ptr()) } == 0).then(|| {
+        v.truncate((n.max(0) as usize).min(max));
+        v
+    })
+}
+
+fn one(d: usize, name: c_int, ty: c_int) -> Option<i64> {
+    get_attr(d, name, ty, 1)?.first().copied()
+}
+
+/// (unique id -> (role, access, dims, strides)) of every convolution tensor in the plan.
+fn plan_tensors(plan: usize) -> Vec<(i64, &'static str, Access, Vec<i64>, Vec<i64>)> {
+    let mut out = Vec::new();
+    let Some(cfg) = one(plan, EXECUTION_PLAN_ENGINE_CONFIG, TYPE_BACKEND_DESCRIPTOR) else {
+        return out;
+    };
+    let Some(engine) = one(cfg as usize, ENGINECFG_ENGINE, TYPE_BACKEND_DESCRIPTOR) else {
+        return out;
+    };
+    let Some(graph) = one(
+        engine as usize,
+        ENGINE_OPERATION_GRAPH,
+        TYPE_BACKEND_DESCRIPTOR,
+    ) else {
+        return out;
+    };
+    let ops = get_attr(
+        graph as usize,
+        OPERATIONGRAPH_OPS,
+        TYPE_BACKEND_DESCRIPTOR,
+        64,
+    )
+    .unwrap_or_default();
+    for op in ops {
+        for (first, roles) in CONV_OPS {
+            let descs: Vec<Option<i64>> = (0..3)
+                .map(|i| one(op as usize, first + i, TYPE_BACKEND_DESCRIPTOR))
+                .collect();
+            if descs.iter().any(Option::is_none) {
+                continue;
+            }
+            for (d, (role, access)) in descs.into_iter().flatten().zip(roles) {
+                let d = d as usize;
+                if let Some(uid) = one(d, TENSOR_UNIQUE_ID, TYPE_INT64) {
+                    let dims = get_attr(d, TENSOR_DIMENSIONS, TYPE_INT64, 8).unwrap_or_default();
+                    let strides = get_attr(d, TENSOR_STRIDES, TYPE_INT64, 8).unwrap_or_default();
+                    out.push((uid, role, access, dims, strides));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
+    let ids = get_attr(pack as usize, VARIANT_PACK_UNIQUE_IDS, TYPE_INT64, 256).unwrap_or_default();
+    let ptrs = get_attr(
+        pack as usize,
+        VARIANT_PACK_DATA_POINTERS,
+        TYPE_VOID_PTR,
+        256,
+    )
+    .unwrap_or_default();
+    let known = plan_tensors(plan as usize);
+    let (mut tensors, mut touches) = (Vec::new(), Vec::new());
+    for (uid, ptr) in ids.iter().zip(&ptrs) {
+        let ptr = *ptr as u64;
+        let (role, access, dims, strides) = match known.iter().find(|k| k.0 == *uid) {
+            Some((_, role, access, dims, strides)) => {
+                (role.to_string(), *access, dims.clone(), strides.clone())
+            }
+            None => (format!("uid{uid}"), Rw, Vec::new(), Vec::new()),
+        };
+        let span = 1 + dims
+            .iter()
+            .zip(&strides)
+            .map(|(d, s)| (d - 1).max(0) * s)
+            .sum::<i64>();
+        touches.extend(range(
+            ptr,
+            if dims.is_empty() { 1 } else { 4 * span as u64 },
+            access,
+        ));
+        tensors.push(TensorArg {
+            role,
+            ptr,
+            dims,
+            strides,
+            access,
+        });
+    }
+    let ws = one(pack as usize, VARIANT_PACK_WORKSPACE, TYPE_VOID_PTR).unwrap_or(0) as u64;
+    let ws_size = one(plan as usize, EXECUTION_PLAN_WORKSPACE_SIZE, TYPE_INT64)
+        .unwrap_or(0)
+        .max(0) as u64;
+    if ws != 0 && ws_size > 0 {
+        touches.extend(range(ws, ws_size, Rw));
+        tensors.push(TensorArg {
+            role: "workspace".into(),
+            ptr: ws,
+            dims: vec![],
+            strides: vec![],
+            access: Rw,
+        });
+    }
+    let stream = stream_of(h);
+    let p = Pending::new(Event::Cudnn {
+        api: "cudnnBackendExecute".into(),
+        stream,
+        algo: None,
+        workspace: Some(ws_size),
+        tensors,
+        touches,
+        result: 0,
+    });
+    Some(p.timed(stream.unwrap_or(0)))
+}

@@ -1,0 +1,83 @@
+//! CUDA driver hooks: memory, copies, memsets, launches, synchronisation. The bracketed name is
+//! the base name `cuGetProcAddress` is asked for.
+
+use super::runtime::{alloc, copy, free, memset, sync};
+use super::{Pending, hooks, launch};
+use planner::trace::Event;
+use std::ffi::{c_uint, c_void};
+
+type P = *mut c_void;
+type D = u64;
+
+const NOT_INITIALIZED: std::ffi::c_int = 3;
+
+/// CUlaunchConfig.
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared: c_uint,
+    pub stream: P,
+    pub attrs: P,
+    pub num_attrs: c_uint,
+}
+
+fn kernel(
+    api: &str,
+    f: P,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    s: P,
+    params: *mut P,
+    extra: *mut P,
+) -> Option<Pending> {
+    let touches = launch::touches(f as usize, false, params, extra);
+    let p = Pending::new(Event::Launch {
+        api: api.into(),
+        func: f as u64,
+        grid,
+        block,
+        stream: Some(s as u64),
+        touches,
+        result: 0,
+    });
+    Some(p.timed(s as u64))
+}
+
+hooks! {
+    libs = crate::real::CUDA, unavailable = NOT_INITIALIZED;
+    ["cuMemAlloc"] fn cuMemAlloc_v2(p: *mut D, size: usize) => alloc("cuMemAlloc_v2", p, size, None);
+    ["cuMemFree"] fn cuMemFree_v2(p: D) => free("cuMemFree_v2", p, None);
+    ["cuMemAllocAsync"] fn cuMemAllocAsync(p: *mut D, size: usize, s: P) => alloc("cuMemAllocAsync", p, size, Some(s as u64));
+    ["cuMemAllocFromPoolAsync"] fn cuMemAllocFromPoolAsync(p: *mut D, size: usize, pool: P, s: P) =>
+        alloc("cuMemAllocFromPoolAsync", p, size, Some(s as u64));
+    ["cuMemFreeAsync"] fn cuMemFreeAsync(p: D, s: P) => free("cuMemFreeAsync", p, Some(s as u64));
+    ["cuMemGetInfo"] fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => None;
+    ["cuMemcpy"] fn cuMemcpy(dst: D, src: D, n: usize) => copy("cuMemcpy", dst, src, n, None, None);
+    ["cuMemcpyAsync"] fn cuMemcpyAsync(dst: D, src: D, n: usize, s: P) => copy("cuMemcpyAsync", dst, src, n, None, Some(s as u64));
+    ["cuMemcpyHtoD"] fn cuMemcpyHtoD_v2(dst: D, src: *const c_void, n: usize) => copy("cuMemcpyHtoD_v2", dst, src as u64, n, Some(1), None);
+    ["cuMemcpyDtoH"] fn cuMemcpyDtoH_v2(dst: P, src: D, n: usize) => copy("cuMemcpyDtoH_v2", dst as u64, src, n, Some(2), None);
+    ["cuMemcpyDtoD"] fn cuMemcpyDtoD_v2(dst: D, src: D, n: usize) => copy("cuMemcpyDtoD_v2", dst, src, n, Some(3), None);
+    ["cuMemcpyHtoDAsync"] fn cuMemcpyHtoDAsync_v2(dst: D, src: *const c_void, n: usize, s: P) =>
+        copy("cuMemcpyHtoDAsync_v2", dst, src as u64, n, Some(1), Some(s as u64));
+    ["cuMemcpyDtoHAsync"] fn cuMemcpyDtoHAsync_v2(dst: P, src: D, n: usize, s: P) =>
+        copy("cuMemcpyDtoHAsync_v2", dst as u64, src, n, Some(2), Some(s as u64));
+    ["cuMemcpyDtoDAsync"] fn cuMemcpyDtoDAsync_v2(dst: D, src: D, n: usize, s: P) =>
+        copy("cuMemcpyDtoDAsync_v2", dst, src, n, Some(3), Some(s as u64));
+    ["cuMemsetD8"] fn cuMemsetD8_v2(p: D, v: u8, n: usize) => memset("cuMemsetD8_v2", p, n as u64, None);
+    ["cuMemsetD32"] fn cuMemsetD32_v2(p: D, v: u32, n: usize) => memset("cuMemsetD32_v2", p, 4 * n as u64, None);
+    ["cuMemsetD8Async"] fn cuMemsetD8Async(p: D, v: u8, n: usize, s: P) => memset("cuMemsetD8Async", p, n as u64, Some(s as u64));
+    ["cuMemsetD32Async"] fn cuMemsetD32Async(p: D, v: u32, n: usize, s: P) =>
+        memset("cuMemsetD32Async", p, 4 * n as u64, Some(s as u64));
+    ["cuLaunchKernel"] fn cuLaunchKernel(f: P, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+        shared: c_uint, s: P, params: *mut P, extra: *mut P) =>
+        kernel("cuLaunchKernel", f, [gx, gy, gz], [bx, by, bz], s, params, extra);
+    ["cuLaunchKernelEx"] fn cuLaunchKernelEx(cfg: *const LaunchConfig, f: P, params: *mut P, extra: *mut P) => {
+        // SAFETY: cfg is null or a valid CUlaunchConfig (API contract); read before forwarding.
+        unsafe { cfg.as_ref() }.and_then(|c| kernel("cuLaunchKernelEx", f, c.grid, c.block, c.stream, params, extra))
+    };
+    ["cuStreamSynchronize"] fn cuStreamSynchronize(s: P) => sync("cuStreamSynchronize", Some(s as u64));
+    ["cuCtxSynchronize"] fn cuCtxSynchronize() => sync("cuCtxSynchronize", None);
+    ["cuEventSynchronize"] fn cuEventSynchronize(e: P) => sync("cuEventSynchronize", None);
+    ["cuStreamWaitEvent"] fn cuStreamWaitEvent(s: P, e: P, flags: c_uint) => sync("cuStreamWaitEvent", Some(s as u64));
+}

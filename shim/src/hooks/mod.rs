@@ -1,0 +1,267 @@
+//! The hook tables. Each API family is one declarative table (`hooks!` below) that generates the
+//! exported symbols and their entries; the same entries answer `dlsym` (exact names),
+//! `cuGetProcAddress(_v2)` and `cudaGetDriverEntryPoint(ByVersion)`.
+//!
+//! Every hook: if Marmoset is off, or the thread is already inside a hook, it forwards at once.
+//! Otherwise it runs its `pre` step (which describes the call for the trace; no lock is held
+//! after it), forwards to the real function, and finishes the record with the result. A panic
+//! in either step turns Marmoset off and never reaches the caller; the call is forwarded once.
+
+pub mod cudnn;
+pub mod dl;
+pub mod driver;
+pub mod launch;
+pub mod runtime;
+
+use crate::state::{self, Guard};
+use planner::trace::{Access, Event, Touch};
+use std::ffi::CStr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One hooked function.
+pub struct Entry {
+    /// The exported name, exactly.
+    pub name: &'static CStr,
+    /// For driver functions: the base name `cuGetProcAddress` is asked for (e.g. `cuMemAlloc`
+    /// for `cuMemAlloc_v2`); empty otherwise.
+    pub base: &'static str,
+    /// Where the real function lives (sonames, first loaded wins).
+    pub libs: &'static [&'static CStr],
+    /// The address of our hook.
+    pub hook: fn() -> usize,
+    real: AtomicUsize,
+}
+
+impl Entry {
+    pub const fn new(
+        name: &'static CStr,
+        base: &'static str,
+        libs: &'static [&'static CStr],
+        hook: fn() -> usize,
+    ) -> Entry {
+        Entry {
+            name,
+            base,
+            libs,
+            hook,
+            real: AtomicUsize::new(0),
+        }
+    }
+
+    /// The real function's address (resolved on first use; 0 when it cannot be found).
+    pub fn real(&self) -> usize {
+        let p = self.real.load(Ordering::Acquire);
+        if p != 0 {
+            return p;
+        }
+        let p = crate::real::resolve(self.libs, self.name);
+        if p != 0 && p != (self.hook)() {
+            self.real.store(p, Ordering::Release);
+            return p;
+        }
+        0
+    }
+
+    /// Remembers where the real function is when a look-up (dlsym on a private handle,
+    /// cuGetProcAddress) found it before we did.
+    pub fn learn(&self, p: usize) {
+        if p != 0 && p != (self.hook)() {
+            let _ = self
+                .real
+                .compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+/// All tables.
+pub fn tables() -> [&'static [Entry]; 4] {
+    [&runtime::TABLE, &driver::TABLE, &cudnn::TABLE, &dl::TABLE]
+}
+
+/// The hooked function named exactly `name`.
+pub fn find(name: &CStr) -> Option<&'static Entry> {
+    let n = name.to_bytes();
+    tables()
+        .into_iter()
+        .flatten()
+        .find(|e| e.name.to_bytes() == n)
+}
+
+/// The driver hook whose real variant is `real`, among those with base name `base`.
+pub fn driver_variant(base: &[u8], real: usize) -> Option<&'static Entry> {
+    let dlsym = crate::real::dlsym_fn()?;
+    for e in driver::TABLE.iter().filter(|e| e.base.as_bytes() == base) {
+        if real == (e.hook)() {
+            return Some(e);
+        }
+        // SAFETY: RTLD_NOLOAD look-up of the driver and the real dlsym of an exact name.
+        let candidate = unsafe {
+            let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_NOW);
+            if h.is_null() {
+                0
+            } else {
+                let p = dlsym(h, e.name.as_ptr()) as usize;
+                libc::dlclose(h);
+                p
+            }
+        };
+        if candidate == real {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// A record in the making: described before the forwarded call, finished with its result.
+pub struct Pending {
+    pub event: Event,
+    /// Sequence number taken before the call (frees), else taken when finished.
+    pub seq: Option<u64>,
+    /// Allocation calls: where the new pointer is written, and the size.
+    pub alloc_out: Option<(*mut u64, u64)>,
+    /// Device timing: the stream and the start event.
+    pub timing: Option<(u64, usize)>,
+}
+
+impl Pending {
+    pub fn new(event: Event) -> Pending {
+        Pending {
+            event,
+            seq: None,
+            alloc_out: None,
+            timing: None,
+        }
+    }
+
+    /// Measures the call's device time on `stream` (when MARMOSET_TRACE_TIMING=1).
+    pub fn timed(mut self, stream: u64) -> Pending {
+        self.timing = crate::timing::begin(stream).map(|e| (stream, e));
+        self
+    }
+
+    fn finish(mut self, result: i32) {
+        set_result(&mut self.event, result);
+        let mut seq = self.seq;
+        if let (Some((out, size)), Event::Alloc { ptr, alloc, .. }) =
+            (self.alloc_out, &mut self.event)
+            && result == 0
+            && !out.is_null()
+        {
+            // SAFETY: the allocation call succeeded, so it wrote the new pointer through `out`.
+            *ptr = unsafe { *out };
+            let (id, s) = state::register_alloc(*ptr, size);
+            *alloc = id;
+            seq = Some(s);
+        }
+        let seq = seq.unwrap_or_else(crate::trace::next_seq);
+        if let Some((stream, start)) = self.timing {
+            crate::timing::end(seq, stream, start);
+        }
+        crate::trace::emit_seq(seq, self.event);
+    }
+}
+
+fn set_result(e: &mut Event, r: i32) {
+    match e {
+        Event::Alloc { result, .. }
+        | Event::Free { result, .. }
+        | Event::Copy { result, .. }
+        | Event::Memset { result, .. }
+        | Event::Launch { result, .. }
+        | Event::Cudnn { result, .. }
+        | Event::Sync { result, .. } => *result = r,
+        _ => {}
+    }
+}
+
+/// Runs one hooked call (see the module documentation).
+pub fn run(
+    entry: &'static Entry,
+    pre: impl FnOnce() -> Option<Pending>,
+    real: impl FnOnce() -> i32,
+) -> i32 {
+    if !state::active() {
+        return real();
+    }
+    let Some(_guard) = Guard::enter() else {
+        return real();
+    };
+    let pending = match catch_unwind(AssertUnwindSafe(|| {
+        if state::config()
+            .test_panic
+            .as_deref()
+            .is_some_and(|n| n.as_bytes() == entry.name.to_bytes())
+        {
+            panic!("MARMOSET_TEST_PANIC");
+        }
+        if crate::trace::enabled() { pre() } else { None }
+    })) {
+        Ok(p) => p,
+        Err(_) => {
+            state::disable(&format!(
+                "internal error (panic) in the {} hook",
+                entry.name.to_string_lossy()
+            ));
+            None
+        }
+    };
+    let r = real();
+    if let Some(p) = pending
+        && catch_unwind(AssertUnwindSafe(|| p.finish(r))).is_err()
+    {
+        state::disable(&format!(
+            "internal error (panic) after {}",
+            entry.name.to_string_lossy()
+        ));
+    }
+    r
+}
+
+/// Touches of a pointer range, or none for a null pointer.
+pub fn range(ptr: u64, bytes: u64, access: Access) -> Vec<Touch> {
+    if ptr == 0 {
+        Vec::new()
+    } else {
+        state::touches(ptr, bytes, access)
+    }
+}
+
+/// Generates a family's hooks and its table. Each line:
+/// `[base] fn name(args) -> ret => pre;` where `pre` describes the call (`Option<Pending>`).
+macro_rules! hooks {
+    (libs = $libs:expr, unavailable = $fail:expr; $( [$base:literal] fn $name:ident ( $($a:ident : $t:ty),* $(,)? ) => $pre:expr ; )* ) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms, dead_code)]
+        #[repr(usize)]
+        enum Id { $($name),* }
+
+        pub static TABLE: [crate::hooks::Entry; [$(stringify!($name)),*].len()] = [
+            $( crate::hooks::Entry::new(
+                // SAFETY: concat! appends the NUL the C string needs; names contain no NUL.
+                unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) },
+                $base,
+                $libs,
+                { fn addr() -> usize { $name as *const () as usize } addr },
+            ) ),*
+        ];
+
+        $(
+            #[unsafe(no_mangle)]
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> std::ffi::c_int {
+                type F = unsafe extern "C" fn($($t),*) -> std::ffi::c_int;
+                let entry = &TABLE[Id::$name as usize];
+                let p = entry.real();
+                if p == 0 {
+                    crate::state::log(crate::config::Level::Error, concat!("cannot find the real ", stringify!($name)));
+                    return $fail;
+                }
+                // SAFETY: p is the real function of this exact name, with this signature.
+                let real: F = unsafe { std::mem::transmute::<usize, F>(p) };
+                #[allow(unused_unsafe)]
+                crate::hooks::run(entry, || $pre, || unsafe { real($($a),*) })
+            }
+        )*
+    };
+}
+pub(crate) use hooks;

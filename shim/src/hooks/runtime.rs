@@ -1,0 +1,170 @@
+//! CUDA runtime hooks: memory, copies, memsets, launches, synchronisation.
+
+use super::{Pending, hooks, launch, range};
+use crate::state;
+use planner::trace::{Access, CopyDir, Event};
+use std::ffi::{c_int, c_uint, c_void};
+
+type P = *mut c_void;
+
+/// dim3, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Dim3 {
+    pub x: c_uint,
+    pub y: c_uint,
+    pub z: c_uint,
+}
+
+/// cudaLaunchConfig_t.
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid: Dim3,
+    pub block: Dim3,
+    pub shared: usize,
+    pub stream: P,
+    pub attrs: P,
+    pub num_attrs: c_uint,
+}
+
+const ERROR_INITIALIZATION: c_int = 3;
+
+pub fn alloc(api: &str, out: *mut u64, size: usize, stream: Option<u64>) -> Option<Pending> {
+    let mut p = Pending::new(Event::Alloc {
+        api: api.into(),
+        alloc: 0,
+        ptr: 0,
+        size: size as u64,
+        stream,
+        result: 0,
+    });
+    p.alloc_out = Some((out, size as u64));
+    Some(p)
+}
+
+pub fn free(api: &str, ptr: u64, stream: Option<u64>) -> Option<Pending> {
+    let (known, seq) = state::unregister_alloc(ptr);
+    let mut p = Pending::new(Event::Free {
+        api: api.into(),
+        ptr,
+        alloc: known.map(|k| k.0),
+        size: known.map(|k| k.1),
+        stream,
+        result: 0,
+    });
+    p.seq = Some(seq);
+    Some(p)
+}
+
+/// cudaMemcpyKind, or None for cudaMemcpyDefault (inferred from the pointers).
+pub fn copy(
+    api: &str,
+    dst: u64,
+    src: u64,
+    size: usize,
+    kind: Option<c_int>,
+    stream: Option<u64>,
+) -> Option<Pending> {
+    let dev = |p: u64| state::points_into(p).is_some();
+    let dir = match kind {
+        Some(0) => CopyDir::H2h,
+        Some(1) => CopyDir::H2d,
+        Some(2) => CopyDir::D2h,
+        Some(3) => CopyDir::D2d,
+        _ => match (dev(src), dev(dst)) {
+            (false, true) => CopyDir::H2d,
+            (true, false) => CopyDir::D2h,
+            (true, true) => CopyDir::D2d,
+            (false, false) => CopyDir::H2h,
+        },
+    };
+    let n = size as u64;
+    let mut touches = Vec::new();
+    if matches!(dir, CopyDir::D2h | CopyDir::D2d) {
+        touches.extend(range(src, n, Access::R));
+    }
+    if matches!(dir, CopyDir::H2d | CopyDir::D2d) {
+        touches.extend(range(dst, n, Access::W));
+    }
+    let p = Pending::new(Event::Copy {
+        api: api.into(),
+        dst,
+        src,
+        size: n,
+        dir,
+        stream,
+        touches,
+        result: 0,
+    });
+    Some(p.timed(stream.unwrap_or(0)))
+}
+
+pub fn memset(api: &str, ptr: u64, bytes: u64, stream: Option<u64>) -> Option<Pending> {
+    let touches = range(ptr, bytes, Access::W);
+    let p = Pending::new(Event::Memset {
+        api: api.into(),
+        ptr,
+        size: bytes,
+        stream,
+        touches,
+        result: 0,
+    });
+    Some(p.timed(stream.unwrap_or(0)))
+}
+
+pub fn sync(api: &str, stream: Option<u64>) -> Option<Pending> {
+    crate::timing::drain(false);
+    Some(Pending::new(Event::Sync {
+        api: api.into(),
+        stream,
+        result: 0,
+    }))
+}
+
+fn kernel(api: &str, f: u64, g: Dim3, b: Dim3, args: *mut P, stream: P) -> Option<Pending> {
+    let touches = launch::touches(f as usize, true, args, std::ptr::null_mut());
+    let p = Pending::new(Event::Launch {
+        api: api.into(),
+        func: f,
+        grid: [g.x, g.y, g.z],
+        block: [b.x, b.y, b.z],
+        stream: Some(stream as u64),
+        touches,
+        result: 0,
+    });
+    Some(p.timed(stream as u64))
+}
+
+hooks! {
+    libs = crate::real::CUDART, unavailable = ERROR_INITIALIZATION;
+    [""] fn cudaMalloc(p: *mut P, size: usize) => alloc("cudaMalloc", p as *mut u64, size, None);
+    [""] fn cudaFree(p: P) => free("cudaFree", p as u64, None);
+    [""] fn cudaMallocAsync(p: *mut P, size: usize, s: P) => alloc("cudaMallocAsync", p as *mut u64, size, Some(s as u64));
+    [""] fn cudaMallocFromPoolAsync(p: *mut P, size: usize, pool: P, s: P) =>
+        alloc("cudaMallocFromPoolAsync", p as *mut u64, size, Some(s as u64));
+    [""] fn cudaFreeAsync(p: P, s: P) => free("cudaFreeAsync", p as u64, Some(s as u64));
+    [""] fn cudaMallocHost(p: *mut P, size: usize) => None;
+    [""] fn cudaHostAlloc(p: *mut P, size: usize, flags: c_uint) => None;
+    [""] fn cudaFreeHost(p: P) => None;
+    [""] fn cudaMemGetInfo(free: *mut usize, total: *mut usize) => None;
+    [""] fn cudaMemcpy(dst: P, src: *const c_void, n: usize, kind: c_int) =>
+        copy("cudaMemcpy", dst as u64, src as u64, n, Some(kind).filter(|&k| k != 4), None);
+    [""] fn cudaMemcpyAsync(dst: P, src: *const c_void, n: usize, kind: c_int, s: P) =>
+        copy("cudaMemcpyAsync", dst as u64, src as u64, n, Some(kind).filter(|&k| k != 4), Some(s as u64));
+    [""] fn cudaMemset(p: P, v: c_int, n: usize) => memset("cudaMemset", p as u64, n as u64, None);
+    [""] fn cudaMemsetAsync(p: P, v: c_int, n: usize, s: P) => memset("cudaMemsetAsync", p as u64, n as u64, Some(s as u64));
+    [""] fn cudaLaunchKernel(f: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
+        kernel("cudaLaunchKernel", f as u64, g, b, args, s);
+    [""] fn __cudaLaunchKernel(k: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
+        kernel("__cudaLaunchKernel", k as u64, g, b, args, s);
+    [""] fn __cudaLaunchKernel_ptsz(k: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
+        kernel("__cudaLaunchKernel_ptsz", k as u64, g, b, args, s);
+    [""] fn cudaLaunchKernelExC(cfg: *const LaunchConfig, f: *const c_void, args: *mut P) => {
+        // SAFETY: cfg is null or a valid cudaLaunchConfig_t (API contract); read before forwarding.
+        unsafe { cfg.as_ref() }.and_then(|c| kernel("cudaLaunchKernelExC", f as u64, c.grid, c.block, args, c.stream))
+    };
+    [""] fn cudaStreamSynchronize(s: P) => sync("cudaStreamSynchronize", Some(s as u64));
+    [""] fn cudaDeviceSynchronize() => sync("cudaDeviceSynchronize", None);
+    [""] fn cudaEventSynchronize(e: P) => sync("cudaEventSynchronize", None);
+    [""] fn cudaStreamWaitEvent(s: P, e: P, flags: c_uint) => sync("cudaStreamWaitEvent", Some(s as u64));
+}

@@ -1,0 +1,63 @@
+//! `libmarmoset.so`: loaded with LD_PRELOAD, it sees every CUDA runtime, driver and cuDNN call a
+//! program makes, whichever way the program resolves it (linked, `dlsym` on a private handle,
+//! `cuGetProcAddress`, `cudaGetDriverEntryPoint`), forwards it, and traces it.
+//!
+//! Safety rules: a panic never crosses the C boundary (it turns Marmoset off and the call is
+//! forwarded); no lock is held across a forwarded call; calls the real libraries make back into
+//! hooked functions pass straight through; a forked child passes everything through; nothing
+//! happens until the first CUDA call. `unsafe` is confined to the FFI edge.
+#![allow(clippy::missing_safety_doc)]
+
+mod config;
+mod hooks;
+mod real;
+mod state;
+mod timing;
+mod trace;
+
+use std::ffi::{CStr, c_char, c_void};
+
+#[ctor::ctor(unsafe)]
+fn init() {
+    // SAFETY: registering a plain extern "C" child handler; no other thread runs yet.
+    unsafe { libc::pthread_atfork(None, None, Some(state::after_fork_in_child)) };
+    // Framework settings must be in the environment before the framework reads them, which can
+    // be before the first CUDA call. Nothing else happens here.
+    let Ok(cfg) = config::parse(|k| std::env::var(k).ok()) else {
+        return;
+    };
+    if cfg.disable {
+        return;
+    }
+    let (set, log, _memory_ok) = config::framework_settings(cfg.policy, |k| std::env::var(k).ok());
+    for (k, v) in set {
+        // SAFETY: library constructors run before main, on the only thread.
+        unsafe { std::env::set_var(k, v) };
+    }
+    for l in log {
+        if cfg.log >= config::Level::Info {
+            eprintln!("{l}");
+        }
+    }
+}
+
+/// The real function behind a hooked name (NULL when not hooked or not found). For benchmarks
+/// and tests that compare a direct call with a hooked one in the same process.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn marmoset_real_function(name: *const c_char) -> *mut c_void {
+    if name.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: name is a NUL-terminated string (the caller's contract).
+    let name = unsafe { CStr::from_ptr(name) };
+    hooks::find(name)
+        .map(|e| e.real() as *mut c_void)
+        .unwrap_or(std::ptr::null_mut())
+}
+
+/// Writes everything traced so far to disk (for tests; exit and `_exit` do it too).
+#[unsafe(no_mangle)]
+pub extern "C" fn marmoset_flush() {
+    timing::drain(true);
+    trace::flush();
+}

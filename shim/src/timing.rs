@@ -1,0 +1,129 @@
+//! Device durations of traced operations (MARMOSET_TRACE_TIMING=1): an event pair around the
+//! operation on its stream, read back once the end event has completed (at synchronisations,
+//! every 64 operations, and at exit), written as `timing` records.
+
+use crate::real::{CUDART, resolve};
+use planner::trace::Event;
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type Ev = *mut c_void;
+
+struct Pair {
+    seq: u64,
+    start: usize,
+    end: usize,
+}
+
+static PENDING: Mutex<Vec<Pair>> = Mutex::new(Vec::new());
+
+fn f(slot: &AtomicUsize, name: &CStr) -> usize {
+    let mut p = slot.load(Ordering::Acquire);
+    if p == 0 {
+        p = resolve(CUDART, name);
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
+
+macro_rules! rt {
+    ($name:literal, ($($t:ty),*)) => {{
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        let p = f(&SLOT, $name);
+        // SAFETY: the real cudart function named $name has this signature.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+    }};
+}
+
+fn record(stream: u64) -> Option<usize> {
+    let create = rt!(c"cudaEventCreate", (*mut Ev))?;
+    let rec = rt!(c"cudaEventRecord", (Ev, Ev))?;
+    let mut e: Ev = std::ptr::null_mut();
+    // SAFETY: real cudart calls with a valid output pointer and the caller's stream.
+    unsafe {
+        if create(&mut e) != 0 {
+            return None;
+        }
+        if rec(e, stream as Ev) != 0 {
+            destroy(e as usize);
+            return None;
+        }
+    }
+    Some(e as usize)
+}
+
+fn destroy(e: usize) {
+    if let Some(d) = rt!(c"cudaEventDestroy", (Ev)) {
+        // SAFETY: e is an event this module created.
+        unsafe { d(e as Ev) };
+    }
+}
+
+/// Records the start event before an operation on `stream`.
+pub fn begin(stream: u64) -> Option<usize> {
+    if !crate::state::config().trace_timing {
+        return None;
+    }
+    record(stream)
+}
+
+/// Records the end event after the operation `seq`.
+pub fn end(seq: u64, stream: u64, start: usize) {
+    let Some(end) = record(stream) else {
+        destroy(start);
+        return;
+    };
+    let n = {
+        let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        p.push(Pair { seq, start, end });
+        p.len()
+    };
+    if n >= 64 {
+        drain(false);
+    }
+}
+
+/// Writes the durations of completed operations (`wait`: of all of them).
+pub fn drain(wait: bool) {
+    let pairs = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
+    if pairs.is_empty() {
+        return;
+    }
+    let (Some(query), Some(sync), Some(elapsed)) = (
+        rt!(c"cudaEventQuery", (Ev)),
+        rt!(c"cudaEventSynchronize", (Ev)),
+        rt!(c"cudaEventElapsedTime", (*mut f32, Ev, Ev)),
+    ) else {
+        return;
+    };
+    let mut left = Vec::new();
+    for p in pairs {
+        // SAFETY: events created by this module; real cudart calls.
+        let done = unsafe {
+            if wait {
+                sync(p.end as Ev) == 0
+            } else {
+                query(p.end as Ev) == 0
+            }
+        };
+        if !done {
+            left.push(p);
+            continue;
+        }
+        let mut ms = 0f32;
+        // SAFETY: as above, with a valid output pointer.
+        if unsafe { elapsed(&mut ms, p.start as Ev, p.end as Ev) } == 0 {
+            crate::trace::emit(Event::Timing {
+                of: p.seq,
+                device_ms: ms as f64,
+            });
+        }
+        destroy(p.start);
+        destroy(p.end);
+    }
+    PENDING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(left);
+}
