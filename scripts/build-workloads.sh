@@ -11,14 +11,23 @@ mkdir -p "$out"
 for src in "$root"/tests/workloads/*.c; do
   name=$(basename "$src" .c)
   bin=$out/$name
+  case $name in
+    dl_*)
+      # Programs that reach CUDA only through dlopen link no CUDA library.
+      if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$root/tests/workloads/cuda_abi.h" -nt "$bin" ]; then
+        cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$root/tests/workloads" -o "$bin" "$src" -ldl
+      fi
+      continue
+      ;;
+  esac
   if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$root/tests/workloads/cuda_abi.h" -nt "$bin" ]; then
     cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$root/tests/workloads" -o "$bin" "$src" \
-      -L"$sim" -lcudart -lcudnn -ldl -lm -Wl,-rpath-link,"$sim"
+      -L"$sim" -lcudart -lcudnn -ldl -lm -lpthread -Wl,-rpath-link,"$sim"
   fi
   # The same program linked against the CUDA 12 runtime.
   if [ ! -x "$bin-cu12" ] || [ "$src" -nt "$bin-cu12" ] || [ "$root/tests/workloads/cuda_abi.h" -nt "$bin-cu12" ]; then
     cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$root/tests/workloads" -o "$bin-cu12" "$src" \
-      -L"$sim" -l:libcudart.so.12 -lcudnn -ldl -lm -Wl,-rpath-link,"$sim"
+      -L"$sim" -l:libcudart.so.12 -lcudnn -ldl -lm -lpthread -Wl,-rpath-link,"$sim"
   fi
 done
 echo "$out"

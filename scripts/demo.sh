@@ -25,3 +25,13 @@ SIMGPU_MODE=shape "$m" run --sim=p100 --no-shim -- "$bin/conv_layers" "$layers/a
 echo
 echo "== 4. ResNet-18's convolutions (N = 128) on a simulated H100, 64 MiB per layer"
 SIMGPU_MODE=shape "$m" run --sim=h100 --no-shim -- "$bin/conv_layers" "$layers/resnet18.csv" 64
+
+echo
+echo "== 5. A small CNN trainer without and with libmarmoset.so (simulated H100): identical losses, and what the trace saw"
+trace=$(mktemp)
+trap 'rm -f "$report" "$trace"' EXIT
+"$m" run --sim=h100 --no-shim -- "$bin/trainer" 5 > "$trace.plain"
+MARMOSET_TRACE_TIMING=1 "$m" run --sim=h100 --trace "$trace" -- "$bin/trainer" 5 | tee "$trace.shim"
+if cmp -s "$trace.plain" "$trace.shim"; then echo "same output with and without Marmoset"; else echo "OUTPUT DIFFERS"; exit 1; fi
+rm -f "$trace.plain" "$trace.shim"
+"$m" inspect "$trace" | sed 's/ ms$/ ms (simulated)/'

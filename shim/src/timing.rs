@@ -86,6 +86,8 @@ pub fn end(seq: u64, stream: u64, start: usize) {
 
 /// Writes the durations of completed operations (`wait`: of all of them).
 pub fn drain(wait: bool) {
+    // The event calls below must not be traced themselves (outside a hook, e.g. at exit).
+    let _guard = crate::state::Guard::enter();
     let pairs = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
     if pairs.is_empty() {
         return;

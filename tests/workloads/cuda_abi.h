@@ -154,6 +154,12 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, cudnnTenso
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
     cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t y, int requested,
     int *returned, cudnnConvolutionFwdAlgoPerf_t *perf);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, cudnnFilterDescriptor_t w,
+    cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t dx, int requested,
+    int *returned, cudnnConvolutionBwdDataAlgoPerf_t *perf);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+    cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c, cudnnFilterDescriptor_t dw, int requested,
+    int *returned, cudnnConvolutionBwdFilterAlgoPerf_t *perf);
 cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *d);
 cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d, int mode, int nan, double coef);
 cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t d);

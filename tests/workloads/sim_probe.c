@@ -11,6 +11,9 @@
  *   sim_probe faults       allocations, copies and launches, reporting each result code
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,8 +352,62 @@ static int probe_faults(void) {
   return 0;
 }
 
+/* 8 threads allocating, launching and freeing at once. */
+static void *thread_work(void *arg) {
+  long id = (long)arg;
+  for (int i = 0; i < 50; i++) {
+    float *x, *y;
+    if (cudaMalloc((void **)&x, 4096 + 64 * id) || cudaMalloc((void **)&y, 4096)) return (void *)1;
+    int n = 1024; float a = 1;
+    void *args[] = {&n, &a, &x, &y};
+    if (cudaLaunchKernel(k_axpy, ONE, ONE, args, 0, NULL)) return (void *)1;
+    if (cudaFree(x) || cudaFree(y)) return (void *)1;
+  }
+  return NULL;
+}
+
+static int probe_threads(void) {
+  register_kernels();
+  pthread_t t[8];
+  for (long i = 0; i < 8; i++) pthread_create(&t[i], NULL, thread_work, (void *)i);
+  int bad = 0;
+  for (int i = 0; i < 8; i++) { void *r; pthread_join(t[i], &r); bad |= r != NULL; }
+  printf("threads=%s allocs=%d launches=%d\n", bad ? "failed" : "ok", 8 * 50 * 2, 8 * 50);
+  return bad;
+}
+
+/* A child forked after CUDA started: it runs on (pass-through) and exits cleanly. */
+static int probe_fork(void) {
+  void *a;
+  CHECK(cudaMalloc(&a, 1000));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *b;
+    int r = cudaMalloc(&b, 2000);
+    printf("child_malloc=%d\n", r);
+    fflush(stdout);
+    _exit(r == 0 ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  void *c;
+  CHECK(cudaMalloc(&c, 3000));
+  printf("child_exit=%d parent_after=ok\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return 0;
+}
+
+/* Three allocations, then _exit, which skips atexit handlers. */
+static int probe_exit(void) {
+  void *p;
+  for (int i = 0; i < 3; i++) CHECK(cudaMalloc(&p, 4096 * (i + 1)));
+  printf("exiting\n");
+  fflush(stdout);
+  _exit(0);
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: sim_probe oom|vmm-copy|vmm-kernel|vmm-cudnn|timing|kernels|entry|shape GIB|faults\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: sim_probe oom|vmm-copy|vmm-kernel|vmm-cudnn|timing|kernels|entry|shape GIB|faults|threads|fork|exit\n"); return 2; }
   const char *p = argv[1];
   if (!strcmp(p, "oom")) return probe_oom();
   if (!strncmp(p, "vmm-", 4)) return probe_vmm(p + 4);
@@ -359,6 +416,9 @@ int main(int argc, char **argv) {
   if (!strcmp(p, "entry")) return probe_entry();
   if (!strcmp(p, "shape")) return probe_shape(argc > 2 ? atoi(argv[2]) : 40);
   if (!strcmp(p, "faults")) return probe_faults();
+  if (!strcmp(p, "threads")) return probe_threads();
+  if (!strcmp(p, "fork")) return probe_fork();
+  if (!strcmp(p, "exit")) return probe_exit();
   fprintf(stderr, "unknown probe %s\n", p);
   return 2;
 }

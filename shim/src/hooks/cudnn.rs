@@ -321,8 +321,11 @@ fn one(d: usize, name: c_int, ty: c_int) -> Option<i64> {
     get_attr(d, name, ty, 1)?.first().copied()
 }
 
-/// (unique id -> (role, access, dims, strides)) of every convolution tensor in the plan.
-fn plan_tensors(plan: usize) -> Vec<(i64, &'static str, Access, Vec<i64>, Vec<i64>)> {
+/// A convolution tensor of a plan: (unique id, role, access, dims, strides).
+type PlanTensor = (i64, &'static str, Access, Vec<i64>, Vec<i64>);
+
+/// Every convolution tensor in the plan.
+fn plan_tensors(plan: usize) -> Vec<PlanTensor> {
     let mut out = Vec::new();
     let Some(cfg) = one(plan, EXECUTION_PLAN_ENGINE_CONFIG, TYPE_BACKEND_DESCRIPTOR) else {
         return out;

@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Layout = Vec<(usize, usize)>;
 
-static LAYOUTS: Mutex<Option<HashMap<(usize, bool), Option<Layout>>>> = Mutex::new(None);
+/// Parameter layouts by (kernel handle, is a runtime handle); None when the driver cannot say.
+type Layouts = HashMap<(usize, bool), Option<Layout>>;
+
+static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
 
 fn real(slot: &AtomicUsize, libs: &[&std::ffi::CStr], name: &std::ffi::CStr) -> usize {
     let mut p = slot.load(Ordering::Acquire);

@@ -113,3 +113,48 @@ pub fn temp_path(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("{}-{name}", std::process::id()))
 }
+
+/// Runs a workload under `marmoset run --sim=h100` with libmarmoset.so, writing a trace; returns
+/// the output and the trace's records (empty when none was written).
+pub fn run_shim(
+    env: &[(&str, &str)],
+    prog: &str,
+    args: &[&str],
+) -> (Output, Vec<serde_json::Value>) {
+    let trace = temp_path(&format!("{prog}-{}.jsonl", unique()));
+    let mut c = Command::new(marmoset());
+    c.args(["run", "--sim=h100", "--trace"])
+        .arg(&trace)
+        .arg("--");
+    c.arg(workloads().join(prog)).args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
+            c.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run marmoset");
+    let records = std::fs::read_to_string(&trace)
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.is_empty())
+                .map(|l| serde_json::from_str(l).expect("a JSON line"))
+                .collect()
+        })
+        .unwrap_or_default();
+    std::fs::remove_file(&trace).ok();
+    (out, records)
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Records of a kind.
+pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}

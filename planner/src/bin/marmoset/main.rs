@@ -21,8 +21,16 @@ enum Cmd {
     /// Print the directory holding the simulated GPU's libraries (libcuda.so.1, libcudart.so.12,
     /// libcudart.so.13, libcudnn.so.9).
     SimPath,
-    /// Run a command, on the simulated GPU with --sim.
+    /// Run a command under Marmoset (or without it, --no-shim), on the simulated GPU with --sim.
     Run(RunArgs),
+    /// Summarise a trace: calls by kind and API, allocations, peak memory load, device time.
+    Inspect {
+        /// A trace written with MARMOSET_TRACE / --trace.
+        trace: PathBuf,
+        /// The summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -58,6 +66,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }),
         Cmd::Run(a) => run(a),
+        Cmd::Inspect { trace, json } => inspect(&trace, json),
     };
     match r {
         Ok(c) => c,
@@ -182,6 +191,32 @@ fn run(a: RunArgs) -> Result<ExitCode> {
         .status()
         .with_context(|| format!("cannot run {}", a.cmd[0]))?;
     Ok(exit_code(status))
+}
+
+fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let records =
+        planner::trace::read(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let s = planner::inspect::summarize(&records);
+    if json {
+        let v = serde_json::json!({
+            "records": s.records,
+            "by_kind": s.by_kind,
+            "by_api": s.by_api,
+            "failed_calls": s.failed_calls,
+            "allocations": s.allocations,
+            "bytes_allocated": s.bytes_allocated,
+            "peak_load_bytes": s.peak_load,
+            "peak_at_seq": s.peak_at.map(|p| p.0),
+            "largest": s.largest.iter().map(|(b, api, seq)| serde_json::json!({"bytes": b, "api": api, "seq": seq})).collect::<Vec<_>>(),
+            "device_ms": s.device_ms,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{s}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The command's own exit status; a signal becomes 128 + its number, as shells report it.

@@ -1,0 +1,204 @@
+//! `marmoset inspect`: a summary of a trace: calls by kind and API, bytes allocated, the peak
+//! memory load and when it happened, the largest allocations, device time by kind.
+
+use crate::trace::{Event, Record};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Summary {
+    pub records: usize,
+    pub by_kind: BTreeMap<String, u64>,
+    pub by_api: BTreeMap<String, u64>,
+    pub failed_calls: u64,
+    pub allocations: u64,
+    pub bytes_allocated: u64,
+    /// Largest sum of live allocation sizes, and the record (seq, host ns) where it was reached.
+    pub peak_load: u64,
+    pub peak_at: Option<(u64, u64)>,
+    /// (size, api, seq), largest first, at most five.
+    pub largest: Vec<(u64, String, u64)>,
+    /// Device milliseconds by kind, from timing records.
+    pub device_ms: BTreeMap<String, f64>,
+    pub frees_of_unknown_pointers: u64,
+}
+
+pub fn summarize(records: &[Record]) -> Summary {
+    let mut s = Summary {
+        records: records.len(),
+        ..Summary::default()
+    };
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut load = 0u64;
+    let mut kind_of: HashMap<u64, &'static str> = HashMap::new();
+    let mut allocs: Vec<(u64, String, u64)> = Vec::new();
+    for r in records {
+        let kind = r.event.kind();
+        if let Event::Timing { of, device_ms } = &r.event {
+            if let Some(k) = kind_of.get(of) {
+                *s.device_ms.entry(k.to_string()).or_default() += device_ms;
+            }
+            continue;
+        }
+        if kind == "header" {
+            continue;
+        }
+        *s.by_kind.entry(kind.into()).or_default() += 1;
+        if let Some(api) = r.event.api() {
+            *s.by_api.entry(api.into()).or_default() += 1;
+        }
+        kind_of.insert(r.seq, kind);
+        match &r.event {
+            Event::Alloc {
+                alloc,
+                size,
+                result,
+                api,
+                ..
+            } if *result == 0 => {
+                s.allocations += 1;
+                s.bytes_allocated += size;
+                live.insert(*alloc, *size);
+                load += size;
+                allocs.push((*size, api.clone(), r.seq));
+                if load > s.peak_load {
+                    s.peak_load = load;
+                    s.peak_at = Some((r.seq, r.t_ns));
+                }
+            }
+            Event::Free { alloc, .. } => match alloc.and_then(|a| live.remove(&a)) {
+                Some(size) => load -= size,
+                None => s.frees_of_unknown_pointers += 1,
+            },
+            _ => {}
+        }
+        let result = match &r.event {
+            Event::Alloc { result, .. }
+            | Event::Free { result, .. }
+            | Event::Copy { result, .. }
+            | Event::Memset { result, .. }
+            | Event::Launch { result, .. }
+            | Event::Cudnn { result, .. }
+            | Event::Sync { result, .. } => *result,
+            _ => 0,
+        };
+        if result != 0 {
+            s.failed_calls += 1;
+        }
+    }
+    allocs.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)));
+    allocs.truncate(5);
+    s.largest = allocs;
+    s
+}
+
+fn size(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[i])
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let calls: u64 = self.by_kind.values().sum();
+        writeln!(
+            f,
+            "{} records, {calls} calls ({} failed)",
+            self.records, self.failed_calls
+        )?;
+        writeln!(f, "calls by kind:")?;
+        for (k, n) in &self.by_kind {
+            writeln!(f, "  {k:<8} {n}")?;
+        }
+        writeln!(f, "calls by API:")?;
+        let mut apis: Vec<_> = self.by_api.iter().collect();
+        apis.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (api, n) in apis {
+            writeln!(f, "  {api:<48} {n}")?;
+        }
+        writeln!(
+            f,
+            "allocations: {} ({} in all)",
+            self.allocations,
+            size(self.bytes_allocated)
+        )?;
+        match self.peak_at {
+            Some((seq, t)) => writeln!(
+                f,
+                "peak memory load: {} at record {seq} ({:.3} ms after start)",
+                size(self.peak_load),
+                t as f64 / 1e6
+            )?,
+            None => writeln!(f, "peak memory load: 0 B")?,
+        }
+        if self.frees_of_unknown_pointers > 0 {
+            writeln!(
+                f,
+                "frees of pointers not allocated in the trace: {}",
+                self.frees_of_unknown_pointers
+            )?;
+        }
+        writeln!(f, "largest allocations:")?;
+        for (b, api, seq) in &self.largest {
+            writeln!(f, "  {:>12}  {api} (record {seq})", size(*b))?;
+        }
+        if self.device_ms.is_empty() {
+            writeln!(
+                f,
+                "device time: not measured (run with MARMOSET_TRACE_TIMING=1)"
+            )?;
+        } else {
+            writeln!(f, "device time by kind:")?;
+            for (k, ms) in &self.device_ms {
+                writeln!(f, "  {k:<8} {ms:.3} ms")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::read;
+
+    #[test]
+    fn peak_load_and_counts() {
+        let text = r#"
+{"seq":0,"t_ns":0,"tid":1,"kind":"header","schema":1,"pid":1,"policy":"none","marmoset":"0"}
+{"seq":1,"t_ns":10,"tid":1,"kind":"alloc","api":"cudaMalloc","alloc":1,"ptr":100,"size":1000,"result":0}
+{"seq":2,"t_ns":20,"tid":1,"kind":"alloc","api":"cudaMalloc","alloc":2,"ptr":5000,"size":3000,"result":0}
+{"seq":3,"t_ns":30,"tid":1,"kind":"free","api":"cudaFree","ptr":100,"alloc":1,"size":1000,"result":0}
+{"seq":4,"t_ns":40,"tid":1,"kind":"alloc","api":"cuMemAlloc_v2","alloc":3,"ptr":100,"size":500,"result":0}
+{"seq":5,"t_ns":50,"tid":1,"kind":"alloc","api":"cudaMalloc","alloc":0,"ptr":0,"size":99999,"result":2}
+{"seq":6,"t_ns":60,"tid":1,"kind":"launch","api":"cudaLaunchKernel","func":7,"grid":[1,1,1],"block":[1,1,1],"touches":[],"result":0}
+{"seq":7,"t_ns":70,"tid":1,"kind":"timing","of":6,"device_ms":1.5}
+{"seq":8,"t_ns":80,"tid":1,"kind":"free","api":"cudaFree","ptr":77,"result":1}
+"#;
+        let s = summarize(&read(text).unwrap());
+        assert_eq!(s.peak_load, 4000);
+        assert_eq!(s.peak_at, Some((2, 20)));
+        assert_eq!(s.allocations, 3);
+        assert_eq!(s.bytes_allocated, 4500);
+        assert_eq!(s.by_kind["alloc"], 4);
+        assert_eq!(s.by_api["cudaMalloc"], 3);
+        assert_eq!(s.failed_calls, 2);
+        assert_eq!(s.frees_of_unknown_pointers, 1);
+        assert_eq!(s.largest[0], (3000, "cudaMalloc".to_string(), 2));
+        assert_eq!(s.device_ms["launch"], 1.5);
+        let text = s.to_string();
+        assert!(
+            text.contains("peak memory load: 3.91 KiB at record 2"),
+            "{text}"
+        );
+    }
+}
