@@ -23,6 +23,28 @@ enum Cmd {
     SimPath,
     /// Run a command under Marmoset (or without it, --no-shim), on the simulated GPU with --sim.
     Run(RunArgs),
+    /// μ-cuDNN offline: the best configuration and the desirable front of a convolution from its
+    /// measured micro-configurations (CSV: batch,algo,time_ms,workspace_bytes); with --wd, one
+    /// configuration per kernel under a total workspace.
+    Microbatch {
+        /// Micro-configuration tables (several with --wd).
+        #[arg(long = "table", required = true, value_name = "FILE.csv")]
+        tables: Vec<PathBuf>,
+        /// The mini-batch size N.
+        #[arg(long)]
+        batch: u64,
+        /// Workspace limit per kernel (WR) or in total (--wd), e.g. 64MiB.
+        #[arg(long)]
+        workspace: String,
+        /// Micro-batch sizes: all, pow2, undivided.
+        #[arg(long, default_value = "pow2")]
+        sizes: String,
+        /// WD: several kernels sharing one workspace of --workspace bytes.
+        #[arg(long)]
+        wd: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Summarise a trace: calls by kind and API, allocations, peak memory load, device time.
     Inspect {
         /// A trace written with MARMOSET_TRACE / --trace.
@@ -67,6 +89,14 @@ fn main() -> ExitCode {
         }),
         Cmd::Run(a) => run(a),
         Cmd::Inspect { trace, json } => inspect(&trace, json),
+        Cmd::Microbatch {
+            tables,
+            batch,
+            workspace,
+            sizes,
+            wd,
+            json,
+        } => microbatch(&tables, batch, &workspace, &sizes, wd, json),
     };
     match r {
         Ok(c) => c,
@@ -191,6 +221,147 @@ fn run(a: RunArgs) -> Result<ExitCode> {
         .status()
         .with_context(|| format!("cannot run {}", a.cmd[0]))?;
     Ok(exit_code(status))
+}
+
+fn config_json(c: &planner::microbatch::Configuration) -> serde_json::Value {
+    serde_json::json!({
+        "time_ms": c.time_ms,
+        "workspace_bytes": c.workspace,
+        "config": c.parts.iter().map(|(b, a)| serde_json::json!({"batch": b, "algo": a})).collect::<Vec<_>>(),
+    })
+}
+
+fn parts_text(c: &planner::microbatch::Configuration) -> String {
+    let mut groups: Vec<(u64, i32, usize)> = Vec::new();
+    for &(b, a) in &c.parts {
+        match groups.last_mut() {
+            Some(g) if g.0 == b && g.1 == a => g.2 += 1,
+            _ => groups.push((b, a, 1)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(b, a, k)| format!("{k} x {b} (algo {a})"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+fn microbatch(
+    tables: &[PathBuf],
+    batch: u64,
+    workspace: &str,
+    sizes: &str,
+    wd: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    use planner::microbatch::{Sizes, desirable, fastest, read_table, wd as solve_wd};
+    let limit = planner::parse_size(workspace).map_err(|e| anyhow::anyhow!("--workspace: {e}"))?;
+    let sizes = Sizes::parse(sizes)
+        .with_context(|| format!("--sizes {sizes:?}: accepted are {}", Sizes::ACCEPTED))?;
+    if batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let mut loaded = Vec::new();
+    for t in tables {
+        let text =
+            std::fs::read_to_string(t).with_context(|| format!("cannot read {}", t.display()))?;
+        loaded.push(read_table(&text).map_err(|e| anyhow::anyhow!("{}: {e}", t.display()))?);
+    }
+    if !wd {
+        if loaded.len() != 1 {
+            bail!("one --table without --wd");
+        }
+        let Some(best) = fastest(batch, &loaded[0], limit, sizes) else {
+            bail!("no configuration of the table covers a batch of {batch} within {workspace}");
+        };
+        let front = desirable(batch, &loaded[0], limit, sizes);
+        if json {
+            let v = serde_json::json!({
+                "best": config_json(&best),
+                "front": front.iter().map(|c| serde_json::json!({"time_ms": c.time_ms, "workspace_bytes": c.workspace, "kernels": c.parts.len()})).collect::<Vec<_>>(),
+            });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!(
+                "best: {:.4} ms, workspace {} B: {}",
+                best.time_ms,
+                best.workspace,
+                parts_text(&best)
+            );
+            println!("desirable front ({} configurations):", front.len());
+            for c in &front {
+                println!(
+                    "  {:>10.4} ms {:>14} B  {}",
+                    c.time_ms,
+                    c.workspace,
+                    parts_text(c)
+                );
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let fronts: Vec<Vec<planner::microbatch::Configuration>> = loaded
+        .iter()
+        .map(|t| desirable(batch, t, limit, sizes))
+        .collect();
+    for (t, f) in tables.iter().zip(&fronts) {
+        if f.is_empty() {
+            bail!(
+                "{}: no configuration covers a batch of {batch} within {workspace}",
+                t.display()
+            );
+        }
+    }
+    let options: Vec<Vec<(f64, u64)>> = fronts
+        .iter()
+        .map(|f| f.iter().map(|c| (c.time_ms, c.workspace)).collect())
+        .collect();
+    let Some(sol) = solve_wd(&options, limit, 2_000_000) else {
+        bail!("the kernels' smallest configurations together need more than {workspace}");
+    };
+    let chosen: Vec<&planner::microbatch::Configuration> = sol
+        .choice
+        .iter()
+        .zip(&fronts)
+        .map(|(&j, f)| &f[j])
+        .collect();
+    if json {
+        let v = serde_json::json!({
+            "time_ms": sol.time_ms,
+            "workspace_bytes": sol.workspace,
+            "exact": sol.exact,
+            "lower_bound_ms": sol.lower_bound_ms,
+            "kernels": tables.iter().zip(&chosen).map(|(t, c)| {
+                let mut j = config_json(c);
+                j["table"] = serde_json::json!(t.display().to_string());
+                j
+            }).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "WD: {:.4} ms in all, workspace {} B of {} B ({}; lower bound {:.4} ms)",
+            sol.time_ms,
+            sol.workspace,
+            limit,
+            if sol.exact {
+                "optimal"
+            } else {
+                "node budget reached"
+            },
+            sol.lower_bound_ms
+        );
+        for (t, c) in tables.iter().zip(&chosen) {
+            println!(
+                "  {}: {:.4} ms, {} B: {}",
+                t.display(),
+                c.time_ms,
+                c.workspace,
+                parts_text(c)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
