@@ -35,3 +35,9 @@ MARMOSET_TRACE_TIMING=1 "$m" run --sim=h100 --trace "$trace" -- "$bin/trainer" 5
 if cmp -s "$trace.plain" "$trace.shim"; then echo "same output with and without Marmoset"; else echo "OUTPUT DIFFERS"; exit 1; fi
 rm -f "$trace.plain" "$trace.shim"
 "$m" inspect "$trace" | sed 's/ ms$/ ms (simulated)/'
+
+echo
+echo "== 6. μ-cuDNN through libmarmoset.so: AlexNet on a simulated P100, 64 MiB per kernel, micro-batched (compare with step 2)"
+cache=$(mktemp -d)
+SIMGPU_MODE=shape MARMOSET_CACHE_DIR="$cache" "$m" run --sim=p100 --workspace-limit 64MiB -- "$bin/conv_layers" "$layers/alexnet.csv" 64
+rm -rf "$cache"

@@ -2,6 +2,7 @@
 //! parse is reported in one stderr line (variable, value, what is accepted) and Marmoset passes
 //! every call through unchanged.
 
+use planner::microbatch::Sizes;
 use planner::{SIZE_ACCEPTED, parse_size};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,8 +56,23 @@ pub struct Config {
     pub disable: bool,
     pub memory_limit: Option<Limit>,
     pub workspace_limit: Option<u64>,
+    /// WD: one workspace of this size shared by all convolution kernels.
+    pub workspace_total: Option<u64>,
+    /// Micro-batch sizes benchmarked (MARMOSET_BATCH_SIZES).
+    pub batch_sizes: Sizes,
+    /// Where the benchmark database lives (MARMOSET_CACHE_DIR).
+    pub cache_dir: Option<String>,
     /// Test facility: panic inside the named hook (MARMOSET_TEST_PANIC).
     pub test_panic: Option<String>,
+    /// Test facility: plan every convolution as micro-batches of this many images.
+    pub test_microbatch: Option<u64>,
+}
+
+impl Config {
+    /// Micro-batching (μ-cuDNN) is on when a workspace limit (WR) or total (WD) is given.
+    pub fn microbatching(&self) -> bool {
+        self.workspace_limit.is_some() || self.workspace_total.is_some()
+    }
 }
 
 impl Default for Config {
@@ -69,7 +85,11 @@ impl Default for Config {
             disable: false,
             memory_limit: None,
             workspace_limit: None,
+            workspace_total: None,
+            batch_sizes: Sizes::Pow2,
+            cache_dir: None,
             test_panic: None,
+            test_microbatch: None,
         }
     }
 }
@@ -138,7 +158,30 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             Err(_) => errors.push(bad("MARMOSET_WORKSPACE_LIMIT", &v, SIZE_ACCEPTED)),
         }
     }
+    if let Some(v) = var("MARMOSET_WORKSPACE_TOTAL") {
+        match parse_size(&v) {
+            Ok(b) => c.workspace_total = Some(b),
+            Err(_) => errors.push(bad("MARMOSET_WORKSPACE_TOTAL", &v, SIZE_ACCEPTED)),
+        }
+    }
+    if let Some(v) = var("MARMOSET_BATCH_SIZES") {
+        match Sizes::parse(&v) {
+            Some(s) => c.batch_sizes = s,
+            None => errors.push(bad("MARMOSET_BATCH_SIZES", &v, Sizes::ACCEPTED)),
+        }
+    }
+    c.cache_dir = var("MARMOSET_CACHE_DIR");
     c.test_panic = var("MARMOSET_TEST_PANIC");
+    if let Some(v) = var("MARMOSET_TEST_MICROBATCH") {
+        match v.parse::<u64>() {
+            Ok(b) if b >= 1 => c.test_microbatch = Some(b),
+            _ => errors.push(bad(
+                "MARMOSET_TEST_MICROBATCH",
+                &v,
+                "a whole number of images, at least 1",
+            )),
+        }
+    }
     if errors.is_empty() {
         Ok(c)
     } else {
@@ -268,6 +311,9 @@ mod tests {
             ("MARMOSET_MEMORY_LIMIT", "1.5", "fraction"),
             ("MARMOSET_MEMORY_LIMIT", "lots", "MiB"),
             ("MARMOSET_WORKSPACE_LIMIT", "64XB", "MiB"),
+            ("MARMOSET_WORKSPACE_TOTAL", "much", "MiB"),
+            ("MARMOSET_BATCH_SIZES", "some", "all, pow2, undivided"),
+            ("MARMOSET_TEST_MICROBATCH", "0", "at least 1"),
         ] {
             let e = parse(env(&[(var, val)])).unwrap_err();
             assert_eq!(e.len(), 1);

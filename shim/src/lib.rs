@@ -10,6 +10,7 @@
 
 mod config;
 mod hooks;
+mod microbatch;
 mod real;
 mod state;
 mod timing;

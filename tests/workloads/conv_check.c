@@ -161,7 +161,8 @@ static void run_case(cudnnHandle_t h, const Case *cs, int index) {
   for (size_t i = 0; i < xn; i++) { x[i] = frand(); dx0[i] = frand(); }
   for (size_t i = 0; i < wn; i++) { w[i] = frand(); dw0[i] = frand(); }
   for (size_t i = 0; i < yn; i++) { y0[i] = frand(); dy[i] = frand(); }
-  float alpha = 0.75f + 0.5f * (float)(index % 3), beta = (index % 4 == 0) ? 0.0f : -0.35f;
+  float alpha = 0.75f + 0.5f * (float)(index % 3);
+  float beta = index % 4 == 0 ? 0.0f : index % 4 == 2 ? 1.0f : -0.35f; /* 0, 1 and other values */
 
   /* References. */
   double *ref_y = calloc(yn, sizeof *ref_y), *ref_dx = calloc(xn, sizeof *ref_dx), *ref_dw = calloc(wn, sizeof *ref_dw);

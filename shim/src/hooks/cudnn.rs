@@ -189,55 +189,112 @@ fn call(
     })
 }
 
+use crate::microbatch::{self, AlgoPerf, Call, Dir, Query};
 use Access::{R, Rw};
+
+type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P) -> c_int;
+
+fn conv(entry: &'static super::Entry, h: P, q: Query, c: Call, real: ConvFn) -> Option<c_int> {
+    super::attempt(entry, || microbatch::run(h, &q, &c, real))
+}
+
+fn query(
+    entry: &'static super::Entry,
+    h: P,
+    q: Query,
+    req: c_int,
+    ret: *mut c_int,
+    perf: P,
+) -> Option<c_int> {
+    super::attempt(entry, || {
+        microbatch::answer_query(h, &q, req, ret, perf as *mut AlgoPerf)
+    })
+}
+
+fn workspace(entry: &'static super::Entry, h: P, q: Query, size: *mut usize) -> Option<c_int> {
+    super::attempt(entry, || microbatch::answer_workspace(h, &q, size))
+}
 use Kind::{Filter as F, Tensor as T};
 
 hooks! {
-    libs = crate::real::CUDNN, unavailable = NOT_INITIALIZED;
+    libs = crate::real::CUDNN, unavailable = NOT_INITIALIZED, names = (entry, real);
     [""] fn cudnnConvolutionForward(h: P, alpha: C, xd: C, x: C, wd: C, w: C, cd: C, algo: c_int, ws: P, wss: usize,
         beta: C, yd: C, y: P) =>
         call("cudnnConvolutionForward", h, Some(algo), Some((ws, wss)),
-            &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, out_access(beta))], true);
+            &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, out_access(beta))], true),
+        call = conv(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd },
+            Call { alpha, beta, x: x as usize, w: w as usize, y: y as usize, ws, ws_size: wss }, real)
+            .unwrap_or_else(|| unsafe { real(h, alpha, xd, x, wd, w, cd, algo, ws, wss, beta, yd, y) });
     [""] fn cudnnConvolutionBackwardData(h: P, alpha: C, wd: C, w: C, dyd: C, dy: C, cd: C, algo: c_int, ws: P, wss: usize,
         beta: C, dxd: C, dx: P) =>
         call("cudnnConvolutionBackwardData", h, Some(algo), Some((ws, wss)),
-            &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true);
+            &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true),
+        call = conv(entry, h, Query { dir: Dir::BwdData, x: dxd, w: wd, conv: cd, y: dyd },
+            Call { alpha, beta, x: dx as usize, w: w as usize, y: dy as usize, ws, ws_size: wss }, real)
+            .unwrap_or_else(|| unsafe { real(h, alpha, wd, w, dyd, dy, cd, algo, ws, wss, beta, dxd, dx) });
     [""] fn cudnnConvolutionBackwardFilter(h: P, alpha: C, xd: C, x: C, dyd: C, dy: C, cd: C, algo: c_int, ws: P,
         wss: usize, beta: C, dwd: C, dw: P) =>
         call("cudnnConvolutionBackwardFilter", h, Some(algo), Some((ws, wss)),
-            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, out_access(beta))], true);
+            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, out_access(beta))], true),
+        call = conv(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd },
+            Call { alpha, beta, x: x as usize, w: dw as usize, y: dy as usize, ws, ws_size: wss }, real)
+            .unwrap_or_else(|| unsafe { real(h, alpha, xd, x, dyd, dy, cd, algo, ws, wss, beta, dwd, dw) });
     [""] fn cudnnConvolutionBackwardBias(h: P, alpha: C, dyd: C, dy: C, beta: C, dbd: C, db: P) =>
         call("cudnnConvolutionBackwardBias", h, None, None, &[("dy", T, dyd, dy, R), ("db", T, dbd, db, out_access(beta))], true);
     [""] fn cudnnFindConvolutionForwardAlgorithm(h: P, xd: C, wd: C, cd: C, yd: C, req: c_int, ret: *mut c_int, perf: P) =>
-        call("cudnnFindConvolutionForwardAlgorithm", h, None, None, &[], false);
+        call("cudnnFindConvolutionForwardAlgorithm", h, None, None, &[], false),
+        call = query(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, xd, wd, cd, yd, req, ret, perf) });
     [""] fn cudnnFindConvolutionBackwardDataAlgorithm(h: P, wd: C, dyd: C, cd: C, dxd: C, req: c_int, ret: *mut c_int, perf: P) =>
-        call("cudnnFindConvolutionBackwardDataAlgorithm", h, None, None, &[], false);
+        call("cudnnFindConvolutionBackwardDataAlgorithm", h, None, None, &[], false),
+        call = query(entry, h, Query { dir: Dir::BwdData, x: dxd, w: wd, conv: cd, y: dyd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, wd, dyd, cd, dxd, req, ret, perf) });
     [""] fn cudnnFindConvolutionBackwardFilterAlgorithm(h: P, xd: C, dyd: C, cd: C, dwd: C, req: c_int, ret: *mut c_int, perf: P) =>
-        call("cudnnFindConvolutionBackwardFilterAlgorithm", h, None, None, &[], false);
+        call("cudnnFindConvolutionBackwardFilterAlgorithm", h, None, None, &[], false),
+        call = query(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, xd, dyd, cd, dwd, req, ret, perf) });
     [""] fn cudnnFindConvolutionForwardAlgorithmEx(h: P, xd: C, x: C, wd: C, w: C, cd: C, yd: C, y: P, req: c_int,
         ret: *mut c_int, perf: P, ws: P, wss: usize) =>
         call("cudnnFindConvolutionForwardAlgorithmEx", h, None, Some((ws, wss)),
-            &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, Access::W)], false);
+            &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, Access::W)], false),
+        call = query(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, xd, x, wd, w, cd, yd, y, req, ret, perf, ws, wss) });
     [""] fn cudnnFindConvolutionBackwardDataAlgorithmEx(h: P, wd: C, w: C, dyd: C, dy: C, cd: C, dxd: C, dx: P, req: c_int,
         ret: *mut c_int, perf: P, ws: P, wss: usize) =>
         call("cudnnFindConvolutionBackwardDataAlgorithmEx", h, None, Some((ws, wss)),
-            &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, Access::W)], false);
+            &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, Access::W)], false),
+        call = query(entry, h, Query { dir: Dir::BwdData, x: dxd, w: wd, conv: cd, y: dyd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, wd, w, dyd, dy, cd, dxd, dx, req, ret, perf, ws, wss) });
     [""] fn cudnnFindConvolutionBackwardFilterAlgorithmEx(h: P, xd: C, x: C, dyd: C, dy: C, cd: C, dwd: C, dw: P, req: c_int,
         ret: *mut c_int, perf: P, ws: P, wss: usize) =>
         call("cudnnFindConvolutionBackwardFilterAlgorithmEx", h, None, Some((ws, wss)),
-            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, Access::W)], false);
+            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, Access::W)], false),
+        call = query(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, xd, x, dyd, dy, cd, dwd, dw, req, ret, perf, ws, wss) });
     [""] fn cudnnGetConvolutionForwardAlgorithm_v7(h: P, xd: C, wd: C, cd: C, yd: C, req: c_int, ret: *mut c_int, perf: P) =>
-        call("cudnnGetConvolutionForwardAlgorithm_v7", h, None, None, &[], false);
+        call("cudnnGetConvolutionForwardAlgorithm_v7", h, None, None, &[], false),
+        call = query(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, xd, wd, cd, yd, req, ret, perf) });
     [""] fn cudnnGetConvolutionBackwardDataAlgorithm_v7(h: P, wd: C, dyd: C, cd: C, dxd: C, req: c_int, ret: *mut c_int, perf: P) =>
-        call("cudnnGetConvolutionBackwardDataAlgorithm_v7", h, None, None, &[], false);
+        call("cudnnGetConvolutionBackwardDataAlgorithm_v7", h, None, None, &[], false),
+        call = query(entry, h, Query { dir: Dir::BwdData, x: dxd, w: wd, conv: cd, y: dyd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, wd, dyd, cd, dxd, req, ret, perf) });
     [""] fn cudnnGetConvolutionBackwardFilterAlgorithm_v7(h: P, xd: C, dyd: C, cd: C, dwd: C, req: c_int, ret: *mut c_int, perf: P) =>
-        call("cudnnGetConvolutionBackwardFilterAlgorithm_v7", h, None, None, &[], false);
+        call("cudnnGetConvolutionBackwardFilterAlgorithm_v7", h, None, None, &[], false),
+        call = query(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd }, req, ret, perf)
+            .unwrap_or_else(|| unsafe { real(h, xd, dyd, cd, dwd, req, ret, perf) });
     [""] fn cudnnGetConvolutionForwardWorkspaceSize(h: P, xd: C, wd: C, cd: C, yd: C, algo: c_int, size: *mut usize) =>
-        call("cudnnGetConvolutionForwardWorkspaceSize", h, Some(algo), None, &[], false);
+        call("cudnnGetConvolutionForwardWorkspaceSize", h, Some(algo), None, &[], false),
+        call = workspace(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd }, size)
+            .unwrap_or_else(|| unsafe { real(h, xd, wd, cd, yd, algo, size) });
     [""] fn cudnnGetConvolutionBackwardDataWorkspaceSize(h: P, wd: C, dyd: C, cd: C, dxd: C, algo: c_int, size: *mut usize) =>
-        call("cudnnGetConvolutionBackwardDataWorkspaceSize", h, Some(algo), None, &[], false);
+        call("cudnnGetConvolutionBackwardDataWorkspaceSize", h, Some(algo), None, &[], false),
+        call = workspace(entry, h, Query { dir: Dir::BwdData, x: dxd, w: wd, conv: cd, y: dyd }, size)
+            .unwrap_or_else(|| unsafe { real(h, wd, dyd, cd, dxd, algo, size) });
     [""] fn cudnnGetConvolutionBackwardFilterWorkspaceSize(h: P, xd: C, dyd: C, cd: C, dwd: C, algo: c_int, size: *mut usize) =>
-        call("cudnnGetConvolutionBackwardFilterWorkspaceSize", h, Some(algo), None, &[], false);
+        call("cudnnGetConvolutionBackwardFilterWorkspaceSize", h, Some(algo), None, &[], false),
+        call = workspace(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd }, size)
+            .unwrap_or_else(|| unsafe { real(h, xd, dyd, cd, dwd, algo, size) });
     [""] fn cudnnActivationForward(h: P, ad: C, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
         call("cudnnActivationForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
     [""] fn cudnnActivationBackward(h: P, ad: C, alpha: C, yd: C, y: C, dyd: C, dy: C, xd: C, x: C, beta: C, dxd: C, dx: P) =>

@@ -45,7 +45,7 @@ fn kernel(
 }
 
 hooks! {
-    libs = crate::real::CUDA, unavailable = NOT_INITIALIZED;
+    libs = crate::real::CUDA, unavailable = NOT_INITIALIZED, names = (entry, real);
     ["cuMemAlloc"] fn cuMemAlloc_v2(p: *mut D, size: usize) => alloc("cuMemAlloc_v2", p, size, None);
     ["cuMemFree"] fn cuMemFree_v2(p: D) => free("cuMemFree_v2", p, None);
     ["cuMemAllocAsync"] fn cuMemAllocAsync(p: *mut D, size: usize, s: P) => alloc("cuMemAllocAsync", p, size, Some(s as u64));

@@ -218,6 +218,32 @@ pub fn run(
     r
 }
 
+/// Runs Marmoset's own replacement of a call; a panic turns Marmoset off and gives None, so the
+/// caller's call is then forwarded as it was.
+pub fn attempt<R>(entry: &'static Entry, f: impl FnOnce() -> Option<R>) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            state::disable(&format!(
+                "internal error (panic) in the {} hook",
+                entry.name.to_string_lossy()
+            ));
+            None
+        }
+    }
+}
+
+/// The default forwarded call, or a hook's own call expression.
+macro_rules! call_or {
+    (; $default:expr) => {
+        $default
+    };
+    ($call:expr; $default:expr) => {
+        $call
+    };
+}
+pub(crate) use call_or;
+
 /// Touches of a pointer range, or none for a null pointer.
 pub fn range(ptr: u64, bytes: u64, access: Access) -> Vec<Touch> {
     if ptr == 0 {
@@ -228,9 +254,11 @@ pub fn range(ptr: u64, bytes: u64, access: Access) -> Vec<Touch> {
 }
 
 /// Generates a family's hooks and its table. Each line:
-/// `[base] fn name(args) -> ret => pre;` where `pre` describes the call (`Option<Pending>`).
+/// `[base] fn name(args) => pre [, call = expr];` where `pre` describes the call for the trace
+/// (`Option<Pending>`) and `call`, when given, replaces the forwarded call (it may use `real`,
+/// `entry` and the arguments).
 macro_rules! hooks {
-    (libs = $libs:expr, unavailable = $fail:expr; $( [$base:literal] fn $name:ident ( $($a:ident : $t:ty),* $(,)? ) => $pre:expr ; )* ) => {
+    (libs = $libs:expr, unavailable = $fail:expr, names = ($entry:ident, $real:ident); $( [$base:literal] fn $name:ident ( $($a:ident : $t:ty),* $(,)? ) => $pre:expr $(, call = $call:expr)? ; )* ) => {
         #[allow(non_camel_case_types, clippy::upper_case_acronyms, dead_code)]
         #[repr(usize)]
         enum Id { $($name),* }
@@ -251,6 +279,8 @@ macro_rules! hooks {
             pub unsafe extern "C" fn $name($($a: $t),*) -> std::ffi::c_int {
                 type F = unsafe extern "C" fn($($t),*) -> std::ffi::c_int;
                 let entry = &TABLE[Id::$name as usize];
+                #[allow(unused_variables)]
+                let $entry = entry;
                 let p = entry.real();
                 if p == 0 {
                     crate::state::log(crate::config::Level::Error, concat!("cannot find the real ", stringify!($name)));
@@ -258,8 +288,10 @@ macro_rules! hooks {
                 }
                 // SAFETY: p is the real function of this exact name, with this signature.
                 let real: F = unsafe { std::mem::transmute::<usize, F>(p) };
+                #[allow(unused_variables)]
+                let $real = real;
                 #[allow(unused_unsafe)]
-                crate::hooks::run(entry, || $pre, || unsafe { real($($a),*) })
+                crate::hooks::run(entry, || $pre, || crate::hooks::call_or!($($call)?; unsafe { real($($a),*) }))
             }
         )*
     };

@@ -136,7 +136,7 @@ fn kernel(api: &str, f: u64, g: Dim3, b: Dim3, args: *mut P, stream: P) -> Optio
 }
 
 hooks! {
-    libs = crate::real::CUDART, unavailable = ERROR_INITIALIZATION;
+    libs = crate::real::CUDART, unavailable = ERROR_INITIALIZATION, names = (entry, real);
     [""] fn cudaMalloc(p: *mut P, size: usize) => alloc("cudaMalloc", p as *mut u64, size, None);
     [""] fn cudaFree(p: P) => free("cudaFree", p as u64, None);
     [""] fn cudaMallocAsync(p: *mut P, size: usize, s: P) => alloc("cudaMallocAsync", p as *mut u64, size, Some(s as u64));

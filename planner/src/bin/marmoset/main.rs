@@ -72,9 +72,15 @@ struct RunArgs {
     /// Memory budget, a size or a fraction of the device (MARMOSET_MEMORY_LIMIT).
     #[arg(long, value_name = "SIZE")]
     memory_limit: Option<String>,
-    /// Convolution workspace limit (MARMOSET_WORKSPACE_LIMIT).
+    /// μ-cuDNN WR: workspace limit per convolution kernel (MARMOSET_WORKSPACE_LIMIT).
     #[arg(long, value_name = "SIZE")]
     workspace_limit: Option<String>,
+    /// μ-cuDNN WD: one workspace of this size shared by all kernels (MARMOSET_WORKSPACE_TOTAL).
+    #[arg(long, value_name = "SIZE")]
+    workspace_total: Option<String>,
+    /// Micro-batch sizes benchmarked: all, pow2, undivided (MARMOSET_BATCH_SIZES).
+    #[arg(long, value_name = "SIZES")]
+    batch_sizes: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<String>,

@@ -324,14 +324,8 @@ impl Device {
             return Err(OUT_OF_MEMORY);
         }
         let data = match self.mode {
-            Mode::Data => {
-                let mut v = Vec::new();
-                if v.try_reserve_exact(size as usize).is_err() {
-                    return Err(OUT_OF_MEMORY);
-                }
-                v.resize(size as usize, 0u8);
-                v
-            }
+            // Zeroed pages from the allocator, committed only when written.
+            Mode::Data => vec![0u8; size as usize],
             Mode::Shape => Vec::new(),
         };
         self.used += size;

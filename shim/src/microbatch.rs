@@ -1,0 +1,1189 @@
+//! μ-cuDNN under LD_PRELOAD: convolutions run as micro-batches so faster algorithms fit the
+//! workspace. On when `MARMOSET_WORKSPACE_LIMIT` (WR: per kernel) or `MARMOSET_WORKSPACE_TOTAL`
+//! (WD: one workspace shared by all kernels, owned by Marmoset) is set.
+//!
+//! For each new convolution (its full signature: direction, every dimension and stride, pads,
+//! strides, dilations, groups, mode, data and compute types, math type, layouts; with the device
+//! and cuDNN version for the database) every algorithm is measured at each micro-batch size of
+//! the policy with the real `cudnnFind*AlgorithmEx`, on micro-batch descriptors and scratch
+//! buffers Marmoset owns, under the workspace limit. Results are kept in memory and in a database
+//! file shared by processes. WR picks each kernel's fastest configuration; WD picks one
+//! configuration of each kernel's desirable set under the total.
+//!
+//! The framework's view: algorithm queries answer one result, the plan (its first algorithm, its
+//! time, the workspace the framework must provide: the plan's in WR, 0 in WD); workspace-size
+//! queries answer the same; a convolution ignores the algorithm argument and runs the plan.
+//! Forward and backward-data write disjoint slices with the caller's alpha and beta;
+//! backward-filter accumulates (the caller's beta first, then 1). Anything unusual (N = 1, a
+//! layout whose images are not contiguous blocks, a workspace smaller than the plan, a failed
+//! step) runs the call undivided, exactly as the caller asked.
+
+use crate::config::Level;
+use crate::real::{CUDA, CUDART, CUDNN, resolve};
+use crate::state::{config, log};
+use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest, wd};
+use std::collections::HashMap;
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+type P = *mut c_void;
+type C = *const c_void;
+
+fn slot(s: &AtomicUsize, libs: &[&CStr], name: &CStr) -> usize {
+    let mut p = s.load(Ordering::Acquire);
+    if p == 0 {
+        p = resolve(libs, name);
+        s.store(p, Ordering::Release);
+    }
+    p
+}
+
+/// The real function `name` in `libs`, as `unsafe extern "C" fn(types) -> c_int`.
+macro_rules! real {
+    ($libs:expr, $name:literal, ($($t:ty),*)) => {{
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        let p = slot(&SLOT, $libs, $name);
+        // SAFETY: the real function named $name has this signature.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+    }};
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dir {
+    Fwd,
+    BwdData,
+    BwdFilter,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TensorSig {
+    dtype: c_int,
+    dims: Vec<c_int>,
+    strides: Vec<c_int>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FilterSig {
+    dtype: c_int,
+    format: c_int,
+    dims: Vec<c_int>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ConvSig {
+    pad: Vec<c_int>,
+    stride: Vec<c_int>,
+    dil: Vec<c_int>,
+    mode: c_int,
+    compute: c_int,
+    groups: c_int,
+    math: c_int,
+}
+
+/// A convolution's full signature. `x` and `y` are the image-side tensors of the direction:
+/// (x, y) forward, (dx, dy) backward-data, (x, dy) backward-filter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sig {
+    dir: Dir,
+    x: TensorSig,
+    w: FilterSig,
+    y: TensorSig,
+    conv: ConvSig,
+}
+
+fn tensor_sig(d: C) -> Option<TensorSig> {
+    let get = real!(
+        CUDNN,
+        c"cudnnGetTensorNdDescriptor",
+        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
+    )?;
+    let (mut dt, mut nb) = (0, 0);
+    let (mut dims, mut st) = ([0; 8], [0; 8]);
+    // SAFETY: arrays of 8, as requested.
+    if unsafe { get(d, 8, &mut dt, &mut nb, dims.as_mut_ptr(), st.as_mut_ptr()) } != 0
+        || !(3..=8).contains(&nb)
+    {
+        return None;
+    }
+    Some(TensorSig {
+        dtype: dt,
+        dims: dims[..nb as usize].to_vec(),
+        strides: st[..nb as usize].to_vec(),
+    })
+}
+
+fn filter_sig(d: C) -> Option<FilterSig> {
+    let get = real!(
+        CUDNN,
+        c"cudnnGetFilterNdDescriptor",
+        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
+    )?;
+    let (mut dt, mut fmt, mut nb) = (0, 0, 0);
+    let mut dims = [0; 8];
+    // SAFETY: an array of 8, as requested.
+    if unsafe { get(d, 8, &mut dt, &mut fmt, &mut nb, dims.as_mut_ptr()) } != 0
+        || !(3..=8).contains(&nb)
+    {
+        return None;
+    }
+    Some(FilterSig {
+        dtype: dt,
+        format: fmt,
+        dims: dims[..nb as usize].to_vec(),
+    })
+}
+
+fn conv_sig(d: C) -> Option<ConvSig> {
+    let get = real!(
+        CUDNN,
+        c"cudnnGetConvolutionNdDescriptor",
+        (
+            C,
+            c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int
+        )
+    )?;
+    let (mut len, mut mode, mut ct) = (0, 0, 0);
+    let (mut pad, mut st, mut dil) = ([0; 3], [0; 3], [0; 3]);
+    // SAFETY: arrays of 3, as requested.
+    let r = unsafe {
+        get(
+            d,
+            3,
+            &mut len,
+            pad.as_mut_ptr(),
+            st.as_mut_ptr(),
+            dil.as_mut_ptr(),
+            &mut mode,
+            &mut ct,
+        )
+    };
+    if r != 0 || !(1..=3).contains(&len) {
+        return None;
+    }
+    let (mut groups, mut math) = (1, 0);
+    if let Some(g) = real!(CUDNN, c"cudnnGetConvolutionGroupCount", (C, *mut c_int)) {
+        // SAFETY: valid output pointer.
+        unsafe { g(d, &mut groups) };
+    }
+    if let Some(m) = real!(CUDNN, c"cudnnGetConvolutionMathType", (C, *mut c_int)) {
+        // SAFETY: valid output pointer.
+        unsafe { m(d, &mut math) };
+    }
+    let n = len as usize;
+    Some(ConvSig {
+        pad: pad[..n].to_vec(),
+        stride: st[..n].to_vec(),
+        dil: dil[..n].to_vec(),
+        mode,
+        compute: ct,
+        groups,
+        math,
+    })
+}
+
+/// The signature of a call given its descriptors in (x, w, conv, y) roles.
+pub fn signature(dir: Dir, x: C, w: C, c: C, y: C) -> Option<Sig> {
+    Some(Sig {
+        dir,
+        x: tensor_sig(x)?,
+        w: filter_sig(w)?,
+        y: tensor_sig(y)?,
+        conv: conv_sig(c)?,
+    })
+}
+
+fn elem_bytes(dtype: c_int) -> usize {
+    match dtype {
+        1 | 10 => 8,
+        2 | 9 => 2,
+        3 | 6 | 11 | 12 | 13 => 1,
+        _ => 4,
+    }
+}
+
+/// Elements spanned by one image (all dimensions but N).
+fn image_span(t: &TensorSig) -> i64 {
+    1 + t
+        .dims
+        .iter()
+        .zip(&t.strides)
+        .skip(1)
+        .map(|(&d, &s)| (d as i64 - 1) * s as i64)
+        .sum::<i64>()
+}
+
+fn tensor_bytes(t: &TensorSig, n: i64) -> usize {
+    let span = image_span(t) + (n - 1).max(0) * t.strides[0] as i64;
+    span as usize * elem_bytes(t.dtype)
+}
+
+impl Sig {
+    fn n(&self) -> u64 {
+        self.x.dims[0].max(0) as u64
+    }
+
+    /// Micro-batching needs N > 1, the same N on both sides, and each image a block of its own.
+    fn splittable(&self) -> bool {
+        let n = self.x.dims[0];
+        n > 1
+            && self.y.dims[0] == n
+            && [&self.x, &self.y]
+                .iter()
+                .all(|t| t.strides[0] as i64 >= image_span(t) && t.strides.iter().all(|&s| s > 0))
+    }
+
+    fn filter_bytes(&self) -> usize {
+        self.w.dims.iter().map(|&d| d as usize).product::<usize>() * elem_bytes(self.w.dtype)
+    }
+
+    /// The database key: the signature, where it runs, and what the benchmark was allowed.
+    fn key(&self, device: &str, cudnn: usize, limit: u64, sizes: &str) -> String {
+        format!(
+            "{:?}|x={:?}/{:?}/t{}|w={:?}/f{}/t{}|y={:?}/{:?}|pad={:?}|stride={:?}|dil={:?}|mode={}|compute={}|groups={}|math={}|{device}|cudnn={cudnn}|limit={limit}|sizes={sizes}",
+            self.dir,
+            self.x.dims,
+            self.x.strides,
+            self.x.dtype,
+            self.w.dims,
+            self.w.format,
+            self.w.dtype,
+            self.y.dims,
+            self.y.strides,
+            self.conv.pad,
+            self.conv.stride,
+            self.conv.dil,
+            self.conv.mode,
+            self.conv.compute,
+            self.conv.groups,
+            self.conv.math,
+        )
+    }
+}
+
+// ==================================================================== descriptors for micro-batches
+
+/// Tensor descriptors for a micro-batch of `b` images (same strides), created once.
+static MICRO_DESCS: Mutex<Option<HashMap<(TensorSig, c_int), usize>>> = Mutex::new(None);
+
+fn micro_desc(t: &TensorSig, b: c_int) -> Option<P> {
+    let key = (t.clone(), b);
+    if let Some(&d) = MICRO_DESCS
+        .lock()
+        .ok()?
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return Some(d as P);
+    }
+    let create = real!(CUDNN, c"cudnnCreateTensorDescriptor", (*mut P))?;
+    let set = real!(
+        CUDNN,
+        c"cudnnSetTensorNdDescriptor",
+        (P, c_int, c_int, *const c_int, *const c_int)
+    )?;
+    let mut d: P = std::ptr::null_mut();
+    let mut dims = t.dims.clone();
+    dims[0] = b;
+    // SAFETY: real cuDNN calls with valid pointers; the descriptor lives for the process.
+    unsafe {
+        if create(&mut d) != 0
+            || set(
+                d,
+                t.dtype,
+                dims.len() as c_int,
+                dims.as_ptr(),
+                t.strides.as_ptr(),
+            ) != 0
+        {
+            return None;
+        }
+    }
+    MICRO_DESCS
+        .lock()
+        .ok()?
+        .get_or_insert_with(HashMap::new)
+        .insert(key, d as usize);
+    Some(d)
+}
+
+// ==================================================================== benchmarking
+
+/// cudnnConvolution*AlgoPerf_t.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlgoPerf {
+    pub algo: c_int,
+    pub status: c_int,
+    pub time: f32,
+    pub memory: usize,
+    pub determinism: c_int,
+    pub math_type: c_int,
+    pub reserved: [c_int; 3],
+}
+
+fn device_name() -> String {
+    let mut buf = [0u8; 256];
+    if let Some(f) = real!(CUDA, c"cuDeviceGetName", (*mut u8, c_int, c_int)) {
+        // SAFETY: a 256-byte buffer, as stated.
+        unsafe { f(buf.as_mut_ptr(), 256, 0) };
+    }
+    CStr::from_bytes_until_nul(&buf)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn cudnn_version() -> usize {
+    static V: AtomicUsize = AtomicUsize::new(0);
+    let p = slot(&V, CUDNN, c"cudnnGetVersion");
+    if p == 0 {
+        return 0;
+    }
+    // SAFETY: cudnnGetVersion() -> size_t.
+    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> usize>(p)() }
+}
+
+/// Device memory Marmoset owns (scratch buffers, the WD workspace), from the real cudaMalloc.
+fn dev_alloc(bytes: usize) -> Option<usize> {
+    let malloc = real!(CUDART, c"cudaMalloc", (*mut P, usize))?;
+    let mut p: P = std::ptr::null_mut();
+    // SAFETY: real cudaMalloc with a valid output pointer.
+    (unsafe { malloc(&mut p, bytes.max(1)) } == 0).then_some(p as usize)
+}
+
+fn dev_free(p: usize) {
+    if let Some(free) = real!(CUDART, c"cudaFree", (P)) {
+        // SAFETY: p came from dev_alloc.
+        unsafe { free(p as P) };
+    }
+}
+
+type FindEx = unsafe extern "C" fn(
+    P,
+    C,
+    C,
+    C,
+    C,
+    C,
+    C,
+    P,
+    c_int,
+    *mut c_int,
+    *mut AlgoPerf,
+    P,
+    usize,
+) -> c_int;
+
+/// Measures every algorithm at each micro-batch size: real cudnnFind*AlgorithmEx on micro-batch
+/// descriptors, scratch buffers and a scratch workspace of at most `limit` bytes.
+fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -> Vec<Micro> {
+    let find: Option<FindEx> = match sig.dir {
+        Dir::Fwd => real!(
+            CUDNN,
+            c"cudnnFindConvolutionForwardAlgorithmEx",
+            (
+                P,
+                C,
+                C,
+                C,
+                C,
+                C,
+                C,
+                P,
+                c_int,
+                *mut c_int,
+                *mut AlgoPerf,
+                P,
+                usize
+            )
+        ),
+        Dir::BwdData => real!(
+            CUDNN,
+            c"cudnnFindConvolutionBackwardDataAlgorithmEx",
+            (
+                P,
+                C,
+                C,
+                C,
+                C,
+                C,
+                C,
+                P,
+                c_int,
+                *mut c_int,
+                *mut AlgoPerf,
+                P,
+                usize
+            )
+        ),
+        Dir::BwdFilter => real!(
+            CUDNN,
+            c"cudnnFindConvolutionBackwardFilterAlgorithmEx",
+            (
+                P,
+                C,
+                C,
+                C,
+                C,
+                C,
+                C,
+                P,
+                c_int,
+                *mut c_int,
+                *mut AlgoPerf,
+                P,
+                usize
+            )
+        ),
+    };
+    let Some(find) = find else { return Vec::new() };
+    let n = sig.n() as i64;
+    let (xb, yb, wb) = (
+        tensor_bytes(&sig.x, n),
+        tensor_bytes(&sig.y, n),
+        sig.filter_bytes(),
+    );
+    let (Some(x), Some(y), Some(w)) = (dev_alloc(xb), dev_alloc(yb), dev_alloc(wb)) else {
+        return Vec::new();
+    };
+    // The largest workspace the device lets us have, up to the limit.
+    let mut ws_size = limit.min(1 << 40) as usize;
+    let mut ws = None;
+    while ws.is_none() && ws_size > 0 {
+        ws = dev_alloc(ws_size);
+        if ws.is_none() {
+            ws_size /= 2;
+        }
+    }
+    let mut out = Vec::new();
+    for &b in sizes {
+        let (Some(xd), Some(yd)) = (
+            micro_desc(&sig.x, b as c_int),
+            micro_desc(&sig.y, b as c_int),
+        ) else {
+            continue;
+        };
+        let mut perf = [AlgoPerf::default(); 16];
+        let mut got = 0;
+        let wsp = ws.unwrap_or(0) as P;
+        // SAFETY: real FindEx on Marmoset's own scratch buffers, sized for N >= b images.
+        let r = unsafe {
+            match sig.dir {
+                Dir::Fwd => find(
+                    h,
+                    xd,
+                    x as C,
+                    w_desc,
+                    w as C,
+                    c_desc,
+                    yd,
+                    y as P,
+                    16,
+                    &mut got,
+                    perf.as_mut_ptr(),
+                    wsp,
+                    ws_size,
+                ),
+                Dir::BwdData => find(
+                    h,
+                    w_desc,
+                    w as C,
+                    yd,
+                    y as C,
+                    c_desc,
+                    xd,
+                    x as P,
+                    16,
+                    &mut got,
+                    perf.as_mut_ptr(),
+                    wsp,
+                    ws_size,
+                ),
+                Dir::BwdFilter => find(
+                    h,
+                    xd,
+                    x as C,
+                    yd,
+                    y as C,
+                    c_desc,
+                    w_desc,
+                    w as P,
+                    16,
+                    &mut got,
+                    perf.as_mut_ptr(),
+                    wsp,
+                    ws_size,
+                ),
+            }
+        };
+        if r != 0 {
+            continue;
+        }
+        for p in &perf[..(got.max(0) as usize).min(16)] {
+            if p.status == 0 && p.time >= 0.0 && p.memory as u64 <= limit {
+                out.push(Micro {
+                    batch: b,
+                    algo: p.algo,
+                    time_ms: p.time as f64,
+                    workspace: p.memory as u64,
+                });
+            }
+        }
+    }
+    for p in [Some(x), Some(y), Some(w), ws].into_iter().flatten() {
+        dev_free(p);
+    }
+    out
+}
+
+// ==================================================================== the database
+
+/// The benchmark database: JSON lines in MARMOSET_CACHE_DIR/mucudnn.jsonl, the first line a
+/// header. Appends take an exclusive lock and write one line at once; reads take a shared lock.
+/// A file that is not ours is reported and left alone; a corrupt line is reported and skipped.
+mod db {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::io::AsRawFd;
+
+    const HEADER: &str = r#"{"marmoset_cache":1,"kind":"mucudnn"}"#;
+
+    pub fn path() -> Option<std::path::PathBuf> {
+        let dir = match &config().cache_dir {
+            Some(d) => std::path::PathBuf::from(d),
+            None => match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+                Some(x) => std::path::PathBuf::from(x).join("marmoset"),
+                None => std::path::PathBuf::from(std::env::var_os("HOME")?).join(".cache/marmoset"),
+            },
+        };
+        Some(dir.join("mucudnn.jsonl"))
+    }
+
+    struct Lock<'a>(&'a std::fs::File);
+    impl<'a> Lock<'a> {
+        fn new(f: &'a std::fs::File, exclusive: bool) -> Lock<'a> {
+            // SAFETY: flock on an open file descriptor; released in Drop.
+            unsafe {
+                libc::flock(
+                    f.as_raw_fd(),
+                    if exclusive {
+                        libc::LOCK_EX
+                    } else {
+                        libc::LOCK_SH
+                    },
+                )
+            };
+            Lock(f)
+        }
+    }
+    impl Drop for Lock<'_> {
+        fn drop(&mut self) {
+            // SAFETY: unlocking the descriptor locked in new().
+            unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+        }
+    }
+
+    /// Every entry of the database (first one wins), or nothing when it is absent or not ours.
+    pub fn load() -> HashMap<String, Vec<Micro>> {
+        let mut out = HashMap::new();
+        let Some(p) = path() else { return out };
+        let Ok(f) = std::fs::File::open(&p) else {
+            return out;
+        };
+        let mut text = String::new();
+        {
+            let _l = Lock::new(&f, false);
+            if (&f).read_to_string(&mut text).is_err() {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "{}: not readable as text; ignoring the benchmark cache",
+                        p.display()
+                    ),
+                );
+                return out;
+            }
+        }
+        let mut lines = text.lines();
+        match lines.next() {
+            None => return out,
+            Some(h) if h.trim() == HEADER => {}
+            Some(_) => {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "{}: not a Marmoset benchmark cache; ignoring it",
+                        p.display()
+                    ),
+                );
+                return out;
+            }
+        }
+        let mut corrupt = 0;
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            match parse(line) {
+                Some((k, v)) => {
+                    out.entry(k).or_insert(v);
+                }
+                None => corrupt += 1,
+            }
+        }
+        if corrupt > 0 {
+            log(
+                Level::Warn,
+                &format!("{}: ignoring {corrupt} corrupt line(s)", p.display()),
+            );
+        }
+        out
+    }
+
+    fn parse(line: &str) -> Option<(String, Vec<Micro>)> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let key = v.get("key")?.as_str()?.to_string();
+        let mut micro = Vec::new();
+        for m in v.get("micro")?.as_array()? {
+            let a = m.as_array()?;
+            micro.push(Micro {
+                batch: a.first()?.as_u64()?,
+                algo: a.get(1)?.as_i64()? as i32,
+                time_ms: a.get(2)?.as_f64()?,
+                workspace: a.get(3)?.as_u64()?,
+            });
+        }
+        Some((key, micro))
+    }
+
+    /// Appends an entry (creating the file with its header when needed).
+    pub fn append(key: &str, micro: &[Micro]) {
+        let Some(p) = path() else { return };
+        if let Some(dir) = p.parent()
+            && std::fs::create_dir_all(dir).is_err()
+        {
+            return;
+        }
+        let Ok(f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&p)
+        else {
+            return;
+        };
+        let _l = Lock::new(&f, true);
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len > 0 {
+            // Never write into a file that is not ours.
+            let mut first = vec![0u8; HEADER.len()];
+            if (&f).read_exact(&mut first).is_err() || first != HEADER.as_bytes() {
+                return;
+            }
+        }
+        let entry = serde_json::json!({
+            "key": key,
+            "micro": micro.iter().map(|m| serde_json::json!([m.batch, m.algo, m.time_ms, m.workspace])).collect::<Vec<_>>(),
+        });
+        let mut line = String::new();
+        if len == 0 {
+            line.push_str(HEADER);
+            line.push('\n');
+        }
+        line.push_str(&entry.to_string());
+        line.push('\n');
+        let _ = (&f).write_all(line.as_bytes());
+    }
+}
+
+// ==================================================================== plans
+
+/// What Marmoset knows of one convolution kernel.
+#[derive(Debug)]
+pub struct KernelPlan {
+    pub sig: Sig,
+    /// WR's choice (or the test facility's).
+    pub wr: Option<Configuration>,
+    /// The desirable set (WD's options).
+    pub front: Vec<Configuration>,
+}
+
+struct State {
+    plans: HashMap<Sig, Arc<KernelPlan>>,
+    db: Option<HashMap<String, Vec<Micro>>>,
+    /// WD: kernels in registration order, the set the current assignment was solved for, the
+    /// assignment (configuration, offset into the pool) and the pool.
+    registered: Vec<Sig>,
+    solved: usize,
+    assignment: HashMap<Sig, (Configuration, u64)>,
+    pool: usize,
+    pool_size: u64,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    let mut g = STATE.lock().ok()?;
+    let s = g.get_or_insert_with(|| State {
+        plans: HashMap::new(),
+        db: None,
+        registered: Vec::new(),
+        solved: 0,
+        assignment: HashMap::new(),
+        pool: 0,
+        pool_size: 0,
+    });
+    Some(f(s))
+}
+
+/// The configuration the test facility asks for: micro-batches of `b` (the last smaller), each
+/// with its fastest measured algorithm.
+fn forced(n: u64, b: u64, micro: &[Micro]) -> Option<Configuration> {
+    let mut parts = Vec::new();
+    let (mut time, mut ws) = (0.0, 0);
+    let mut left = n;
+    while left > 0 {
+        let size = b.min(left);
+        let m = micro
+            .iter()
+            .filter(|m| m.batch == size)
+            .min_by(|a, c| a.time_ms.total_cmp(&c.time_ms))?;
+        parts.push((size, m.algo));
+        time += m.time_ms;
+        ws = ws.max(m.workspace);
+        left -= size;
+    }
+    Some(Configuration {
+        parts,
+        time_ms: time,
+        workspace: ws,
+    })
+}
+
+/// The plan of a convolution, benchmarking it (or reading the database) the first time.
+/// No lock is held while benchmarking.
+pub fn plan(h: P, sig: &Sig, w_desc: C, c_desc: C) -> Option<Arc<KernelPlan>> {
+    if let Some(p) = with_state(|s| s.plans.get(sig).cloned()).flatten() {
+        return Some(p);
+    }
+    let cfg = config();
+    let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
+    let n = sig.n();
+    let sizes: Vec<u64> = match cfg.test_microbatch {
+        Some(b) => {
+            let mut v = vec![b.min(n), n % b.min(n)];
+            v.retain(|&x| x > 0);
+            v.dedup();
+            v
+        }
+        None => cfg.batch_sizes.sizes(n),
+    };
+    let policy = match cfg.test_microbatch {
+        Some(b) => format!("test{b}"),
+        None => cfg.batch_sizes.name().to_string(),
+    };
+    let key = sig.key(&device_name(), cudnn_version(), limit, &policy);
+    let cached = with_state(|s| s.db.get_or_insert_with(db::load).get(&key).cloned()).flatten();
+    let started = std::time::Instant::now();
+    let (micro, from_cache) = match cached {
+        Some(m) => (m, true),
+        None => {
+            let m = benchmark(h, sig, w_desc, c_desc, &sizes, limit);
+            if !m.is_empty() {
+                db::append(&key, &m);
+                with_state(|s| {
+                    s.db.get_or_insert_with(HashMap::new)
+                        .insert(key.clone(), m.clone());
+                });
+            }
+            (m, false)
+        }
+    };
+    let bench_ms = started.elapsed().as_secs_f64() * 1e3;
+    let t = std::time::Instant::now();
+    let sizes_policy = if cfg.test_microbatch.is_some() {
+        Sizes::All
+    } else {
+        cfg.batch_sizes
+    };
+    let wr = match cfg.test_microbatch {
+        Some(b) => forced(n, b, &micro),
+        None => fastest(n, &micro, limit, sizes_policy),
+    };
+    // WD chooses among each kernel's desirable set; WR needs only the fastest.
+    let front = if wd_mode() {
+        desirable(n, &micro, limit, sizes_policy)
+    } else {
+        Vec::new()
+    };
+    log(
+        Level::Info,
+        &format!(
+            "planned a {:?} convolution of {n} images: {} ({} micro-configurations {}, {:.2} ms; dynamic program {:.3} ms)",
+            sig.dir,
+            wr.as_ref()
+                .map(describe)
+                .unwrap_or_else(|| "undivided (nothing measured)".into()),
+            micro.len(),
+            if from_cache {
+                "from the cache"
+            } else {
+                "measured"
+            },
+            bench_ms,
+            t.elapsed().as_secs_f64() * 1e3,
+        ),
+    );
+    let p = Arc::new(KernelPlan {
+        sig: sig.clone(),
+        wr,
+        front,
+    });
+    with_state(|s| s.plans.entry(sig.clone()).or_insert(p).clone())
+}
+
+fn describe(c: &Configuration) -> String {
+    let mut groups: Vec<(u64, i32, usize)> = Vec::new();
+    for &(b, a) in &c.parts {
+        match groups.last_mut() {
+            Some(g) if g.0 == b && g.1 == a => g.2 += 1,
+            _ => groups.push((b, a, 1)),
+        }
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(b, a, k)| format!("{k} x {b} with algorithm {a}"))
+        .collect();
+    format!(
+        "{} ({:.4} ms, {} B of workspace)",
+        parts.join(" + "),
+        c.time_ms,
+        c.workspace
+    )
+}
+
+fn wd_mode() -> bool {
+    config().workspace_total.is_some()
+}
+
+/// WD: registers a kernel; the assignment is (re)solved at the next convolution.
+fn register(sig: &Sig) {
+    with_state(|s| {
+        if !s.registered.contains(sig) {
+            s.registered.push(sig.clone());
+        }
+    });
+}
+
+/// WD: the configuration and workspace segment of a kernel, solving the knapsack when the
+/// registered set changed. The shared workspace is allocated once: the total asked for, or the
+/// largest part of it the device can give.
+fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
+    register(sig);
+    let total = config().workspace_total?;
+    let (need_solve, plans, pool, pool_size) = with_state(|s| {
+        let need = s.solved != s.registered.len();
+        let plans: Vec<Option<Arc<KernelPlan>>> = s
+            .registered
+            .iter()
+            .map(|k| s.plans.get(k).cloned())
+            .collect();
+        (need, plans, s.pool, s.pool_size)
+    })?;
+    if need_solve {
+        let (pool, pool_size) = if pool != 0 {
+            (pool, pool_size)
+        } else {
+            let mut size = total;
+            let mut p = None;
+            while p.is_none() && size >= 1 << 20 {
+                p = dev_alloc(size as usize);
+                if p.is_none() {
+                    size /= 2;
+                }
+            }
+            if size < total {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "WD: the device gives {size} B of the {total} B asked for the shared workspace"
+                    ),
+                );
+            }
+            (p.unwrap_or(0), if p.is_some() { size } else { 0 })
+        };
+        let plans: Vec<Arc<KernelPlan>> = plans
+            .into_iter()
+            .flatten()
+            .filter(|p| !p.front.is_empty())
+            .collect();
+        let options: Vec<Vec<(f64, u64)>> = plans
+            .iter()
+            .map(|p| {
+                p.front
+                    .iter()
+                    .map(|c| (c.time_ms, c.workspace.div_ceil(256) * 256))
+                    .collect()
+            })
+            .collect();
+        let solution = if pool != 0 {
+            wd(&options, pool_size, 200_000)
+        } else {
+            None
+        };
+        with_state(|s| {
+            s.pool = pool;
+            s.pool_size = pool_size;
+            s.solved = s.registered.len();
+            s.assignment.clear();
+            if let Some(sol) = &solution {
+                let mut offset = 0;
+                for (p, &j) in plans.iter().zip(&sol.choice) {
+                    let c = p.front[j].clone();
+                    let w = c.workspace.div_ceil(256) * 256;
+                    s.assignment.insert(p.sig.clone(), (c, offset));
+                    offset += w;
+                }
+            }
+        });
+        match solution {
+            Some(sol) => log(
+                Level::Info,
+                &format!(
+                    "WD: {} kernels share {pool_size} B: {:.4} ms of convolutions ({}, {} nodes)",
+                    plans.len(),
+                    sol.time_ms,
+                    if sol.exact {
+                        "optimal"
+                    } else {
+                        "node budget reached"
+                    },
+                    sol.nodes
+                ),
+            ),
+            None => log(
+                Level::Warn,
+                &format!(
+                    "WD: the kernels' smallest configurations do not fit {pool_size} B; they run without workspace"
+                ),
+            ),
+        }
+    }
+    with_state(|s| {
+        s.assignment
+            .get(sig)
+            .map(|(c, o)| (c.clone(), s.pool + *o as usize))
+    })
+    .flatten()
+}
+
+/// WD's fallback for a kernel without a share of the workspace: its configuration that needs
+/// none (the framework was told it needs none).
+fn without_workspace(plan: &KernelPlan) -> Option<Configuration> {
+    plan.front
+        .iter()
+        .filter(|c| c.workspace == 0)
+        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms))
+        .cloned()
+}
+
+// ==================================================================== the framework's view
+
+/// The convolution descriptors of a query, in (x, w, conv, y) roles, for the direction.
+pub struct Query {
+    pub dir: Dir,
+    pub x: C,
+    pub w: C,
+    pub conv: C,
+    pub y: C,
+}
+
+/// The plan that answers a query or runs a call, if micro-batching handles this convolution.
+fn managed(h: P, q: &Query) -> Option<(Arc<KernelPlan>, Configuration)> {
+    if !crate::state::active() || !config().microbatching() {
+        return None;
+    }
+    let sig = signature(q.dir, q.x, q.w, q.conv, q.y)?;
+    if !sig.splittable() {
+        return None;
+    }
+    let plan = plan(h, &sig, q.w, q.conv)?;
+    let c = plan.wr.clone()?;
+    if wd_mode() {
+        register(&sig);
+    }
+    Some((plan, c))
+}
+
+/// Algorithm queries (Get*_v7, Find*, Find*Ex): one result, the plan. None: not ours, forward.
+pub fn answer_query(
+    h: P,
+    q: &Query,
+    requested: c_int,
+    returned: *mut c_int,
+    perf: *mut AlgoPerf,
+) -> Option<c_int> {
+    if requested < 1 || returned.is_null() || perf.is_null() {
+        return None;
+    }
+    let (plan, c) = managed(h, q)?;
+    let first = c.parts.first()?.1;
+    let entry = AlgoPerf {
+        algo: first,
+        status: 0,
+        time: c.time_ms as f32,
+        memory: if wd_mode() { 0 } else { c.workspace as usize },
+        determinism: !matches!(
+            (plan.sig.dir, first),
+            (Dir::BwdData, 0) | (Dir::BwdFilter, 0) | (Dir::BwdFilter, 3)
+        ) as c_int,
+        math_type: plan.sig.conv.math,
+        reserved: [0; 3],
+    };
+    // SAFETY: perf holds `requested` >= 1 entries and returned is non-null (checked).
+    unsafe {
+        *perf = entry;
+        *returned = 1;
+    }
+    Some(0)
+}
+
+/// Workspace-size queries: the plan's workspace (WR) or 0 (WD: Marmoset owns it).
+pub fn answer_workspace(h: P, q: &Query, size: *mut usize) -> Option<c_int> {
+    if size.is_null() {
+        return None;
+    }
+    let (_, c) = managed(h, q)?;
+    // SAFETY: non-null output pointer.
+    unsafe { *size = if wd_mode() { 0 } else { c.workspace as usize } };
+    Some(0)
+}
+
+/// The buffers of a convolution call in (x, w, y) roles, with alpha, beta and the workspace.
+pub struct Call {
+    pub alpha: C,
+    pub beta: C,
+    pub x: usize,
+    pub w: usize,
+    pub y: usize,
+    pub ws: P,
+    pub ws_size: usize,
+}
+
+type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P) -> c_int;
+
+/// Runs a convolution as its plan's micro-batches; None: run it undivided as the caller asked.
+pub fn run(h: P, q: &Query, call: &Call, real: ConvFn) -> Option<c_int> {
+    let (plan, wr) = managed(h, q)?;
+    let (config_, ws, ws_size) = if wd_mode() {
+        match wd_assignment(&plan.sig) {
+            Some((c, segment)) => {
+                let size = c.workspace as usize;
+                (c, segment as P, size)
+            }
+            None => (without_workspace(&plan)?, std::ptr::null_mut(), 0),
+        }
+    } else {
+        if call.ws_size < wr.workspace as usize || (wr.workspace > 0 && call.ws.is_null()) {
+            log(
+                Level::Debug,
+                "the caller's workspace is smaller than the plan's: running undivided",
+            );
+            return None;
+        }
+        (wr, call.ws, call.ws_size)
+    };
+    let sig = &plan.sig;
+    let (x_stride, y_stride) = (
+        sig.x.strides[0] as usize * elem_bytes(sig.x.dtype),
+        sig.y.strides[0] as usize * elem_bytes(sig.y.dtype),
+    );
+    // BackwardFilter accumulates: the caller's beta on the first micro-batch, then 1.
+    let one_f32 = 1.0f32;
+    let one_f64 = 1.0f64;
+    let one: C = if sig.w.dtype == 1 {
+        &one_f64 as *const f64 as C
+    } else {
+        &one_f32 as *const f32 as C
+    };
+    let mut start = 0usize;
+    for (i, &(b, algo)) in config_.parts.iter().enumerate() {
+        let (xd, yd) = (
+            micro_desc(&sig.x, b as c_int)?,
+            micro_desc(&sig.y, b as c_int)?,
+        );
+        let (x, y) = (call.x + start * x_stride, call.y + start * y_stride);
+        let beta = if sig.dir == Dir::BwdFilter && i > 0 {
+            one
+        } else {
+            call.beta
+        };
+        // SAFETY: the caller's buffers, offset by whole images within the mini-batch; the
+        // micro-batch descriptors describe b images with the caller's strides.
+        let r = unsafe {
+            match sig.dir {
+                Dir::Fwd => real(
+                    h,
+                    call.alpha,
+                    xd,
+                    x as C,
+                    q.w,
+                    call.w as C,
+                    q.conv,
+                    algo,
+                    ws,
+                    ws_size,
+                    beta,
+                    yd,
+                    y as P,
+                ),
+                Dir::BwdData => real(
+                    h,
+                    call.alpha,
+                    q.w,
+                    call.w as C,
+                    yd,
+                    y as C,
+                    q.conv,
+                    algo,
+                    ws,
+                    ws_size,
+                    beta,
+                    xd,
+                    x as P,
+                ),
+                Dir::BwdFilter => real(
+                    h,
+                    call.alpha,
+                    xd,
+                    x as C,
+                    yd,
+                    y as C,
+                    q.conv,
+                    algo,
+                    ws,
+                    ws_size,
+                    beta,
+                    q.w,
+                    call.w as P,
+                ),
+            }
+        };
+        if r != 0 {
+            if i == 0 {
+                // Nothing written yet: the caller's call can still run undivided.
+                log(
+                    Level::Warn,
+                    &format!("micro-batch failed ({r}); running the convolution undivided"),
+                );
+                return None;
+            }
+            return Some(r);
+        }
+        start += b as usize;
+    }
+    Some(0)
+}
