@@ -21,6 +21,11 @@ pub struct Summary {
     /// Device milliseconds by kind, from timing records.
     pub device_ms: BTreeMap<String, f64>,
     pub frees_of_unknown_pointers: u64,
+    /// Memory virtualisation: bytes moved to host (evictions) and back (restores), and the
+    /// device time of the eviction copies (the host waits for them).
+    pub evicted_bytes: u64,
+    pub restored_bytes: u64,
+    pub evict_ms: f64,
 }
 
 pub fn summarize(records: &[Record]) -> Summary {
@@ -70,6 +75,13 @@ pub fn summarize(records: &[Record]) -> Summary {
                 Some(size) => load -= size,
                 None => s.frees_of_unknown_pointers += 1,
             },
+            Event::Evict {
+                bytes, device_ms, ..
+            } => {
+                s.evicted_bytes += bytes;
+                s.evict_ms += device_ms;
+            }
+            Event::Restore { bytes, .. } => s.restored_bytes += bytes,
             _ => {}
         }
         let result = match &r.event {
@@ -150,6 +162,17 @@ impl fmt::Display for Summary {
         writeln!(f, "largest allocations:")?;
         for (b, api, seq) in &self.largest {
             writeln!(f, "  {:>12}  {api} (record {seq})", size(*b))?;
+        }
+        if self.evicted_bytes + self.restored_bytes > 0 {
+            writeln!(
+                f,
+                "memory moved: {} to host in {} evictions ({:.3} ms of copies the host waited for), {} back in {} restores",
+                size(self.evicted_bytes),
+                self.by_kind.get("evict").copied().unwrap_or(0),
+                self.evict_ms,
+                size(self.restored_bytes),
+                self.by_kind.get("restore").copied().unwrap_or(0),
+            )?;
         }
         if self.device_ms.is_empty() {
             writeln!(

@@ -149,6 +149,16 @@ pub enum Event {
     },
     /// Device duration of the call with sequence number `of` (MARMOSET_TRACE_TIMING=1).
     Timing { of: u64, device_ms: f64 },
+    /// Marmoset moved a tensor to host memory (swap-out copy on `stream`, then unmapped).
+    Evict {
+        alloc: u64,
+        bytes: u64,
+        stream: u64,
+        device_ms: f64,
+    },
+    /// Marmoset brought a tensor back (mapped, copied in on `stream`; the operation's stream
+    /// waits for it). Its device time comes as a `timing` record with MARMOSET_TRACE_TIMING=1.
+    Restore { alloc: u64, bytes: u64, stream: u64 },
 }
 
 impl Event {
@@ -164,6 +174,8 @@ impl Event {
             Event::Cudnn { .. } => "cudnn",
             Event::Sync { .. } => "sync",
             Event::Timing { .. } => "timing",
+            Event::Evict { .. } => "evict",
+            Event::Restore { .. } => "restore",
         }
     }
 

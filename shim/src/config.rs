@@ -18,20 +18,28 @@ pub enum Level {
 pub enum Policy {
     /// Observe and trace only; every call is forwarded unchanged.
     None,
+    /// Passive memory virtualisation: evict least recently used tensors on demand.
+    Lru,
 }
 
 impl Policy {
-    pub const ACCEPTED: &'static str = "none";
+    pub const ACCEPTED: &'static str = "none, lru";
 
     pub fn name(self) -> &'static str {
         match self {
             Policy::None => "none",
+            Policy::Lru => "lru",
         }
+    }
+
+    /// Whether Marmoset allocates and moves the program's device memory.
+    pub fn manages_memory(self) -> bool {
+        self == Policy::Lru
     }
 
     /// Whether the policy needs one allocation per tensor from the framework.
     pub fn needs_tensor_allocations(self) -> bool {
-        false
+        self.manages_memory()
     }
 
     /// Whether the policy needs the legacy convolution calls (it splits or replans them).
@@ -66,6 +74,12 @@ pub struct Config {
     pub test_panic: Option<String>,
     /// Test facility: plan every convolution as micro-batches of this many images.
     pub test_microbatch: Option<u64>,
+    /// Allocations of at least this many bytes are tensors Marmoset can evict.
+    pub min_tensor: u64,
+    /// Pinned host memory for evicted tensors, at most.
+    pub host_limit: u64,
+    /// Test facility: skip the Nth restore, to show the simulator's trap fires.
+    pub test_skip_restore: Option<u64>,
 }
 
 impl Config {
@@ -90,6 +104,9 @@ impl Default for Config {
             cache_dir: None,
             test_panic: None,
             test_microbatch: None,
+            min_tensor: 1 << 20,
+            host_limit: u64::MAX,
+            test_skip_restore: None,
         }
     }
 }
@@ -116,6 +133,7 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
     if let Some(v) = var("MARMOSET_POLICY") {
         match v.as_str() {
             "none" => c.policy = Policy::None,
+            "lru" => c.policy = Policy::Lru,
             _ => errors.push(bad("MARMOSET_POLICY", &v, Policy::ACCEPTED)),
         }
     }
@@ -171,6 +189,27 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
         }
     }
     c.cache_dir = var("MARMOSET_CACHE_DIR");
+    for (name, slot) in [
+        ("MARMOSET_MIN_TENSOR", &mut c.min_tensor),
+        ("MARMOSET_HOST_LIMIT", &mut c.host_limit),
+    ] {
+        if let Some(v) = var(name) {
+            match parse_size(&v) {
+                Ok(b) => *slot = b,
+                Err(_) => errors.push(bad(name, &v, SIZE_ACCEPTED)),
+            }
+        }
+    }
+    if let Some(v) = var("MARMOSET_TEST_SKIP_RESTORE") {
+        match v.parse::<u64>() {
+            Ok(n) if n >= 1 => c.test_skip_restore = Some(n),
+            _ => errors.push(bad(
+                "MARMOSET_TEST_SKIP_RESTORE",
+                &v,
+                "a restore number, at least 1",
+            )),
+        }
+    }
     c.test_panic = var("MARMOSET_TEST_PANIC");
     if let Some(v) = var("MARMOSET_TEST_MICROBATCH") {
         match v.parse::<u64>() {
@@ -304,7 +343,9 @@ mod tests {
     #[test]
     fn every_bad_value_is_named_with_what_is_accepted() {
         for (var, val, accepted) in [
-            ("MARMOSET_POLICY", "capuchin2", "none"),
+            ("MARMOSET_POLICY", "capuchin2", "none, lru"),
+            ("MARMOSET_MIN_TENSOR", "big", "MiB"),
+            ("MARMOSET_HOST_LIMIT", "-1", "MiB"),
             ("MARMOSET_LOG", "loud", "error, warn, info, debug"),
             ("MARMOSET_DISABLE", "maybe", "1, 0"),
             ("MARMOSET_TRACE_TIMING", "2", "1, 0"),

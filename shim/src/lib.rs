@@ -10,6 +10,7 @@
 
 mod config;
 mod hooks;
+mod memory;
 mod microbatch;
 mod real;
 mod state;
@@ -30,13 +31,19 @@ fn init() {
     if cfg.disable {
         return;
     }
-    let (set, log, _memory_ok) = config::framework_settings(cfg.policy, |k| std::env::var(k).ok());
+    let (set, log, memory_ok) = config::framework_settings(cfg.policy, |k| std::env::var(k).ok());
+    if !memory_ok {
+        state::refuse_memory_policy();
+    }
     for (k, v) in set {
         // SAFETY: library constructors run before main, on the only thread.
         unsafe { std::env::set_var(k, v) };
     }
     for l in log {
-        if cfg.log >= config::Level::Info {
+        // Refusing the memory policy is a warning; the rest is information.
+        if cfg.log >= config::Level::Info
+            || (!memory_ok && cfg.log >= config::Level::Warn && l.contains("expandable"))
+        {
             eprintln!("{l}");
         }
     }

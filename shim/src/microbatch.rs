@@ -351,6 +351,10 @@ fn cudnn_version() -> usize {
 
 /// Device memory Marmoset owns (scratch buffers, the WD workspace), from the real cudaMalloc.
 fn dev_alloc(bytes: usize) -> Option<usize> {
+    if crate::memory::active() {
+        // Under a memory policy Marmoset's own buffers count in the budget too.
+        return crate::memory::alloc_internal(bytes).map(|p| p as usize);
+    }
     let malloc = real!(CUDART, c"cudaMalloc", (*mut P, usize))?;
     let mut p: P = std::ptr::null_mut();
     // SAFETY: real cudaMalloc with a valid output pointer.
@@ -358,6 +362,9 @@ fn dev_alloc(bytes: usize) -> Option<usize> {
 }
 
 fn dev_free(p: usize) {
+    if crate::memory::free(p as u64, None).is_some() {
+        return;
+    }
     if let Some(free) = real!(CUDART, c"cudaFree", (P)) {
         // SAFETY: p came from dev_alloc.
         unsafe { free(p as P) };

@@ -17,6 +17,16 @@ static STATE: AtomicU8 = AtomicU8::new(IDLE);
 static START: Once = Once::new();
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static EPOCH: OnceLock<Instant> = OnceLock::new();
+static MEMORY_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The framework settings refused the memory policy (expandable segments): calls pass through.
+pub fn refuse_memory_policy() {
+    MEMORY_REFUSED.store(true, Ordering::Release);
+}
+
+pub fn memory_policy_allowed() -> bool {
+    !MEMORY_REFUSED.load(Ordering::Acquire)
+}
 
 /// The settings in force (defaults until the first CUDA call has read them).
 pub fn config() -> &'static Config {
@@ -152,6 +162,8 @@ struct Allocation {
 }
 
 static ALLOCS: RwLock<BTreeMap<u64, Allocation>> = RwLock::new(BTreeMap::new());
+/// Allocation id -> (pointer, size), for the memory manager.
+static BY_ID: RwLock<BTreeMap<u64, (u64, u64)>> = RwLock::new(BTreeMap::new());
 static NEXT_ALLOC: AtomicU64 = AtomicU64::new(1);
 
 /// Registers an allocation and gives its record a sequence number under the same lock, so the
@@ -160,6 +172,10 @@ pub fn register_alloc(ptr: u64, len: u64) -> (u64, u64) {
     let mut t = ALLOCS.write().unwrap_or_else(|p| p.into_inner());
     let id = NEXT_ALLOC.fetch_add(1, Ordering::Relaxed);
     t.insert(ptr, Allocation { len, id });
+    BY_ID
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id, (ptr, len));
     (id, crate::trace::next_seq())
 }
 
@@ -167,6 +183,9 @@ pub fn register_alloc(ptr: u64, len: u64) -> (u64, u64) {
 pub fn unregister_alloc(ptr: u64) -> (Option<(u64, u64)>, u64) {
     let mut t = ALLOCS.write().unwrap_or_else(|p| p.into_inner());
     let a = t.remove(&ptr).map(|a| (a.id, a.len));
+    if let Some((id, _)) = a {
+        BY_ID.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
     (a, crate::trace::next_seq())
 }
 
@@ -204,4 +223,13 @@ pub fn points_into(v: u64) -> Option<(u64, u64)> {
         .next_back()
         .filter(|(s, a)| v < **s + a.len)
         .map(|(s, a)| (a.id, v - s))
+}
+
+/// (pointer, size) of a live allocation by id.
+pub fn allocation(id: u64) -> Option<(u64, u64)> {
+    BY_ID
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .copied()
 }

@@ -4,8 +4,10 @@
  * cross-entropy kernel and SGD by kernel launches. Deterministic: it prints each iteration's loss,
  * a checksum of the weights, and its own count of each kind of API call.
  *
- * Usage: trainer [ITERATIONS] [BATCH] [WIDTH]   (defaults 5, 8, 16: input BATCH x 3 x WIDTH x WIDTH)
- * Network: conv(3->8, 3x3) relu pool2 conv(8->16, 3x3) relu pool2 fc(->10) softmax. */
+ * Usage: trainer [ITERATIONS] [BATCH] [WIDTH] [DEPTH]   (defaults 5, 8, 16, 0: input BATCH x 3 x WIDTH x WIDTH)
+ * Network: conv(3->8, 3x3) relu, DEPTH x [conv(8->8, 3x3) relu], pool2, conv(8->16, 3x3) relu pool2,
+ * fc(->10), softmax. DEPTH makes the network deeper at full resolution: more memory, the same
+ * largest single operation (what memory virtualisation tests need). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -150,12 +152,18 @@ static void sgd_step(float *w, float *dw, int n, float lr) {
 
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 5, n = argc > 2 ? atoi(argv[2]) : 8, hw = argc > 3 ? atoi(argv[3]) : 16;
+  int depth = argc > 4 ? atoi(argv[4]) : 0;
   const int classes = 10;
-  if (iters < 1 || n < 1 || hw < 4 || hw % 4) { fprintf(stderr, "usage: trainer [ITERATIONS] [BATCH] [WIDTH, a multiple of 4]\n"); return 2; }
+  if (iters < 1 || n < 1 || hw < 4 || hw % 4 || depth < 0 || depth > 64) {
+    fprintf(stderr, "usage: trainer [ITERATIONS] [BATCH] [WIDTH, a multiple of 4] [DEPTH, 0..64]\n");
+    return 2;
+  }
   register_kernels();
   DESC(cudnnCreate(&dnn)); /* handles and descriptors are not counted */
   Conv c1, c2, fc;
   conv_init(&c1, n, 3, 8, 3, 1, hw, hw);
+  Conv *blocks = calloc((size_t)depth + 1, sizeof *blocks);
+  for (int i = 0; i < depth; i++) conv_init(&blocks[i], n, 8, 8, 3, 1, hw, hw);
   conv_init(&c2, n, 8, 16, 3, 1, hw / 2, hw / 2);
   conv_init(&fc, n, 16, classes, hw / 4, 0, hw / 4, hw / 4);
   cudnnActivationDescriptor_t relu; cudnnPoolingDescriptor_t pool;
@@ -173,6 +181,12 @@ int main(int argc, char **argv) {
   float *probs = dalloc(out * 4), *labels = dalloc(n * 4), *loss = dalloc(4);
   float *dlogits = dalloc(out * 4), *dpool2 = dalloc(a4 * 4), *drelu2 = dalloc(a3 * 4), *dconv2 = dalloc(a3 * 4);
   float *dpool1 = dalloc(a2 * 4), *drelu1 = dalloc(a1 * 4), *dconv1 = dalloc(a1 * 4);
+  /* Each block: its convolution and ReLU outputs and their gradients. */
+  float **bconv = calloc((size_t)depth + 1, sizeof *bconv), **brelu = calloc((size_t)depth + 1, sizeof *brelu);
+  float **bdconv = calloc((size_t)depth + 1, sizeof *bdconv), **bdrelu = calloc((size_t)depth + 1, sizeof *bdrelu);
+  for (int i = 0; i < depth; i++) {
+    bconv[i] = dalloc(a1 * 4); brelu[i] = dalloc(a1 * 4); bdconv[i] = dalloc(a1 * 4); bdrelu[i] = dalloc(a1 * 4);
+  }
 
   float *hx = malloc(in * 4), *hl = malloc(n * 4);
   for (size_t i = 0; i < in; i++) hx[i] = frand();
@@ -185,7 +199,13 @@ int main(int argc, char **argv) {
     /* forward */
     conv_fwd(&c1, x, conv1);
     DNN(cudnnActivationForward(dnn, relu, &ONE, c1.y, conv1, &ZERO, c1.y, relu1));
-    DNN(cudnnPoolingForward(dnn, pool, &ONE, c1.y, relu1, &ZERO, p1, pool1));
+    float *top = relu1;
+    for (int i = 0; i < depth; i++) {
+      conv_fwd(&blocks[i], top, bconv[i]);
+      DNN(cudnnActivationForward(dnn, relu, &ONE, c1.y, bconv[i], &ZERO, c1.y, brelu[i]));
+      top = brelu[i];
+    }
+    DNN(cudnnPoolingForward(dnn, pool, &ONE, c1.y, top, &ZERO, p1, pool1));
     conv_fwd(&c2, pool1, conv2);
     DNN(cudnnActivationForward(dnn, relu, &ONE, c2.y, conv2, &ZERO, c2.y, relu2));
     DNN(cudnnPoolingForward(dnn, pool, &ONE, c2.y, relu2, &ZERO, p2, pool2));
@@ -201,13 +221,20 @@ int main(int argc, char **argv) {
     DNN(cudnnPoolingBackward(dnn, pool, &ONE, p2, pool2, p2, dpool2, c2.y, relu2, &ZERO, c2.y, drelu2));
     DNN(cudnnActivationBackward(dnn, relu, &ONE, c2.y, relu2, c2.y, drelu2, c2.y, conv2, &ZERO, c2.y, dconv2));
     conv_bwd(&c2, pool1, dconv2, dpool1);
-    DNN(cudnnPoolingBackward(dnn, pool, &ONE, p1, pool1, p1, dpool1, c1.y, relu1, &ZERO, c1.y, drelu1));
+    /* The gradient of the last full-resolution output, then back through the blocks. */
+    float *dtop = depth ? bdrelu[depth - 1] : drelu1;
+    DNN(cudnnPoolingBackward(dnn, pool, &ONE, p1, pool1, p1, dpool1, c1.y, top, &ZERO, c1.y, dtop));
+    for (int i = depth - 1; i >= 0; i--) {
+      DNN(cudnnActivationBackward(dnn, relu, &ONE, c1.y, brelu[i], c1.y, bdrelu[i], c1.y, bconv[i], &ZERO, c1.y, bdconv[i]));
+      float *below = i ? brelu[i - 1] : relu1, *dbelow = i ? bdrelu[i - 1] : drelu1;
+      conv_bwd(&blocks[i], below, bdconv[i], dbelow);
+    }
     DNN(cudnnActivationBackward(dnn, relu, &ONE, c1.y, relu1, c1.y, drelu1, c1.y, conv1, &ZERO, c1.y, dconv1));
     conv_bwd(&c1, x, dconv1, NULL);
     /* update */
     Conv *layers[3] = {&c1, &c2, &fc};
-    for (int i = 0; i < 3; i++) {
-      Conv *l = layers[i];
+    for (int i = 0; i < 3 + depth; i++) {
+      Conv *l = i < 3 ? layers[i] : &blocks[i - 3];
       sgd_step(l->W, l->dW, l->cout * l->cin * l->k * l->k, lr);
       sgd_step(l->B, l->dB, l->cout, lr);
     }
@@ -220,8 +247,8 @@ int main(int argc, char **argv) {
   /* FNV-1a over every weight and bias. */
   uint64_t h = 1469598103934665603ull;
   Conv *layers[3] = {&c1, &c2, &fc};
-  for (int i = 0; i < 3; i++) {
-    Conv *l = layers[i];
+  for (int i = 0; i < 3 + depth; i++) {
+    Conv *l = i < 3 ? layers[i] : &blocks[i - 3];
     size_t nw = (size_t)l->cout * l->cin * l->k * l->k;
     unsigned char *buf = malloc((nw + l->cout) * 4);
     CU(copy, cudaMemcpy(buf, l->W, nw * 4, cudaMemcpyDeviceToHost));
@@ -234,8 +261,11 @@ int main(int argc, char **argv) {
   float *blobs[] = {x, conv1, relu1, pool1, conv2, relu2, pool2, logits, probs, labels, loss, dlogits, dpool2, drelu2,
                     dconv2, dpool1, drelu1, dconv1};
   for (size_t i = 0; i < sizeof blobs / sizeof blobs[0]; i++) CU(free, cudaFree(blobs[i]));
-  for (int i = 0; i < 3; i++) {
-    Conv *l = layers[i];
+  for (int i = 0; i < depth; i++) {
+    CU(free, cudaFree(bconv[i])); CU(free, cudaFree(brelu[i])); CU(free, cudaFree(bdconv[i])); CU(free, cudaFree(bdrelu[i]));
+  }
+  for (int i = 0; i < 3 + depth; i++) {
+    Conv *l = i < 3 ? layers[i] : &blocks[i - 3];
     CU(free, cudaFree(l->W)); CU(free, cudaFree(l->dW)); CU(free, cudaFree(l->B)); CU(free, cudaFree(l->dB));
     if (l->ws) CU(free, cudaFree(l->ws));
   }

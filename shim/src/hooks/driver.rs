@@ -1,7 +1,7 @@
 //! CUDA driver hooks: memory, copies, memsets, launches, synchronisation. The bracketed name is
 //! the base name `cuGetProcAddress` is asked for.
 
-use super::runtime::{alloc, copy, free, memset, sync};
+use super::runtime::{alloc, copy, free, managed_alloc, managed_free, managed_info, memset, sync};
 use super::{Pending, hooks, launch};
 use planner::trace::Event;
 use std::ffi::{c_uint, c_void};
@@ -46,13 +46,19 @@ fn kernel(
 
 hooks! {
     libs = crate::real::CUDA, unavailable = NOT_INITIALIZED, names = (entry, real);
-    ["cuMemAlloc"] fn cuMemAlloc_v2(p: *mut D, size: usize) => alloc("cuMemAlloc_v2", p, size, None);
-    ["cuMemFree"] fn cuMemFree_v2(p: D) => free("cuMemFree_v2", p, None);
-    ["cuMemAllocAsync"] fn cuMemAllocAsync(p: *mut D, size: usize, s: P) => alloc("cuMemAllocAsync", p, size, Some(s as u64));
+    ["cuMemAlloc"] fn cuMemAlloc_v2(p: *mut D, size: usize) => alloc("cuMemAlloc_v2", p, size, None),
+        call = managed_alloc(entry, p, size).unwrap_or_else(|| unsafe { real(p, size) });
+    ["cuMemFree"] fn cuMemFree_v2(p: D) => free("cuMemFree_v2", p, None),
+        call = managed_free(entry, p, None).unwrap_or_else(|| unsafe { real(p) });
+    ["cuMemAllocAsync"] fn cuMemAllocAsync(p: *mut D, size: usize, s: P) => alloc("cuMemAllocAsync", p, size, Some(s as u64)),
+        call = managed_alloc(entry, p, size).unwrap_or_else(|| unsafe { real(p, size, s) });
     ["cuMemAllocFromPoolAsync"] fn cuMemAllocFromPoolAsync(p: *mut D, size: usize, pool: P, s: P) =>
-        alloc("cuMemAllocFromPoolAsync", p, size, Some(s as u64));
-    ["cuMemFreeAsync"] fn cuMemFreeAsync(p: D, s: P) => free("cuMemFreeAsync", p, Some(s as u64));
-    ["cuMemGetInfo"] fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => None;
+        alloc("cuMemAllocFromPoolAsync", p, size, Some(s as u64)),
+        call = managed_alloc(entry, p, size).unwrap_or_else(|| unsafe { real(p, size, pool, s) });
+    ["cuMemFreeAsync"] fn cuMemFreeAsync(p: D, s: P) => free("cuMemFreeAsync", p, Some(s as u64)),
+        call = managed_free(entry, p, Some(s as u64)).unwrap_or_else(|| unsafe { real(p, s) });
+    ["cuMemGetInfo"] fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => None,
+        call = managed_info(entry, free, total).unwrap_or_else(|| unsafe { real(free, total) });
     ["cuMemcpy"] fn cuMemcpy(dst: D, src: D, n: usize) => copy("cuMemcpy", dst, src, n, None, None);
     ["cuMemcpyAsync"] fn cuMemcpyAsync(dst: D, src: D, n: usize, s: P) => copy("cuMemcpyAsync", dst, src, n, None, Some(s as u64));
     ["cuMemcpyHtoD"] fn cuMemcpyHtoD_v2(dst: D, src: *const c_void, n: usize) => copy("cuMemcpyHtoD_v2", dst, src as u64, n, Some(1), None);

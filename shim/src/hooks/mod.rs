@@ -162,6 +162,16 @@ impl Pending {
     }
 }
 
+fn stream_of(e: &Event) -> Option<u64> {
+    match e {
+        Event::Copy { stream, .. }
+        | Event::Memset { stream, .. }
+        | Event::Launch { stream, .. }
+        | Event::Cudnn { stream, .. } => *stream,
+        _ => None,
+    }
+}
+
 fn set_result(e: &mut Event, r: i32) {
     match e {
         Event::Alloc { result, .. }
@@ -195,7 +205,11 @@ pub fn run(
         {
             panic!("MARMOSET_TEST_PANIC");
         }
-        if crate::trace::enabled() { pre() } else { None }
+        if crate::trace::enabled() || crate::memory::active() {
+            pre()
+        } else {
+            None
+        }
     })) {
         Ok(p) => p,
         Err(_) => {
@@ -206,6 +220,22 @@ pub fn run(
             None
         }
     };
+    // Every tensor the call touches must be resident before it runs.
+    if let Some(p) = &pending {
+        let (touches, stream) = (p.event.touches(), stream_of(&p.event));
+        if let Err(code) = crate::memory::before(touches, stream) {
+            // cuDNN speaks its own codes: a device allocation failure, or a driver failure.
+            let code = match (&p.event, code) {
+                (Event::Cudnn { .. }, 2) => 4004,
+                (Event::Cudnn { .. }, _) => 5001,
+                _ => code,
+            };
+            if let Some(p) = pending {
+                let _ = catch_unwind(AssertUnwindSafe(|| p.finish(code)));
+            }
+            return code;
+        }
+    }
     let r = real();
     if let Some(p) = pending
         && catch_unwind(AssertUnwindSafe(|| p.finish(r))).is_err()

@@ -135,18 +135,41 @@ fn kernel(api: &str, f: u64, g: Dim3, b: Dim3, args: *mut P, stream: P) -> Optio
     Some(p.timed(stream as u64))
 }
 
+/// Under a memory policy Marmoset allocates; None: forward to the real allocator.
+pub fn managed_alloc(entry: &'static super::Entry, out: *mut u64, size: usize) -> Option<c_int> {
+    super::attempt(entry, || crate::memory::alloc(out, size))
+}
+
+pub fn managed_free(entry: &'static super::Entry, ptr: u64, stream: Option<u64>) -> Option<c_int> {
+    super::attempt(entry, || crate::memory::free(ptr, stream))
+}
+
+pub fn managed_info(
+    entry: &'static super::Entry,
+    free: *mut usize,
+    total: *mut usize,
+) -> Option<c_int> {
+    super::attempt(entry, || crate::memory::mem_info(free, total))
+}
+
 hooks! {
     libs = crate::real::CUDART, unavailable = ERROR_INITIALIZATION, names = (entry, real);
-    [""] fn cudaMalloc(p: *mut P, size: usize) => alloc("cudaMalloc", p as *mut u64, size, None);
-    [""] fn cudaFree(p: P) => free("cudaFree", p as u64, None);
-    [""] fn cudaMallocAsync(p: *mut P, size: usize, s: P) => alloc("cudaMallocAsync", p as *mut u64, size, Some(s as u64));
+    [""] fn cudaMalloc(p: *mut P, size: usize) => alloc("cudaMalloc", p as *mut u64, size, None),
+        call = managed_alloc(entry, p as *mut u64, size).unwrap_or_else(|| unsafe { real(p, size) });
+    [""] fn cudaFree(p: P) => free("cudaFree", p as u64, None),
+        call = managed_free(entry, p as u64, None).unwrap_or_else(|| unsafe { real(p) });
+    [""] fn cudaMallocAsync(p: *mut P, size: usize, s: P) => alloc("cudaMallocAsync", p as *mut u64, size, Some(s as u64)),
+        call = managed_alloc(entry, p as *mut u64, size).unwrap_or_else(|| unsafe { real(p, size, s) });
     [""] fn cudaMallocFromPoolAsync(p: *mut P, size: usize, pool: P, s: P) =>
-        alloc("cudaMallocFromPoolAsync", p as *mut u64, size, Some(s as u64));
-    [""] fn cudaFreeAsync(p: P, s: P) => free("cudaFreeAsync", p as u64, Some(s as u64));
+        alloc("cudaMallocFromPoolAsync", p as *mut u64, size, Some(s as u64)),
+        call = managed_alloc(entry, p as *mut u64, size).unwrap_or_else(|| unsafe { real(p, size, pool, s) });
+    [""] fn cudaFreeAsync(p: P, s: P) => free("cudaFreeAsync", p as u64, Some(s as u64)),
+        call = managed_free(entry, p as u64, Some(s as u64)).unwrap_or_else(|| unsafe { real(p, s) });
     [""] fn cudaMallocHost(p: *mut P, size: usize) => None;
     [""] fn cudaHostAlloc(p: *mut P, size: usize, flags: c_uint) => None;
     [""] fn cudaFreeHost(p: P) => None;
-    [""] fn cudaMemGetInfo(free: *mut usize, total: *mut usize) => None;
+    [""] fn cudaMemGetInfo(free: *mut usize, total: *mut usize) => None,
+        call = managed_info(entry, free, total).unwrap_or_else(|| unsafe { real(free, total) });
     [""] fn cudaMemcpy(dst: P, src: *const c_void, n: usize, kind: c_int) =>
         copy("cudaMemcpy", dst as u64, src as u64, n, Some(kind).filter(|&k| k != 4), None);
     [""] fn cudaMemcpyAsync(dst: P, src: *const c_void, n: usize, kind: c_int, s: P) =>

@@ -388,6 +388,9 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
             "peak_at_seq": s.peak_at.map(|p| p.0),
             "largest": s.largest.iter().map(|(b, api, seq)| serde_json::json!({"bytes": b, "api": api, "seq": seq})).collect::<Vec<_>>(),
             "device_ms": s.device_ms,
+            "evicted_bytes": s.evicted_bytes,
+            "restored_bytes": s.restored_bytes,
+            "evict_ms": s.evict_ms,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

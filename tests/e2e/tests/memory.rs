@@ -1,0 +1,232 @@
+//! Memory virtualisation (MARMOSET_POLICY=lru) on the simulated GPU: programs run within a budget
+//! smaller than they need, with results identical bit for bit, and no operation ever touches an
+//! evicted tensor (the simulator would trap).
+
+use marmoset_e2e::*;
+use serde_json::Value;
+
+fn ok(o: &std::process::Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}
+
+fn report(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
+}
+
+/// The trainer, 8 blocks deep at 64 x 64: its peak, then runs at fractions of it.
+const TRAINER: [&str; 4] = ["2", "16", "64", "8"];
+
+#[test]
+fn the_trainer_runs_bit_for_bit_at_half_and_a_third_of_its_peak() {
+    let r0 = temp_path("lru-unlimited.json");
+    let plain = run_sim(
+        "h100",
+        &[("SIMGPU_REPORT", r0.to_str().unwrap())],
+        "trainer",
+        &TRAINER,
+    );
+    ok(&plain);
+    let peak = report(&r0)["peak_bytes"].as_u64().unwrap();
+    assert!(
+        peak > 64 << 20,
+        "a workload big enough to need several evictions: {peak}"
+    );
+    for fraction in [0.5, 0.3] {
+        let budget = (peak as f64 * fraction) as u64;
+        let r = temp_path(&format!("lru-{fraction}.json"));
+        let (o, records) = run_shim(
+            &[
+                ("MARMOSET_POLICY", "lru"),
+                ("MARMOSET_MEMORY_LIMIT", &budget.to_string()),
+                ("SIMGPU_REPORT", r.to_str().unwrap()),
+            ],
+            "trainer",
+            &TRAINER,
+        );
+        ok(&o);
+        assert_eq!(
+            stdout(&o),
+            stdout(&plain),
+            "{fraction} P: the same losses and checksum, bit for bit"
+        );
+        let rep = report(&r);
+        assert!(
+            rep["peak_bytes"].as_u64().unwrap() <= budget,
+            "{fraction} P: {rep}"
+        );
+        assert_eq!(rep["sticky_error"], Value::Null, "no trap");
+        assert!(!of_kind(&records, "evict").is_empty() && !of_kind(&records, "restore").is_empty());
+        assert!(rep["d2h_bytes"].as_u64().unwrap() > 0);
+        // Without Marmoset, the same memory is not enough.
+        let small = run_sim(
+            "h100",
+            &[("SIMGPU_MEMORY", &budget.to_string())],
+            "trainer",
+            &TRAINER,
+        );
+        assert!(!small.status.success());
+        assert!(
+            stderr(&small).contains("cudaErrorMemoryAllocation"),
+            "{}",
+            stderr(&small)
+        );
+    }
+}
+
+#[test]
+fn the_trap_fires_when_one_restore_is_skipped() {
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+            ("MARMOSET_TEST_SKIP_RESTORE", "1"),
+        ],
+        "mem_probe",
+        &["streams"],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("illegal address") && err.contains("not mapped"),
+        "{err}"
+    );
+    // And without skipping, the same program is fine.
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+        ],
+        "mem_probe",
+        &["streams"],
+    );
+    ok(&o);
+}
+
+#[test]
+fn tensors_across_streams_freed_while_evicted_and_in_stream_order() {
+    for (probe, key) in [
+        ("streams", "streams"),
+        ("freed-evicted", "freed_evicted"),
+        ("async", "async"),
+    ] {
+        let (o, records) = run_shim(
+            &[
+                ("MARMOSET_POLICY", "lru"),
+                ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+            ],
+            "mem_probe",
+            &[probe],
+        );
+        ok(&o);
+        assert_eq!(values(&o)[key], "ok", "{probe}");
+        assert!(
+            !of_kind(&records, "evict").is_empty(),
+            "{probe}: the budget forced evictions"
+        );
+        if probe == "freed-evicted" {
+            // A tensor freed while evicted is never brought back.
+            let evicted: std::collections::HashSet<u64> = of_kind(&records, "evict")
+                .iter()
+                .map(|r| r["alloc"].as_u64().unwrap())
+                .collect();
+            let freed_first: Vec<u64> = of_kind(&records, "free")
+                .iter()
+                .take(4)
+                .map(|r| r["alloc"].as_u64().unwrap())
+                .collect();
+            assert!(
+                freed_first.iter().any(|a| evicted.contains(a)),
+                "some were freed while evicted"
+            );
+            for a in &freed_first {
+                assert!(
+                    of_kind(&records, "restore")
+                        .iter()
+                        .all(|r| r["alloc"].as_u64().unwrap() != *a)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failing_eviction_copy_leaves_the_tensor_resident_and_intact() {
+    let (o, records) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "10MiB"),
+            ("SIMGPU_FAIL", "copy:3"),
+        ],
+        "mem_probe",
+        &["fault"],
+    );
+    ok(&o);
+    assert_eq!(values(&o)["fault"], "ok");
+    assert!(
+        stderr(&o).contains("injected failure: copy #3") && stderr(&o).contains("stays resident"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !of_kind(&records, "evict").is_empty(),
+        "another tensor was evicted instead"
+    );
+}
+
+#[test]
+fn a_thousand_random_operations_match_a_shadow_copy_byte_for_byte() {
+    let (o, records) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+        ],
+        "mem_probe",
+        &["random", "1000"],
+    );
+    ok(&o);
+    assert!(stdout(&o).contains("random=ok ops=1000"), "{}", stdout(&o));
+    assert!(of_kind(&records, "evict").len() > 100 && of_kind(&records, "restore").len() > 100);
+}
+
+#[test]
+fn an_operation_larger_than_the_budget_fails_with_out_of_memory_and_loses_nothing() {
+    // 4 MiB tensors under a 3 MiB budget: the allocation itself cannot be satisfied.
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "3MiB"),
+        ],
+        "mem_probe",
+        &["streams"],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("out of memory") && err.contains("-> 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_budget_is_what_the_program_sees_as_the_device() {
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "1GiB"),
+        ],
+        "sim_probe",
+        &["oom"],
+    );
+    ok(&o);
+    assert_eq!(num(&o, "total"), (1u64 << 30) as f64);
+    assert!(num(&o, "free_after") < 0.41 * (1u64 << 30) as f64);
+    // A second 60% allocation fits: Marmoset evicts the first one (its bytes go to host).
+    assert_eq!(num(&o, "runtime_oom"), 0.0);
+    assert_eq!(num(&o, "driver_oom"), 0.0);
+}
