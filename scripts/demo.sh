@@ -41,3 +41,15 @@ echo "== 6. μ-cuDNN through libmarmoset.so: AlexNet on a simulated P100, 64 MiB
 cache=$(mktemp -d)
 SIMGPU_MODE=shape MARMOSET_CACHE_DIR="$cache" "$m" run --sim=p100 --workspace-limit 64MiB -- "$bin/conv_layers" "$layers/alexnet.csv" 64
 rm -rf "$cache"
+
+echo
+echo "== 7. The deeper trainer within a third of its peak memory under MARMOSET_POLICY=lru (simulated H100): same losses, bit for bit"
+rep0=$(mktemp); rep1=$(mktemp)
+SIMGPU_REPORT=$rep0 "$m" run --sim=h100 --no-shim -- "$bin/trainer" 2 16 64 8 > "$rep0.out"
+peak=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_bytes'])" "$rep0")
+budget=$((peak * 3 / 10))
+SIMGPU_REPORT=$rep1 "$m" run --sim=h100 --policy lru --memory-limit "$budget" --trace "$trace" -- "$bin/trainer" 2 16 64 8 | tee "$rep1.out"
+if cmp -s "$rep0.out" "$rep1.out"; then echo "same output as without Marmoset, at $budget of $peak bytes"; else echo "OUTPUT DIFFERS"; exit 1; fi
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f\"simulated device peak {r['peak_bytes']} B (budget $budget B), {r['d2h_bytes']} B to host, {r['h2d_bytes']} B back\")" "$rep1"
+"$m" inspect "$trace" | grep -E "memory moved|peak memory"
+rm -f "$rep0" "$rep1" "$rep0.out" "$rep1.out"

@@ -216,6 +216,13 @@ static void run_case(cudnnHandle_t h, const Case *cs, int index) {
         CHECK_CUDA(cudaMemcpy(hbuf, gdw, wn * 4, cudaMemcpyDeviceToHost));
         got = malloc(wn * sizeof *got); gather(hbuf, got, wdims, wst); ref = ref_dw; n = wn;
       }
+      if (st >= 3000 && st < 4000) {
+        /* A real cuDNN may refuse at run time what its size query accepted. */
+        unsupported++;
+        free(got);
+        if (ws) CHECK_CUDA(cudaFree(ws));
+        continue;
+      }
       CHECK_DNN(st);
       double e = max_rel_err(got, ref, n);
       if (e > worst) worst = e;
