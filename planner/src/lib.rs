@@ -6,7 +6,9 @@
 
 pub mod inspect;
 pub mod microbatch;
+pub mod model;
 pub mod sim;
+pub mod timeline;
 pub mod trace;
 
 pub use simgpu_model::size::{ACCEPTED as SIZE_ACCEPTED, parse_size};

@@ -1,0 +1,516 @@
+//! The planner's trace model: storages (the memory a tensor occupies), operations with their
+//! durations, inputs, outputs and in-place writes, and the program order of operations and
+//! frees, with the iteration's annotations. Imported from DTR's logs ([`import_dtr`]).
+//!
+//! DTR's format (anchors.md): JSON lines; `ANNOTATE` START (skip what comes before) and
+//! BACKWARD; `CONSTANT name` then `MEMORY name bytes`; `CALL name args result time` with, for each
+//! result, `MEMORY result bytes` and `ALIAS result k` (k = -1: new storage; k >= 0: a view of
+//! argument k); `MUTATE name args mutate time`; `COPY dst src` (a new reference);
+//! `COPY_FROM dst src` (dst now refers to src's storage); `RELEASE name` (the storage is freed
+//! when its last reference goes). Times are nanoseconds.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// The memory of one tensor (views share their base's storage).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Storage {
+    pub size: u64,
+    /// Exists before the iteration (weights, inputs): resident from the start.
+    pub constant: bool,
+    /// The operation that produced it.
+    pub producer: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    pub name: String,
+    pub time_s: f64,
+    /// Storages read (arguments, views resolved to their base).
+    pub inputs: Vec<usize>,
+    /// Storages this operation creates.
+    pub outputs: Vec<usize>,
+    /// Storages written in place.
+    pub mutates: Vec<usize>,
+    pub backward: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Step {
+    Op(usize),
+    Free(usize),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trace {
+    pub storages: Vec<Storage>,
+    pub ops: Vec<Op>,
+    pub steps: Vec<Step>,
+}
+
+impl Trace {
+    /// Σ operation times: the iteration's time with all the memory it wants.
+    pub fn compute_time(&self) -> f64 {
+        self.ops.iter().map(|o| o.time_s).sum()
+    }
+
+    /// The largest memory in use at any point of the program order (constants from the start,
+    /// an operation's outputs from its start, frees at their step).
+    pub fn peak(&self) -> u64 {
+        let mut used: u64 = self
+            .storages
+            .iter()
+            .filter(|s| s.constant)
+            .map(|s| s.size)
+            .sum();
+        let mut peak = used;
+        for step in &self.steps {
+            match *step {
+                Step::Op(i) => {
+                    used += self.ops[i]
+                        .outputs
+                        .iter()
+                        .map(|&s| self.storages[s].size)
+                        .sum::<u64>();
+                    peak = peak.max(used);
+                }
+                Step::Free(s) => used -= self.storages[s].size,
+            }
+        }
+        peak
+    }
+
+    /// Checks the model's own invariants (what the importers guarantee).
+    pub fn validate(&self) -> Result<(), String> {
+        let mut alive: Vec<bool> = self.storages.iter().map(|s| s.constant).collect();
+        let mut freed = vec![false; self.storages.len()];
+        for (k, step) in self.steps.iter().enumerate() {
+            match *step {
+                Step::Op(i) => {
+                    let op = self
+                        .ops
+                        .get(i)
+                        .ok_or(format!("step {k}: no operation {i}"))?;
+                    for &s in op.inputs.iter().chain(&op.mutates) {
+                        if !alive.get(s).copied().unwrap_or(false) {
+                            return Err(format!(
+                                "step {k}: {} uses storage {s}, which is not alive",
+                                op.name
+                            ));
+                        }
+                    }
+                    for &s in &op.outputs {
+                        if alive[s] || freed[s] {
+                            return Err(format!("step {k}: storage {s} created twice"));
+                        }
+                        alive[s] = true;
+                    }
+                }
+                Step::Free(s) => {
+                    if !alive.get(s).copied().unwrap_or(false) {
+                        return Err(format!("step {k}: free of storage {s}, which is not alive"));
+                    }
+                    alive[s] = false;
+                    freed[s] = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A line's JSON, with the line number in every error.
+struct Line<'a> {
+    n: usize,
+    v: &'a serde_json::Value,
+}
+
+impl Line<'_> {
+    fn err(&self, msg: impl std::fmt::Display) -> String {
+        format!("line {}: {msg}", self.n)
+    }
+
+    fn str(&self, key: &str) -> Result<&str, String> {
+        self.v
+            .get(key)
+            .and_then(|x| x.as_str())
+            .ok_or_else(|| self.err(format!("no string field {key}")))
+    }
+
+    fn strs(&self, key: &str) -> Result<Vec<&str>, String> {
+        let a = self
+            .v
+            .get(key)
+            .and_then(|x| x.as_array())
+            .ok_or_else(|| self.err(format!("no list field {key}")))?;
+        a.iter()
+            .map(|x| {
+                x.as_str()
+                    .ok_or_else(|| self.err(format!("{key} holds a non-string")))
+            })
+            .collect()
+    }
+
+    /// A number written as a JSON number or a string of digits (DTR writes strings).
+    fn int(&self, key: &str) -> Result<i64, String> {
+        let v = self
+            .v
+            .get(key)
+            .ok_or_else(|| self.err(format!("no field {key}")))?;
+        v.as_i64()
+            .or_else(|| {
+                v.as_str()
+                    .and_then(|s| s.trim().parse::<f64>().ok())
+                    .filter(|f| f.is_finite())
+                    .map(|f| f as i64)
+            })
+            .ok_or_else(|| self.err(format!("{key} is not a number")))
+    }
+}
+
+/// Reads a DTR log into the model. Malformed input is an error naming the line and the reason;
+/// it never panics.
+pub fn import_dtr(text: &str) -> Result<Trace, String> {
+    let mut t = Trace::default();
+    let mut started = false;
+    let mut backward = false;
+    // Reference name -> storage; storage -> number of references.
+    let mut refs: HashMap<String, usize> = HashMap::new();
+    let mut count: Vec<u64> = Vec::new();
+    // Results of the last CALL still waiting for their MEMORY / ALIAS lines: name -> (op, size).
+    let mut pending: HashMap<String, (usize, Option<u64>)> = HashMap::new();
+    let mut constant_sizes: HashMap<String, usize> = HashMap::new();
+
+    fn drop_ref(
+        name: &str,
+        refs: &mut HashMap<String, usize>,
+        count: &mut [u64],
+        t: &mut Trace,
+    ) -> Option<()> {
+        let s = refs.remove(name)?;
+        count[s] -= 1;
+        if count[s] == 0 {
+            t.steps.push(Step::Free(s));
+        }
+        Some(())
+    }
+
+    for (i, raw) in text.lines().enumerate() {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(raw).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
+        let l = Line { n: i + 1, v: &v };
+        let ins = l.str("INSTRUCTION")?;
+        if ins == "ANNOTATE" {
+            match l.str("ANNOTATION")? {
+                "START" => started = true,
+                "BACKWARD" => backward = true,
+                _ => {}
+            }
+            continue;
+        }
+        if !started {
+            continue;
+        }
+        let storage_of = |name: &str, refs: &HashMap<String, usize>| -> Result<usize, String> {
+            refs.get(name)
+                .copied()
+                .ok_or_else(|| l.err(format!("{name} is not a live tensor")))
+        };
+        match ins {
+            "CONSTANT" => {
+                let name = l.str("NAME")?;
+                if refs.contains_key(name) {
+                    return Err(l.err(format!("{name} defined twice")));
+                }
+                t.storages.push(Storage {
+                    size: 0,
+                    constant: true,
+                    producer: None,
+                });
+                count.push(1);
+                refs.insert(name.to_string(), t.storages.len() - 1);
+                constant_sizes.insert(name.to_string(), t.storages.len() - 1);
+            }
+            "MEMORY" => {
+                let name = l.str("NAME")?;
+                let bytes = l.int("MEMORY")?;
+                if bytes < 0 {
+                    return Err(l.err("MEMORY is negative"));
+                }
+                if let Some(p) = pending.get_mut(name) {
+                    p.1 = Some(bytes as u64);
+                } else if let Some(&s) = constant_sizes.get(name) {
+                    t.storages[s].size = bytes as u64;
+                    constant_sizes.remove(name);
+                } else if !refs.contains_key(name) {
+                    return Err(l.err(format!("MEMORY for {name}, which is not a tensor")));
+                }
+            }
+            "CALL" | "MUTATE" => {
+                let name = l.str("NAME")?.to_string();
+                let args = l.strs("ARGS")?;
+                let time_ns = l.int("TIME")?;
+                if time_ns < 0 {
+                    return Err(l.err("TIME is negative"));
+                }
+                let inputs: Vec<usize> = args
+                    .iter()
+                    .map(|a| storage_of(a, &refs))
+                    .collect::<Result<_, _>>()?;
+                let mut mutates = Vec::new();
+                if ins == "MUTATE" {
+                    let idx =
+                        l.v.get("MUTATE")
+                            .and_then(|m| m.as_array())
+                            .ok_or_else(|| l.err("no list field MUTATE"))?;
+                    for k in idx {
+                        let k = k
+                            .as_i64()
+                            .or_else(|| k.as_str().and_then(|s| s.parse().ok()))
+                            .ok_or_else(|| l.err("MUTATE holds a non-number"))?;
+                        let s = usize::try_from(k)
+                            .ok()
+                            .and_then(|k| inputs.get(k))
+                            .ok_or_else(|| l.err(format!("MUTATE index {k} out of range")))?;
+                        mutates.push(*s);
+                    }
+                }
+                t.ops.push(Op {
+                    name,
+                    time_s: time_ns as f64 * 1e-9,
+                    inputs: inputs.clone(),
+                    outputs: Vec::new(),
+                    mutates,
+                    backward,
+                });
+                let op = t.ops.len() - 1;
+                t.steps.push(Step::Op(op));
+                if ins == "CALL" {
+                    for r in l.strs("RESULT")? {
+                        if refs.contains_key(r) || pending.contains_key(r) {
+                            return Err(l.err(format!("result {r} already names a tensor")));
+                        }
+                        pending.insert(r.to_string(), (op, None));
+                    }
+                }
+            }
+            "ALIAS" => {
+                let name = l.str("NAME")?;
+                let k = l.int("ALIAS")?;
+                let (op, size) = pending.remove(name).ok_or_else(|| {
+                    l.err(format!("ALIAS for {name}, which is not a pending result"))
+                })?;
+                if k < 0 {
+                    let size =
+                        size.ok_or_else(|| l.err(format!("ALIAS for {name} before its MEMORY")))?;
+                    t.storages.push(Storage {
+                        size,
+                        constant: false,
+                        producer: Some(op),
+                    });
+                    count.push(1);
+                    let s = t.storages.len() - 1;
+                    t.ops[op].outputs.push(s);
+                    refs.insert(name.to_string(), s);
+                } else {
+                    let s = *t.ops[op]
+                        .inputs
+                        .get(k as usize)
+                        .ok_or_else(|| l.err(format!("ALIAS index {k} out of range")))?;
+                    count[s] += 1;
+                    refs.insert(name.to_string(), s);
+                }
+            }
+            "COPY" => {
+                let (dst, src) = (l.str("DST")?, l.str("SRC")?);
+                let s = storage_of(src, &refs)?;
+                if refs.contains_key(dst) {
+                    return Err(l.err(format!("COPY to {dst}, which already names a tensor")));
+                }
+                count[s] += 1;
+                refs.insert(dst.to_string(), s);
+            }
+            "COPY_FROM" => {
+                let (dst, src) = (l.str("DST")?, l.str("SRC")?);
+                let s = storage_of(src, &refs)?;
+                count[s] += 1;
+                if refs.contains_key(dst) {
+                    drop_ref(dst, &mut refs, &mut count, &mut t);
+                }
+                refs.insert(dst.to_string(), s);
+            }
+            "RELEASE" => {
+                let name = l.str("NAME")?;
+                if pending.remove(name).is_some() {
+                    continue;
+                }
+                drop_ref(name, &mut refs, &mut count, &mut t).ok_or_else(|| {
+                    l.err(format!("RELEASE of {name}, which is not a live tensor"))
+                })?;
+            }
+            other => return Err(l.err(format!("unknown INSTRUCTION {other:?}"))),
+        }
+    }
+    if !started {
+        return Err("no ANNOTATE START: not a DTR log of an iteration".into());
+    }
+    if let Some(name) = pending.keys().next() {
+        return Err(format!(
+            "result {name} never got its MEMORY and ALIAS lines"
+        ));
+    }
+    t.validate()?;
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+{"INSTRUCTION":"CONSTANT","NAME":"before"}
+{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}
+{"INSTRUCTION":"CONSTANT","NAME":"w"}
+{"INSTRUCTION":"MEMORY","MEMORY":"100","NAME":"w"}
+{"INSTRUCTION":"CONSTANT","NAME":"x"}
+{"INSTRUCTION":"MEMORY","MEMORY":"10","NAME":"x"}
+{"ARGS":["x","w"],"INSTRUCTION":"CALL","NAME":"conv","RESULT":["y"],"TIME":"2000"}
+{"INSTRUCTION":"MEMORY","MEMORY":"40","NAME":"y"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"y"}
+{"ARGS":["y"],"INSTRUCTION":"CALL","NAME":"view","RESULT":["v"],"TIME":"10"}
+{"INSTRUCTION":"MEMORY","MEMORY":"40","NAME":"v"}
+{"ALIAS":"0","INSTRUCTION":"ALIAS","NAME":"v"}
+{"DST":"y2","INSTRUCTION":"COPY","SRC":"y"}
+{"INSTRUCTION":"RELEASE","NAME":"y"}
+{"ARGS":["v"],"INSTRUCTION":"CALL","NAME":"relu","RESULT":["z"],"TIME":"1000"}
+{"INSTRUCTION":"MEMORY","MEMORY":"40","NAME":"z"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"z"}
+{"ANNOTATION":"BACKWARD","INSTRUCTION":"ANNOTATE"}
+{"ARGS":["z","w"],"INSTRUCTION":"MUTATE","NAME":"add_","MUTATE":[1],"TIME":"500"}
+{"INSTRUCTION":"RELEASE","NAME":"v"}
+{"INSTRUCTION":"RELEASE","NAME":"y2"}
+{"INSTRUCTION":"RELEASE","NAME":"z"}
+"#;
+
+    #[test]
+    fn a_small_log() {
+        let t = import_dtr(SMALL).unwrap();
+        assert_eq!(
+            t.storages.len(),
+            4,
+            "w, x, y, z (the view and the copy share y)"
+        );
+        assert_eq!(t.ops.len(), 4);
+        assert_eq!(t.ops[0].outputs, vec![2]);
+        assert!(t.ops[1].outputs.is_empty(), "a view makes no storage");
+        assert_eq!(t.ops[3].mutates, vec![0], "add_ writes w in place");
+        assert!(t.ops[3].backward && !t.ops[2].backward);
+        // y is freed only when its last reference (view v, copy y2) goes.
+        let frees: Vec<usize> = t
+            .steps
+            .iter()
+            .filter_map(|s| {
+                if let Step::Free(x) = s {
+                    Some(*x)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(frees, vec![2, 3]);
+        assert_eq!(t.peak(), 190, "w + x + y + z");
+        assert!((t.compute_time() - 3.51e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (bad, line, what) in [
+            (
+                SMALL.replace(r#""ARGS":["x","w"]"#, r#""ARGS":["x","nope"]"#),
+                8,
+                "nope",
+            ),
+            (
+                SMALL.replace(r#""TIME":"2000""#, r#""TIME":"soon""#),
+                8,
+                "TIME",
+            ),
+            (
+                SMALL.replace(
+                    r#"{"ALIAS":"0","INSTRUCTION":"ALIAS","NAME":"v"}"#,
+                    r#"{"ALIAS":"5","INSTRUCTION":"ALIAS","NAME":"v"}"#,
+                ),
+                13,
+                "ALIAS index",
+            ),
+            (
+                SMALL.replace(
+                    r#"{"INSTRUCTION":"RELEASE","NAME":"z"}"#,
+                    r#"{"INSTRUCTION":"RELEASE","NAME":"q"}"#,
+                ),
+                23,
+                "RELEASE",
+            ),
+            (
+                SMALL.replace(
+                    r#"{"DST":"y2","INSTRUCTION":"COPY","SRC":"y"}"#,
+                    "{not json",
+                ),
+                14,
+                "not JSON",
+            ),
+        ] {
+            let e = import_dtr(&bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("line {line}:")) && e.contains(what),
+                "{e}"
+            );
+        }
+        assert!(import_dtr("").unwrap_err().contains("START"));
+    }
+
+    /// Mangled logs: every cut, every deleted line, random byte damage. Errors, never panics.
+    #[test]
+    fn importer_never_panics_on_damaged_input() {
+        let lines: Vec<&str> = SMALL.lines().collect();
+        for i in 0..lines.len() {
+            let mut v = lines.clone();
+            v.remove(i);
+            let _ = import_dtr(&v.join("\n"));
+            let _ = import_dtr(&lines[..i].join("\n"));
+        }
+        let mut seed = 12345u64;
+        let bytes = SMALL.as_bytes();
+        for _ in 0..3000 {
+            let mut b = bytes.to_vec();
+            for _ in 0..3 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = (seed % b.len() as u64) as usize;
+                const NOISE: &[u8] = b"{}[]\":,-0123456789aZ \n";
+                b[at] = NOISE[(seed >> 32) as usize % NOISE.len()];
+            }
+            let _ = import_dtr(&String::from_utf8_lossy(&b));
+        }
+    }
+
+    #[test]
+    fn the_four_dtr_logs_import() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/dtr-logs");
+        let mut seen = 0;
+        for e in std::fs::read_dir(&dir).expect("../shared/data/dtr-logs beside the repository") {
+            let p = e.unwrap().path();
+            let t = import_dtr(&std::fs::read_to_string(&p).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(t.ops.len() > 100 && t.peak() > 1 << 30, "{}", p.display());
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
+    }
+}
