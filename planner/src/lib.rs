@@ -7,6 +7,8 @@
 pub mod inspect;
 pub mod microbatch;
 pub mod model;
+pub mod policy;
+pub mod pool;
 pub mod sim;
 pub mod timeline;
 pub mod trace;

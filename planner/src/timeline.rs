@@ -24,7 +24,8 @@ pub enum Decision {
     Recompute { after: usize, back: usize },
 }
 
-pub type Plan = HashMap<usize, Decision>;
+/// Decisions per storage; a storage may be moved several times over disjoint intervals.
+pub type Plan = Vec<(usize, Decision)>;
 
 /// PCIe bandwidths in bytes per second.
 #[derive(Debug, Clone, Copy)]
@@ -70,11 +71,15 @@ pub struct Outcome {
     pub swapped_out: u64,
     pub swapped_in: u64,
     pub recomputed_ops: u64,
-    /// Never above the budget.
+    /// Never above the budget, and every recomputation possible.
     pub feasible: bool,
     /// The operation at which memory exceeded the budget most, and by how much.
     pub worst: Option<(usize, u64)>,
+    /// A recomputation needed a storage the program had already freed (an invalid plan).
+    pub invalid: bool,
     pub stalls: Vec<Stall>,
+    /// Every operation at which memory exceeded the budget, with the excess (largest first).
+    pub overs: Vec<(usize, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,47 +103,50 @@ struct Sim<'a> {
     h2d_free: f64,
     mem: u64,
     state: Vec<State>,
+    /// Swap-outs in flight: (end, storage).
+    leaving: Vec<(f64, usize)>,
     out: Outcome,
 }
 
 impl Sim<'_> {
     /// Releases the memory of swap-outs that have ended by `at`.
     fn release(&mut self, at: f64) {
-        for s in 0..self.state.len() {
-            if let State::Leaving(end) = self.state[s]
-                && end <= at
-            {
-                self.state[s] = State::Out;
-                self.mem -= self.t.storages[s].size;
+        let mut i = 0;
+        while i < self.leaving.len() {
+            let (end, s) = self.leaving[i];
+            if end <= at {
+                self.leaving.swap_remove(i);
+                if self.state[s] == State::Leaving(end) {
+                    self.state[s] = State::Out;
+                    self.mem -= self.t.storages[s].size;
+                }
+            } else {
+                i += 1;
             }
         }
     }
 
-    /// Takes `bytes` at time `at` (returned later if it had to wait for swap-outs).
+    /// Takes `bytes` at time `at`; returns when it got them (after waiting for swap-outs).
     fn take(&mut self, bytes: u64, mut at: f64, op: usize) -> f64 {
         self.release(at);
         while self.mem + bytes > self.budget {
             let next = self
-                .state
+                .leaving
                 .iter()
-                .filter_map(|s| {
-                    if let State::Leaving(e) = s {
-                        Some(*e)
-                    } else {
-                        None
-                    }
-                })
+                .map(|l| l.0)
                 .fold(f64::INFINITY, f64::min);
             if !next.is_finite() {
                 break;
             }
-            self.out.stalls.push(Stall::Memory {
-                op,
-                secs: next - at,
-            });
-            self.out.stall_s += next - at;
-            at = next;
-            self.release(at);
+            if next > at {
+                self.out.stalls.push(Stall::Memory {
+                    op,
+                    secs: next - at,
+                });
+                self.out.stall_s += next - at;
+                at = next;
+            }
+            self.release(next);
         }
         self.mem += bytes;
         if self.mem > self.budget {
@@ -146,6 +154,10 @@ impl Sim<'_> {
             let over = self.mem - self.budget;
             if self.out.worst.is_none_or(|w| over > w.1) {
                 self.out.worst = Some((op, over));
+            }
+            match self.out.overs.last_mut() {
+                Some(last) if last.0 == op => last.1 = last.1.max(over),
+                _ => self.out.overs.push((op, over)),
             }
         }
         self.out.peak = self.out.peak.max(self.mem);
@@ -176,26 +188,25 @@ impl Sim<'_> {
         self.state[s] = State::Resident;
     }
 
-    /// Makes `s` available to operation `op` (at `self.now`), recomputing recursively.
+    /// Makes `s` available to operation `op` at `self.now`, recomputing recursively.
     fn need(&mut self, s: usize, op: usize, depth: usize) {
         match self.state[s] {
-            State::Resident => {}
-            State::Leaving(_) => {
-                // Still on the device: the swap-out continues, the data is usable.
-            }
+            // Still on the device while its swap-out runs: usable.
+            State::Resident | State::Leaving(_) => {}
             State::Out => {
-                // Not triggered (or triggered too late to have started): fetched on demand.
+                // Not triggered: fetched on demand.
                 let e = self.swap_in(s, self.now, op);
                 self.arrive(s, e, op);
             }
             State::Arriving(e) => self.arrive(s, e, op),
+            State::Freed => self.out.invalid = true,
             State::Dropped => {
                 let Some(p) = self.t.storages[s].producer else {
+                    self.out.invalid = true;
                     return;
                 };
                 if depth < 64 {
-                    let inputs = self.t.ops[p].inputs.clone();
-                    for i in inputs {
+                    for &i in &self.t.ops[p].inputs {
                         self.need(i, op, depth + 1);
                     }
                 }
@@ -212,7 +223,6 @@ impl Sim<'_> {
                 self.now += secs;
                 self.state[s] = State::Resident;
             }
-            _ => {}
         }
     }
 }
@@ -220,19 +230,22 @@ impl Sim<'_> {
 /// Replays the trace under `budget` with `plan`.
 pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
     let mut triggers: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut after: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (&s, d) in plan {
-        match *d {
+    let mut after: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
+    for &(s, d) in plan {
+        match d {
             Decision::Swap {
                 after: a, trigger, ..
             } => {
-                after.entry(a).or_default().push(s);
+                after.entry(a).or_default().push((s, true));
                 triggers.entry(trigger).or_default().push(s);
             }
-            Decision::Recompute { after: a, .. } => after.entry(a).or_default().push(s),
+            Decision::Recompute { after: a, .. } => after.entry(a).or_default().push((s, false)),
         }
     }
-    for v in triggers.values_mut().chain(after.values_mut()) {
+    for v in triggers.values_mut() {
+        v.sort_unstable();
+    }
+    for v in after.values_mut() {
         v.sort_unstable();
     }
     let mut sim = Sim {
@@ -254,6 +267,7 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                 }
             })
             .collect(),
+        leaving: Vec::new(),
         out: Outcome {
             feasible: true,
             ..Outcome::default()
@@ -270,8 +284,10 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
         match *step {
             Step::Free(s) => {
                 match sim.state[s] {
-                    State::Resident | State::Leaving(_) | State::Arriving(_) => {
-                        sim.mem -= t.storages[s].size
+                    State::Resident | State::Arriving(_) => sim.mem -= t.storages[s].size,
+                    State::Leaving(_) => {
+                        sim.mem -= t.storages[s].size;
+                        sim.leaving.retain(|l| l.1 != s);
                     }
                     _ => {}
                 }
@@ -280,16 +296,15 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
             Step::Op(i) => {
                 let op = &t.ops[i];
                 if let Some(ss) = triggers.get(&i) {
-                    for &s in ss.clone().iter() {
-                        if matches!(sim.state[s], State::Out | State::Leaving(_)) {
+                    for &s in ss {
+                        let at = match sim.state[s] {
                             // A swap-in cannot start before its swap-out ended.
-                            let at = match sim.state[s] {
-                                State::Leaving(e) => e.max(sim.now),
-                                _ => sim.now,
-                            };
-                            if let State::Leaving(_) = sim.state[s] {
-                                sim.release(at);
-                            }
+                            State::Leaving(e) => e.max(sim.now),
+                            State::Out => sim.now,
+                            _ => continue,
+                        };
+                        sim.release(at);
+                        if sim.state[s] == State::Out {
                             sim.swap_in(s, at, i);
                         }
                     }
@@ -304,23 +319,21 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                 }
                 sim.now += op.time_s;
                 if let Some(ss) = after.get(&i) {
-                    for &s in ss {
+                    for &(s, swap) in ss {
                         if sim.state[s] != State::Resident {
                             continue;
                         }
-                        match plan[&s] {
-                            Decision::Swap { .. } => {
-                                let size = t.storages[s].size;
-                                let start = sim.now.max(sim.d2h_free);
-                                let end = start + size as f64 / link.d2h;
-                                sim.d2h_free = end;
-                                sim.out.swapped_out += size;
-                                sim.state[s] = State::Leaving(end);
-                            }
-                            Decision::Recompute { .. } => {
-                                sim.mem -= t.storages[s].size;
-                                sim.state[s] = State::Dropped;
-                            }
+                        let size = t.storages[s].size;
+                        if swap {
+                            let start = sim.now.max(sim.d2h_free);
+                            let end = start + size as f64 / link.d2h;
+                            sim.d2h_free = end;
+                            sim.out.swapped_out += size;
+                            sim.state[s] = State::Leaving(end);
+                            sim.leaving.push((end, s));
+                        } else {
+                            sim.mem -= size;
+                            sim.state[s] = State::Dropped;
                         }
                     }
                 }
@@ -328,6 +341,12 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
         }
     }
     sim.out.makespan = sim.now;
+    sim.out
+        .overs
+        .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    if sim.out.invalid {
+        sim.out.feasible = false;
+    }
     sim.out
 }
 
@@ -450,7 +469,7 @@ mod tests {
     #[test]
     fn a_recompute() {
         let t = chain();
-        let plan = Plan::from([(0, Decision::Recompute { after: 1, back: 3 })]);
+        let plan = vec![(0, Decision::Recompute { after: 1, back: 3 })];
         let o = simulate(&t, 210, LINK, &plan);
         assert!(o.feasible, "{o:?}");
         assert_eq!(o.makespan, 5.0);

@@ -45,6 +45,37 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Import a trace from another tool: `marmoset import dtr LOG -o TRACE` (DTR's logs).
+    Import {
+        /// The format: dtr.
+        format: String,
+        log: PathBuf,
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// What a memory policy would do with a trace under a budget, and what it would cost
+    /// (simulated on a device profile's PCIe links).
+    Plan {
+        /// A DTR log, or a trace imported with `marmoset import`.
+        trace: PathBuf,
+        /// The budget: a size, or a fraction of the trace's peak (0.5).
+        #[arg(long)]
+        budget: Option<String>,
+        /// One of: capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv, autoswap, hybrid, smartpool.
+        #[arg(long, default_value = "capuchin")]
+        policy: String,
+        /// Device profile for the PCIe links: h100, p100 or a profile .json.
+        #[arg(long, default_value = "h100")]
+        profile: String,
+        /// Every policy at 0.9 ... 0.2 of the peak.
+        #[arg(long)]
+        sweep: bool,
+        /// The plan, tensor by tensor.
+        #[arg(long)]
+        explain: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Summarise a trace: calls by kind and API, allocations, peak memory load, device time.
     Inspect {
         /// A trace written with MARMOSET_TRACE / --trace.
@@ -95,6 +126,28 @@ fn main() -> ExitCode {
         }),
         Cmd::Run(a) => run(a),
         Cmd::Inspect { trace, json } => inspect(&trace, json),
+        Cmd::Import {
+            format,
+            log,
+            output,
+        } => import(&format, &log, &output),
+        Cmd::Plan {
+            trace,
+            budget,
+            policy,
+            profile,
+            sweep,
+            explain,
+            json,
+        } => plan(
+            &trace,
+            budget.as_deref(),
+            &policy,
+            &profile,
+            sweep,
+            explain,
+            json,
+        ),
         Cmd::Microbatch {
             tables,
             batch,
@@ -365,6 +418,187 @@ fn microbatch(
                 c.workspace,
                 parts_text(c)
             );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_model(path: &Path) -> Result<planner::model::Trace> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if first.contains("\"INSTRUCTION\"") {
+        return planner::model::import_dtr(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+    }
+    let t: planner::model::Trace = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: neither a DTR log nor an imported trace: {e}",
+            path.display()
+        )
+    })?;
+    t.validate()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(t)
+}
+
+fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
+    if format != "dtr" {
+        bail!("unknown format {format:?}: accepted is dtr");
+    }
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
+    let t =
+        planner::model::import_dtr(&text).map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?;
+    std::fs::write(output, serde_json::to_string(&t)?)
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    eprintln!(
+        "{}: {} operations, {} storages, peak {} B, {:.6} s of compute",
+        output.display(),
+        t.ops.len(),
+        t.storages.len(),
+        t.peak(),
+        t.compute_time()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plan(
+    path: &Path,
+    budget: Option<&str>,
+    policy: &str,
+    profile: &str,
+    sweep: bool,
+    explain: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    use planner::policy::{POLICIES, run};
+    use planner::timeline::{Decision, Link};
+    let t = load_model(path)?;
+    let (prof, _) =
+        simgpu_model::Profile::load(profile).map_err(|e| anyhow::anyhow!("--profile: {e}"))?;
+    let link = Link::from_profile(&prof);
+    let peak = t.peak();
+    let base = t.compute_time();
+    if sweep {
+        let fractions = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2];
+        println!(
+            "{} on {} (simulated PCIe: {} GB/s in, {} GB/s out): peak {:.2} GB, {:.4} s of compute",
+            path.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            prof.name,
+            prof.pcie_h2d_gbs,
+            prof.pcie_d2h_gbs,
+            peak as f64 / 1e9,
+            base
+        );
+        print!("{:<10}", "policy");
+        for f in fractions {
+            print!(" {f:>7}");
+        }
+        println!();
+        for p in POLICIES {
+            print!("{p:<10}");
+            for f in fractions {
+                let (_, o) = run(p, &t, (peak as f64 * f) as u64, link).unwrap();
+                if o.feasible {
+                    print!(" {:>6.3}x", o.makespan / base);
+                } else {
+                    print!(" {:>7}", "-");
+                }
+            }
+            println!();
+        }
+        let pool = planner::pool::smartpool(&t);
+        println!(
+            "smartpool: a pool of {:.4} GB for a peak load of {:.4} GB (competitive ratio {:.4})",
+            pool.size as f64 / 1e9,
+            pool.peak_load as f64 / 1e9,
+            pool.ratio()
+        );
+        println!("slowdown = simulated time / compute time; - = cannot keep within the budget");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(budget) = budget else {
+        bail!("--budget is needed (or --sweep)")
+    };
+    let budget_bytes = match budget.parse::<f64>() {
+        Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => (peak as f64 * f) as u64,
+        _ => planner::parse_size(budget)
+            .map_err(|e| anyhow::anyhow!("--budget: {e} (or a fraction of the peak, 0.5)"))?,
+    };
+    let Some((plan, o)) = run(policy, &t, budget_bytes, link) else {
+        bail!(
+            "unknown policy {policy:?}: accepted are {}",
+            POLICIES.join(", ")
+        );
+    };
+    let swapped = plan
+        .iter()
+        .filter(|(_, d)| matches!(d, Decision::Swap { .. }))
+        .count();
+    if json {
+        let v = serde_json::json!({
+            "policy": policy,
+            "profile": prof.name,
+            "budget_bytes": budget_bytes,
+            "peak_bytes_baseline": peak,
+            "peak_bytes_planned": o.peak,
+            "baseline_time_s": base,
+            "planned_time_s": o.makespan,
+            "overhead": o.makespan / base,
+            "feasible": o.feasible,
+            "swapped_bytes": o.swapped_out,
+            "recomputed_ops": o.recomputed_ops,
+            "stall_s": o.stall_s,
+            "simulated": true,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{policy} under {budget_bytes} B ({:.1}% of the {peak} B peak), {} PCIe (simulated):",
+            100.0 * budget_bytes as f64 / peak as f64,
+            prof.name
+        );
+        println!(
+            "  {}: {:.6} s against {:.6} s ({:.3}x), peak {} B, {} swaps ({} B out), {} recomputations, {:.6} s stalled",
+            if o.feasible {
+                "feasible"
+            } else {
+                "NOT feasible"
+            },
+            o.makespan,
+            base,
+            o.makespan / base,
+            o.peak,
+            swapped,
+            o.swapped_out,
+            o.recomputed_ops,
+            o.stall_s
+        );
+    }
+    if explain {
+        for (s, d) in &plan {
+            let size = t.storages[*s].size;
+            match d {
+                Decision::Swap {
+                    after,
+                    trigger,
+                    back,
+                } => println!(
+                    "  storage {s} ({size} B): swap out after op {after} ({}), in from op {trigger}, back at op {back} ({})",
+                    t.ops[*after].name, t.ops[*back].name
+                ),
+                Decision::Recompute { after, back } => println!(
+                    "  storage {s} ({size} B): drop after op {after}, recompute with op {} before op {back} ({})",
+                    t.storages[*s]
+                        .producer
+                        .map(|p| t.ops[p].name.clone())
+                        .unwrap_or_default(),
+                    t.ops[*back].name
+                ),
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
