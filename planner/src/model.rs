@@ -32,6 +32,10 @@ pub struct Op {
     pub outputs: Vec<usize>,
     /// Storages written in place.
     pub mutates: Vec<usize>,
+    /// In-place writes as versions: (old, new). The new version takes over the old one's
+    /// memory; the old one is gone (it can only come back by recomputation).
+    #[serde(default)]
+    pub inplace: Vec<(usize, usize)>,
     pub backward: bool,
 }
 
@@ -104,6 +108,16 @@ impl Trace {
                             return Err(format!("step {k}: storage {s} created twice"));
                         }
                         alive[s] = true;
+                    }
+                    for &(old, new) in &op.inplace {
+                        if !alive[old] || alive[new] || freed[new] {
+                            return Err(format!(
+                                "step {k}: in-place version {new} of {old} is inconsistent"
+                            ));
+                        }
+                        alive[old] = false;
+                        freed[old] = true;
+                        alive[new] = true;
                     }
                 }
                 Step::Free(s) => {
@@ -284,11 +298,35 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
                     time_s: time_ns as f64 * 1e-9,
                     inputs: inputs.clone(),
                     outputs: Vec::new(),
-                    mutates,
+                    mutates: mutates.clone(),
+                    inplace: Vec::new(),
                     backward,
                 });
                 let op = t.ops.len() - 1;
                 t.steps.push(Step::Op(op));
+                // Each in-place write makes a new version in the same memory; every name that
+                // referred to the old version now refers to the new one.
+                let mut seen = Vec::new();
+                for old in mutates {
+                    if seen.contains(&old) {
+                        continue;
+                    }
+                    seen.push(old);
+                    t.storages.push(Storage {
+                        size: t.storages[old].size,
+                        constant: false,
+                        producer: Some(op),
+                    });
+                    let new = t.storages.len() - 1;
+                    t.ops[op].inplace.push((old, new));
+                    count.push(count[old]);
+                    count[old] = 0;
+                    for v in refs.values_mut() {
+                        if *v == old {
+                            *v = new;
+                        }
+                    }
+                }
                 if ins == "CALL" {
                     for r in l.strs("RESULT")? {
                         if refs.contains_key(r) || pending.contains_key(r) {
@@ -401,13 +439,18 @@ mod tests {
         let t = import_dtr(SMALL).unwrap();
         assert_eq!(
             t.storages.len(),
-            4,
-            "w, x, y, z (the view and the copy share y)"
+            5,
+            "w, x, y, z (the view and the copy share y), w's new version"
         );
         assert_eq!(t.ops.len(), 4);
         assert_eq!(t.ops[0].outputs, vec![2]);
         assert!(t.ops[1].outputs.is_empty(), "a view makes no storage");
         assert_eq!(t.ops[3].mutates, vec![0], "add_ writes w in place");
+        assert_eq!(
+            t.ops[3].inplace,
+            vec![(0, 4)],
+            "as a new version in the same memory"
+        );
         assert!(t.ops[3].backward && !t.ops[2].backward);
         // y is freed only when its last reference (view v, copy y2) goes.
         let frees: Vec<usize> = t

@@ -32,6 +32,8 @@ pub struct Analysis {
     pub freed_before: Vec<usize>,
     /// The first operation after the storage exists (0 for constants).
     pub born: Vec<usize>,
+    /// Replaced by a later version (an in-place write).
+    pub overwritten: Vec<bool>,
 }
 
 impl Analysis {
@@ -44,6 +46,7 @@ impl Analysis {
             mutations: vec![Vec::new(); n],
             freed_before: vec![usize::MAX; n],
             born: vec![0; n],
+            overwritten: vec![false; n],
         };
         let mut now = 0.0;
         let mut next_op = 0;
@@ -62,6 +65,15 @@ impl Analysis {
                     for &s in &op.outputs {
                         a.born[s] = i;
                     }
+                    for &(old, new) in &op.inplace {
+                        a.born[new] = i;
+                        a.overwritten[old] = true;
+                        // Its memory passes to the new version here.
+                        a.freed_before[old] = i + 1;
+                        if a.accesses[new].last() != Some(&i) {
+                            a.accesses[new].push(i);
+                        }
+                    }
                     for &s in &op.mutates {
                         a.mutations[s].push(i);
                     }
@@ -74,20 +86,28 @@ impl Analysis {
     }
 
     /// Whether dropping `s` after `after` and re-running its producer before `back` gives the
-    /// same bytes: no in-place outputs, `s` not written in place, the producer's inputs alive and
-    /// unchanged until `back`.
+    /// same bytes: the producer's inputs are constants, alive until `back`, or old versions that
+    /// can themselves be recomputed then (versions never change once made).
     pub fn recomputable(&self, t: &Trace, s: usize, back: usize) -> bool {
+        self.recomputable_at(t, s, back, 0)
+    }
+
+    fn recomputable_at(&self, t: &Trace, s: usize, back: usize, depth: usize) -> bool {
         let Some(p) = t.storages[s].producer else {
             return false;
         };
-        let op = &t.ops[p];
-        if !op.mutates.is_empty() || !self.mutations[s].is_empty() {
+        if depth > 8 {
             return false;
         }
-        op.inputs.iter().all(|&i| {
-            (t.storages[i].constant || self.freed_before[i] > back)
-                && self.mutations[i].iter().all(|&m| m < p || m > back)
-                && i != s
+        t.ops[p].inputs.iter().all(|&i| {
+            if i == s {
+                false
+            } else if self.overwritten[i] {
+                // An old version: only by recomputation.
+                self.recomputable_at(t, i, back, depth + 1)
+            } else {
+                t.storages[i].constant || self.freed_before[i] > back
+            }
         })
     }
 
@@ -123,10 +143,77 @@ enum Mechanism {
 /// (recompute costs count sources already chosen for recomputation), until the excess is covered.
 /// Then in-triggers move earlier by the stalls the replay shows.
 fn iterative(t: &Trace, a: &Analysis, budget: u64, link: Link, mech: Mechanism) -> (Plan, Outcome) {
-    let mut plan: Plan = Vec::new();
+    iterative_from(t, a, budget, link, mech, Vec::new(), 0)
+}
+
+/// Capuchin's first pass over the load peak as a whole: the tensors (of at least 1 MiB) alive
+/// across the peak of the unconstrained run, swapped in order of their FreeTime (`by_area`:
+/// of FreeTime x bytes, the memory-time they give back), until the peak's excess is covered.
+/// The iterative selection then continues from it.
+fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) -> Plan {
+    let probe = simulate(t, budget, link, &Vec::new());
+    let Some((p, over)) = probe.worst else {
+        return Vec::new();
+    };
+    let planned = vec![Vec::new(); t.storages.len()];
+    let recomputed = vec![false; t.storages.len()];
+    // Small tensors are not worth a transfer slot of their own (AutoSwap's 1 MB floor).
+    let mut cands: Vec<Candidate> =
+        candidates(t, a, link, Mechanism::Swap, p, &planned, &recomputed)
+            .into_iter()
+            .filter(|c| t.storages[c.2].size >= 1 << 20)
+            .map(|mut c| {
+                // Rank every candidate by FreeTime alone (largest first).
+                if let Decision::Swap { after, back, .. } = c.3 {
+                    let size = t.storages[c.2].size as f64;
+                    c.0 = 0;
+                    let free_time =
+                        a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+                    c.1 = if by_area {
+                        -(free_time.max(0.0) + size / link.h2d) * size
+                    } else {
+                        -free_time
+                    };
+                }
+                c
+            })
+            .collect();
+    cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
+    let mut plan = Vec::new();
+    let mut got = 0;
+    for (_, _, s, d) in cands {
+        if got >= over {
+            break;
+        }
+        plan.push((s, d));
+        got += t.storages[s].size;
+    }
+    plan
+}
+
+/// The selection loop from a `seed` plan, considering only tensors of at least `min_size` bytes.
+fn iterative_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    mech: Mechanism,
+    seed: Plan,
+    min_size: u64,
+) -> (Plan, Outcome) {
+    let mut plan: Plan = seed;
     // Per storage: the (after, back) intervals already planned.
     let mut planned: Vec<Vec<(usize, usize)>> = vec![Vec::new(); t.storages.len()];
     let mut recomputed: Vec<bool> = vec![false; t.storages.len()];
+    for (s, d) in &plan {
+        match *d {
+            Decision::Swap { after, back, .. } => planned[*s].push((after, back)),
+            Decision::Recompute { after, back } => {
+                planned[*s].push((after, back));
+                recomputed[*s] = true;
+            }
+        }
+    }
     let mut out = simulate(t, budget, link, &plan);
     'outer: for _ in 0..4000 {
         if out.feasible {
@@ -135,7 +222,8 @@ fn iterative(t: &Trace, a: &Analysis, budget: u64, link: Link, mech: Mechanism) 
         // The worst excess first; where nothing can move there, the next one.
         let mut found: Option<(u64, Vec<Candidate>)> = None;
         for &(p, over) in out.overs.iter().take(64) {
-            let c = candidates(t, a, link, mech, p, &planned, &recomputed);
+            let mut c = candidates(t, a, link, mech, p, &planned, &recomputed);
+            c.retain(|c| t.storages[c.2].size >= min_size);
             if !c.is_empty() {
                 found = Some((over, c));
                 break;
@@ -424,6 +512,11 @@ fn online(t: &Trace, a: &Analysis, budget: u64, link: Link, swap: bool) -> (Plan
                 for &s in &op.outputs {
                     resident[s] = true;
                 }
+                for &(old, new) in &op.inplace {
+                    resident[new] = resident[old];
+                    resident[old] = false;
+                    gone[old] = false;
+                }
                 for &s in &touched {
                     last_use[s] = a.end[i];
                     in_op[s] = false;
@@ -597,8 +690,22 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
     Some(match name {
         "capuchin" => {
             let mut variants = Vec::new();
-            for mech in [Mechanism::Both, Mechanism::Swap, Mechanism::Recompute] {
-                let (mut plan, mut out) = iterative(t, &a, budget, link, mech);
+            for (mech, seed, min_size) in [
+                (Mechanism::Both, Vec::new(), 0),
+                (Mechanism::Swap, Vec::new(), 0),
+                (Mechanism::Recompute, Vec::new(), 0),
+                (
+                    Mechanism::Both,
+                    peak_seed(t, &a, budget, link, false),
+                    1 << 20,
+                ),
+                (
+                    Mechanism::Both,
+                    peak_seed(t, &a, budget, link, true),
+                    1 << 20,
+                ),
+            ] {
+                let (mut plan, mut out) = iterative_from(t, &a, budget, link, mech, seed, min_size);
                 if out.feasible && mech != Mechanism::Recompute {
                     refine(t, &a, budget, link, &mut plan, &mut out);
                 }
@@ -688,6 +795,7 @@ mod tests {
                 inputs,
                 outputs: vec![out],
                 mutates: vec![],
+                inplace: vec![],
                 backward: i >= ops / 2,
             });
             live.push(out);

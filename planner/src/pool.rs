@@ -24,9 +24,24 @@ impl Pool {
     }
 }
 
-/// [first step, last step] each storage is live in.
+/// The first version of each storage (in-place writes make versions in the same memory).
+pub fn roots(t: &Trace) -> Vec<usize> {
+    let mut root: Vec<usize> = (0..t.storages.len()).collect();
+    for step in &t.steps {
+        if let Step::Op(i) = *step {
+            for &(old, new) in &t.ops[i].inplace {
+                root[new] = root[old];
+            }
+        }
+    }
+    root
+}
+
+/// [first step, last step] each piece of memory is live in, by its first version (other
+/// versions: empty).
 pub fn lifetimes(t: &Trace) -> Vec<(usize, usize)> {
     let end = t.steps.len();
+    let root = roots(t);
     let mut life: Vec<(usize, usize)> = t
         .storages
         .iter()
@@ -45,7 +60,7 @@ pub fn lifetimes(t: &Trace) -> Vec<(usize, usize)> {
                     life[s].0 = k;
                 }
             }
-            Step::Free(s) => life[s].1 = k,
+            Step::Free(s) => life[root[s]].1 = k,
         }
     }
     life
@@ -112,6 +127,7 @@ mod tests {
             inputs: vec![],
             outputs,
             mutates: vec![],
+            inplace: vec![],
             backward: false,
         };
         let t = Trace {

@@ -210,7 +210,13 @@ impl Sim<'_> {
                         self.need(i, op, depth + 1);
                     }
                 }
-                self.now = self.take(self.t.storages[s].size, self.now, op);
+                // An in-place version is recomputed in its old version's (recomputed) memory.
+                match self.t.ops[p].inplace.iter().find(|v| v.1 == s) {
+                    Some(&(old, _)) if self.state[old] == State::Resident => {
+                        self.state[old] = State::Dropped
+                    }
+                    _ => self.now = self.take(self.t.storages[s].size, self.now, op),
+                }
                 let secs = self.t.ops[p].time_s;
                 self.out.stalls.push(Stall::Recompute {
                     op,
@@ -317,6 +323,12 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                 for &s in &op.outputs {
                     sim.state[s] = State::Resident;
                 }
+                // In-place writes: the new version takes over the old one's memory; the old
+                // version is gone and can only come back by recomputation.
+                for &(old, new) in &op.inplace {
+                    sim.state[new] = State::Resident;
+                    sim.state[old] = State::Dropped;
+                }
                 sim.now += op.time_s;
                 if let Some(ss) = after.get(&i) {
                     for &(s, swap) in ss {
@@ -368,6 +380,7 @@ mod tests {
             inputs,
             outputs,
             mutates: vec![],
+            inplace: vec![],
             backward: false,
         };
         Trace {
