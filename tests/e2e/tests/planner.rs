@@ -1,0 +1,113 @@
+//! The offline planner through the marmoset command, on DTR's real logs.
+
+use marmoset_e2e::*;
+use std::process::Command;
+
+fn log(name: &str) -> std::path::PathBuf {
+    let dir = root().join("../shared/data/dtr-logs");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(name))
+        .unwrap()
+}
+
+#[test]
+fn plan_answers_in_json_and_imports_round_trip() {
+    let out = temp_path("resnet32.json");
+    let imp = Command::new(marmoset())
+        .args(["import", "dtr"])
+        .arg(log("resnet32"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(imp.status.success(), "{}", stderr(&imp));
+    for trace in [log("resnet32"), out.clone()] {
+        let o = Command::new(marmoset())
+            .arg("plan")
+            .arg(&trace)
+            .args(["--budget", "0.5", "--policy", "capuchin", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for key in [
+            "policy",
+            "profile",
+            "budget_bytes",
+            "peak_bytes_baseline",
+            "peak_bytes_planned",
+            "baseline_time_s",
+            "planned_time_s",
+            "overhead",
+            "feasible",
+            "swapped_bytes",
+            "recomputed_ops",
+            "stall_s",
+        ] {
+            assert!(v.get(key).is_some(), "{key} in {v}");
+        }
+        assert_eq!(
+            v["peak_bytes_baseline"], 10061179152u64,
+            "ResNet-32's peak, as DTR measured it"
+        );
+        assert_eq!(v["feasible"], true);
+        assert!(v["peak_bytes_planned"].as_u64().unwrap() <= v["budget_bytes"].as_u64().unwrap());
+        assert!(v["overhead"].as_f64().unwrap() < 1.1);
+    }
+    std::fs::remove_file(out).ok();
+}
+
+#[test]
+fn a_bad_log_is_named_by_line() {
+    let bad = temp_path("bad.log");
+    std::fs::write(&bad, "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}\n{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"ghost\"}\n").unwrap();
+    let o = Command::new(marmoset())
+        .args(["import", "dtr"])
+        .arg(&bad)
+        .arg("-o")
+        .arg(temp_path("x.json"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("line 2") && stderr(&o).contains("ghost"),
+        "{}",
+        stderr(&o)
+    );
+    let o = Command::new(marmoset())
+        .arg("plan")
+        .arg(log("lstm"))
+        .args(["--budget", "0.5", "--policy", "magic"])
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("capuchin"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_sweep_prints_every_policy_and_smartpool() {
+    let o = Command::new(marmoset())
+        .arg("plan")
+        .arg(log("resnet32"))
+        .args(["--sweep", "--profile", "p100"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = stdout(&o);
+    for p in [
+        "capuchin",
+        "swap",
+        "recompute",
+        "dtr",
+        "lru",
+        "vdnn-all",
+        "vdnn-conv",
+        "autoswap",
+        "hybrid",
+        "smartpool",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(p)), "{p} in\n{text}");
+    }
+    assert!(text.contains("simulated"));
+}
