@@ -277,7 +277,26 @@ fn candidates(
             continue;
         }
         let next = acc.partition_point(|&x| x <= p);
-        let Some(&back) = acc.get(next) else { continue };
+        let Some(&back) = acc.get(next) else {
+            // Dead until the program frees it: its memory can go at no cost (nothing reads it
+            // again, so nothing is ever recomputed).
+            if next > 0
+                && acc[next - 1] < p
+                && st.size > 0
+                && planned[s].iter().all(|&(_, y)| y != usize::MAX)
+            {
+                cands.push((
+                    0,
+                    f64::MIN,
+                    s,
+                    Decision::Recompute {
+                        after: acc[next - 1],
+                        back: usize::MAX,
+                    },
+                ));
+            }
+            continue;
+        };
         let after = if next == 0 {
             if !st.constant {
                 continue;

@@ -111,3 +111,49 @@ fn the_sweep_prints_every_policy_and_smartpool() {
     }
     assert!(text.contains("simulated"));
 }
+
+#[test]
+fn a_marmoset_trace_with_timings_can_be_planned() {
+    let (o, records) = run_shim(
+        &[("MARMOSET_TRACE_TIMING", "1")],
+        "trainer",
+        &["2", "16", "64", "4"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path = temp_path("trainer-timed.jsonl");
+    std::fs::write(
+        &path,
+        records.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let p = Command::new(marmoset())
+        .arg("plan")
+        .arg(&path)
+        .args(["--budget", "0.5", "--policy", "capuchin", "--json"])
+        .output()
+        .unwrap();
+    assert!(p.status.success(), "{}", stderr(&p));
+    let v: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+    assert_eq!(v["feasible"], true, "{v}");
+    assert!(v["peak_bytes_planned"].as_u64().unwrap() <= v["budget_bytes"].as_u64().unwrap());
+    // Without device timings the planner says what is missing.
+    let (_, untimed) = run_shim(&[], "trainer", &["1"]);
+    std::fs::write(
+        &path,
+        untimed.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let p = Command::new(marmoset())
+        .arg("plan")
+        .arg(&path)
+        .args(["--budget", "0.5"])
+        .output()
+        .unwrap();
+    assert!(!p.status.success());
+    assert!(
+        stderr(&p).contains("MARMOSET_TRACE_TIMING=1"),
+        "{}",
+        stderr(&p)
+    );
+    std::fs::remove_file(path).ok();
+}

@@ -56,7 +56,8 @@ enum Cmd {
     /// What a memory policy would do with a trace under a budget, and what it would cost
     /// (simulated on a device profile's PCIe links).
     Plan {
-        /// A DTR log, or a trace imported with `marmoset import`.
+        /// A Marmoset trace (recorded with MARMOSET_TRACE_TIMING=1), a DTR log, or a trace
+        /// imported with `marmoset import`.
         trace: PathBuf,
         /// The budget: a size, or a fraction of the trace's peak (0.5).
         #[arg(long)]
@@ -427,6 +428,12 @@ fn load_model(path: &Path) -> Result<planner::model::Trace> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if first.contains("\"kind\":\"header\"") {
+        let records =
+            planner::trace::read(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return planner::model::from_marmoset(&records)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+    }
     if first.contains("\"INSTRUCTION\"") {
         return planner::model::import_dtr(&text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
