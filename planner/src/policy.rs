@@ -271,6 +271,20 @@ fn candidates(
     recomputed: &[bool],
 ) -> Vec<Candidate> {
     let mut cands: Vec<Candidate> = Vec::new();
+    // Dropped for good (dead until freed), and needed as a source by a planned recomputation:
+    // the two must not meet.
+    let dead: Vec<bool> = planned
+        .iter()
+        .map(|v| v.iter().any(|&(_, y)| y == usize::MAX))
+        .collect();
+    let mut source = vec![false; t.storages.len()];
+    for (x, &r) in recomputed.iter().enumerate() {
+        if r && let Some(pr) = t.storages[x].producer {
+            for &i in &t.ops[pr].inputs {
+                source[i] = true;
+            }
+        }
+    }
     for (s, st) in t.storages.iter().enumerate() {
         let acc = &a.accesses[s];
         if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) {
@@ -280,10 +294,16 @@ fn candidates(
         let Some(&back) = acc.get(next) else {
             // Dead until the program frees it: its memory can go at no cost (nothing reads it
             // again, so nothing is ever recomputed).
-            if next > 0
-                && acc[next - 1] < p
-                && st.size > 0
-                && planned[s].iter().all(|&(_, y)| y != usize::MAX)
+            // Not if something made from it may still be recomputed (it would be a source).
+            let may_source = acc.iter().any(|&o| {
+                t.ops[o].inputs.contains(&s)
+                    && t.ops[o]
+                        .outputs
+                        .iter()
+                        .chain(t.ops[o].inplace.iter().map(|v| &v.1))
+                        .any(|&y| a.accesses[y].last().is_some_and(|&l| l > p))
+            });
+            if next > 0 && acc[next - 1] < p && st.size > 0 && !dead[s] && !source[s] && !may_source
             {
                 cands.push((
                     0,
@@ -320,7 +340,11 @@ fn candidates(
         let swap_secs = size / link.d2h + size / link.h2d;
         let free_time = gap - swap_secs;
         let swap_cost = (-free_time).max(0.0);
-        let rec = mech != Mechanism::Swap && a.recomputable(t, s, back);
+        let rec = mech != Mechanism::Swap
+            && a.recomputable(t, s, back)
+            && st
+                .producer
+                .is_some_and(|pr| t.ops[pr].inputs.iter().all(|&i| !dead[i]));
         let rec_cost = if rec {
             let p_op = st.producer.unwrap();
             t.ops[p_op].time_s
@@ -866,7 +890,9 @@ mod tests {
                         assert!(out.makespan >= t.compute_time() - 1e-9);
                     }
                     for (s, d) in &plan {
-                        if let Decision::Recompute { back, .. } = d {
+                        if let Decision::Recompute { back, .. } = d
+                            && *back != usize::MAX
+                        {
                             assert!(
                                 Analysis::new(&t).recomputable(&t, *s, *back),
                                 "{p}: {s} is not recomputable"

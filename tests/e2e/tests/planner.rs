@@ -129,7 +129,7 @@ fn a_marmoset_trace_with_timings_can_be_planned() {
     let p = Command::new(marmoset())
         .arg("plan")
         .arg(&path)
-        .args(["--budget", "0.5", "--policy", "capuchin", "--json"])
+        .args(["--budget", "0.7", "--policy", "capuchin", "--json"])
         .output()
         .unwrap();
     assert!(p.status.success(), "{}", stderr(&p));
