@@ -199,7 +199,8 @@ pub fn signature(dir: Dir, x: C, w: C, c: C, y: C) -> Option<Sig> {
     })
 }
 
-fn elem_bytes(dtype: c_int) -> usize {
+/// Bytes of one element of a cudnnDataType_t.
+pub(crate) fn elem_bytes(dtype: c_int) -> usize {
     match dtype {
         1 | 10 => 8,
         2 | 9 => 2,

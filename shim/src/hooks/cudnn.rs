@@ -33,12 +33,7 @@ macro_rules! dnn {
 }
 
 fn elem_bytes(dtype: c_int) -> u64 {
-    match dtype {
-        1 | 10 => 8,
-        2 | 9 => 2,
-        3 | 6 | 11 | 12 | 13 => 1,
-        _ => 4,
-    }
+    crate::microbatch::elem_bytes(dtype) as u64
 }
 
 /// (dims, strides, bytes spanned) of a tensor descriptor.

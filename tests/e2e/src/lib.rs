@@ -158,3 +158,14 @@ fn unique() -> u64 {
 pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
     records.iter().filter(|r| r["kind"] == kind).collect()
 }
+
+/// Asserts the program succeeded, showing everything it printed when it did not.
+pub fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}

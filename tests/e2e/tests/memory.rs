@@ -5,16 +5,6 @@
 use marmoset_e2e::*;
 use serde_json::Value;
 
-fn ok(o: &std::process::Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    );
-}
-
 fn report(path: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
 }

@@ -5,16 +5,6 @@
 use marmoset_e2e::*;
 use std::process::{Command, Output};
 
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    );
-}
-
 fn cache_dir(name: &str) -> std::path::PathBuf {
     let d = temp_path(name);
     let _ = std::fs::remove_dir_all(&d);

@@ -5,16 +5,6 @@ use marmoset_e2e::*;
 use serde_json::Value;
 use std::collections::HashMap;
 
-fn ok(o: &std::process::Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    );
-}
-
 /// The trainer's own call counts ("calls alloc=.. free=.. ...").
 fn own_counts(out: &str) -> HashMap<String, u64> {
     let line = out

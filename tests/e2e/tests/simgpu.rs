@@ -2,16 +2,6 @@
 
 use marmoset_e2e::*;
 
-fn ok(o: &std::process::Output) {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    );
-}
-
 #[test]
 fn convolutions_match_the_reference_for_every_algorithm_cuda13() {
     for seed in ["1", "2", "3"] {
