@@ -220,3 +220,82 @@ fn the_budget_is_what_the_program_sees_as_the_device() {
     assert_eq!(num(&o, "runtime_oom"), 0.0);
     assert_eq!(num(&o, "driver_oom"), 0.0);
 }
+
+#[test]
+fn the_lru_policy_asks_pytorch_for_one_allocation_per_tensor_without_overriding_the_user() {
+    let show = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(marmoset());
+        c.args([
+            "run",
+            "--sim",
+            "--policy",
+            "lru",
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$PYTORCH_CUDA_ALLOC_CONF]\"",
+        ]);
+        c.env_remove("PYTORCH_CUDA_ALLOC_CONF")
+            .env_remove("PYTORCH_ALLOC_CONF")
+            .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    assert_eq!(stdout(&show(&[])).trim(), "[backend:cudaMallocAsync]");
+    assert_eq!(
+        stdout(&show(&[(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "max_split_size_mb:64"
+        )]))
+        .trim(),
+        "[max_split_size_mb:64]"
+    );
+    let refused = show(&[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]);
+    assert_eq!(stdout(&refused).trim(), "[expandable_segments:True]");
+    assert!(
+        stderr(&refused).contains("expandable segments"),
+        "{}",
+        stderr(&refused)
+    );
+    // And under none nothing is set.
+    let mut c = std::process::Command::new(marmoset());
+    c.args([
+        "run",
+        "--sim",
+        "--",
+        "sh",
+        "-c",
+        "echo \"[$PYTORCH_CUDA_ALLOC_CONF]\"",
+    ])
+    .env_remove("PYTORCH_CUDA_ALLOC_CONF");
+    assert_eq!(stdout(&c.output().unwrap()).trim(), "[]");
+}
+
+#[test]
+fn host_staging_memory_is_bounded() {
+    // 16 MiB of device budget, but only 4 MiB of host memory for evicted tensors: the probe's
+    // working set cannot be kept, and the allocation that cannot be satisfied fails cleanly.
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+            ("MARMOSET_HOST_LIMIT", "4MiB"),
+        ],
+        "mem_probe",
+        &["freed-evicted"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("out of memory"), "{}", stderr(&o));
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+            ("MARMOSET_HOST_LIMIT", "64MiB"),
+        ],
+        "mem_probe",
+        &["freed-evicted"],
+    );
+    ok(&o);
+}
