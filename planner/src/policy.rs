@@ -20,6 +20,7 @@ pub const POLICIES: &[&str] = &[
 ];
 
 /// Facts about the trace the policies share: baseline times, accesses, lifetimes.
+#[derive(Clone)]
 pub struct Analysis {
     /// Baseline start and end time of each operation.
     pub start: Vec<f64>,
@@ -85,6 +86,68 @@ impl Analysis {
         a
     }
 
+    /// Lifetimes as a plan's extensions leave them.
+    pub fn extended(mut self, plan: &Plan) -> Analysis {
+        for &(s, d) in plan {
+            if let Decision::Extend { until } = d {
+                self.extend(s, until);
+            }
+        }
+        self
+    }
+
+    fn extend(&mut self, s: usize, until: usize) {
+        if self.freed_before[s] != usize::MAX {
+            self.freed_before[s] = self.freed_before[s].max(until + 1);
+        }
+    }
+
+    /// The sources of `s`'s producer that a recomputation before `back` would find freed, kept
+    /// alive until then instead: dropped too (to be recomputed in turn, at no memory cost) where
+    /// their own sources are still there, else resident. `None` when some source can be neither
+    /// found nor kept (overwritten, or dropped for good before `back`).
+    fn to_extend(
+        &self,
+        t: &Trace,
+        s: usize,
+        back: usize,
+        planned: &[Vec<(usize, usize)>],
+        dead_after: &[usize],
+    ) -> Option<Extension> {
+        let p = t.storages[s].producer?;
+        let mut ext = Extension::default();
+        for &i in &t.ops[p].inputs {
+            if i == s || dead_after[i] < back {
+                return None;
+            } else if self.overwritten[i] {
+                if !self.recomputable_at(t, i, back, 1) {
+                    return None;
+                }
+            } else if !t.storages[i].constant
+                && self.freed_before[i] <= back
+                && !ext.kept.contains(&i)
+                && !ext.dropped.iter().any(|d| d.0 == i)
+            {
+                let last = self.accesses[i].last().copied().unwrap_or(0);
+                let droppable = t.storages[i].producer.is_some_and(|pi| {
+                    t.ops[pi].inplace.is_empty()
+                        && t.ops[pi].inputs.iter().all(|&j| {
+                            j != i
+                                && dead_after[j] >= back
+                                && (t.storages[j].constant
+                                    || (!self.overwritten[j] && self.freed_before[j] > back))
+                        })
+                }) && !planned[i].iter().any(|&(x, y)| x < back && last < y);
+                if droppable {
+                    ext.dropped.push((i, last));
+                } else {
+                    ext.kept.push(i);
+                }
+            }
+        }
+        Some(ext)
+    }
+
     /// Whether dropping `s` after `after` and re-running its producer before `back` gives the
     /// same bytes: the producer's inputs are constants, alive until `back`, or old versions that
     /// can themselves be recomputed then (versions never change once made).
@@ -123,8 +186,17 @@ impl Analysis {
     }
 }
 
-/// A candidate move: (tier, rank key, storage, decision); see [`candidates`].
-type Candidate = (u8, f64, usize, Decision);
+/// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
+/// [`candidates`].
+type Candidate = (u8, f64, usize, Decision, Extension);
+
+/// The sources a recomputation keeps past the program's frees: resident, or dropped after
+/// their last access (storage, that access) and recomputed with it.
+#[derive(Debug, Clone, Default)]
+struct Extension {
+    kept: Vec<usize>,
+    dropped: Vec<(usize, usize)>,
+}
 
 /// AutoSwap's view of a candidate: (storage, evicted-access, back-access, size, duration of absence).
 type Absence = (usize, usize, usize, f64, f64);
@@ -181,7 +253,7 @@ fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) ->
     cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
     let mut plan = Vec::new();
     let mut got = 0;
-    for (_, _, s, d) in cands {
+    for (_, _, s, d, _) in cands {
         if got >= over {
             break;
         }
@@ -202,6 +274,9 @@ fn iterative_from(
     min_size: u64,
 ) -> (Plan, Outcome) {
     let mut plan: Plan = seed;
+    // Lifetimes grow as recomputations keep their sources.
+    let mut a = a.clone().extended(&plan);
+    let a = &mut a;
     // Per storage: the (after, back) intervals already planned.
     let mut planned: Vec<Vec<(usize, usize)>> = vec![Vec::new(); t.storages.len()];
     let mut recomputed: Vec<bool> = vec![false; t.storages.len()];
@@ -212,6 +287,7 @@ fn iterative_from(
                 planned[*s].push((after, back));
                 recomputed[*s] = true;
             }
+            Decision::Extend { .. } => {}
         }
     }
     let mut out = simulate(t, budget, link, &plan);
@@ -234,7 +310,7 @@ fn iterative_from(
         };
         cands.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)).then(x.2.cmp(&y.2)));
         let mut freed = 0u64;
-        for (_, _, s, d) in cands {
+        for (_, _, s, d, ext) in cands {
             if freed >= over {
                 break;
             }
@@ -242,20 +318,89 @@ fn iterative_from(
                 Decision::Swap { after, back, .. } | Decision::Recompute { after, back } => {
                     (after, back)
                 }
+                Decision::Extend { .. } => continue,
             };
+            // A source kept by an earlier candidate of this round may be alive already.
+            let alive = |i: usize| a.freed_before[i] > back;
+            let kept_ids: Vec<usize> = ext.kept.into_iter().filter(|&i| !alive(i)).collect();
+            let dropped: Vec<(usize, usize)> = ext
+                .dropped
+                .into_iter()
+                .filter(|&(i, _)| !alive(i))
+                .collect();
+            let kept: u64 = kept_ids.iter().map(|&i| t.storages[i].size).sum();
+            if kept >= t.storages[s].size {
+                continue;
+            }
             planned[s].push((after, back));
             if matches!(d, Decision::Recompute { .. }) {
                 recomputed[s] = true;
             }
             plan.push((s, d));
-            freed += t.storages[s].size;
+            for i in kept_ids {
+                plan.push((i, Decision::Extend { until: back }));
+                a.extend(i, back);
+            }
+            for (i, last) in dropped {
+                plan.push((i, Decision::Extend { until: back }));
+                plan.push((i, Decision::Recompute { after: last, back }));
+                planned[i].push((last, back));
+                recomputed[i] = true;
+                a.extend(i, back);
+            }
+            freed += t.storages[s].size - kept;
         }
         out = simulate(t, budget, link, &plan);
     }
     if out.feasible {
+        prune(t, budget, link, &mut plan, &mut out);
         adjust_triggers(t, a, budget, link, &mut plan, &mut out);
     }
     (plan, out)
+}
+
+/// Undoes what the selection took beyond need: each recomputation (the costliest first) is
+/// dropped from the plan when the replay stays within the budget and gets faster; then each
+/// extension nothing needs any more.
+fn prune(t: &Trace, budget: u64, link: Link, plan: &mut Plan, out: &mut Outcome) {
+    let cost = |d: &(usize, Decision)| match d.1 {
+        Decision::Recompute { back, .. } if back != usize::MAX => {
+            t.storages[d.0].producer.map_or(0.0, |p| t.ops[p].time_s)
+        }
+        _ => 0.0,
+    };
+    let mut order: Vec<(usize, Decision)> =
+        plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
+    order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
+    for d in order {
+        let Some(k) = plan.iter().position(|x| *x == d) else {
+            continue;
+        };
+        let mut cand = plan.clone();
+        cand.remove(k);
+        let o = simulate(t, budget, link, &cand);
+        if o.feasible && o.makespan < out.makespan {
+            *plan = cand;
+            *out = o;
+        }
+    }
+    let exts: Vec<(usize, Decision)> = plan
+        .iter()
+        .copied()
+        .filter(|d| matches!(d.1, Decision::Extend { .. }))
+        .collect();
+    for d in exts {
+        let Some(k) = plan.iter().position(|x| *x == d) else {
+            continue;
+        };
+        let mut cand = plan.clone();
+        cand.remove(k);
+        let o = simulate(t, budget, link, &cand);
+        if o.feasible && o.makespan <= out.makespan {
+            *plan = cand;
+            *out = o;
+        }
+    }
 }
 
 /// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
@@ -271,17 +416,29 @@ fn candidates(
     recomputed: &[bool],
 ) -> Vec<Candidate> {
     let mut cands: Vec<Candidate> = Vec::new();
-    // Dropped for good (dead until freed), and needed as a source by a planned recomputation:
-    // the two must not meet.
-    let dead: Vec<bool> = planned
+    // Dropped for good after an operation (dead until freed), and needed as a source by a
+    // planned recomputation before an operation: the drop must come after the last such need.
+    let dead_after: Vec<usize> = planned
         .iter()
-        .map(|v| v.iter().any(|&(_, y)| y == usize::MAX))
+        .map(|v| {
+            v.iter()
+                .filter(|&&(_, y)| y == usize::MAX)
+                .map(|&(x, _)| x)
+                .min()
+                .unwrap_or(usize::MAX)
+        })
         .collect();
-    let mut source = vec![false; t.storages.len()];
+    let mut source_until = vec![0; t.storages.len()];
     for (x, &r) in recomputed.iter().enumerate() {
         if r && let Some(pr) = t.storages[x].producer {
+            let until = planned[x]
+                .iter()
+                .map(|&(_, y)| y)
+                .filter(|&y| y != usize::MAX)
+                .max()
+                .unwrap_or(0);
             for &i in &t.ops[pr].inputs {
-                source[i] = true;
+                source_until[i] = source_until[i].max(until);
             }
         }
     }
@@ -303,7 +460,14 @@ fn candidates(
                         .chain(t.ops[o].inplace.iter().map(|v| &v.1))
                         .any(|&y| a.accesses[y].last().is_some_and(|&l| l > p))
             });
-            if next > 0 && acc[next - 1] < p && st.size > 0 && !dead[s] && !source[s] && !may_source
+            // Weights stay: the optimizer and the next iteration read them.
+            if next > 0
+                && !st.constant
+                && acc[next - 1] < p
+                && st.size > 0
+                && dead_after[s] == usize::MAX
+                && acc[next - 1] >= source_until[s]
+                && !may_source
             {
                 cands.push((
                     0,
@@ -313,6 +477,7 @@ fn candidates(
                         after: acc[next - 1],
                         back: usize::MAX,
                     },
+                    Extension::default(),
                 ));
             }
             continue;
@@ -340,11 +505,20 @@ fn candidates(
         let swap_secs = size / link.d2h + size / link.h2d;
         let free_time = gap - swap_secs;
         let swap_cost = (-free_time).max(0.0);
-        let rec = mech != Mechanism::Swap
-            && a.recomputable(t, s, back)
-            && st
-                .producer
-                .is_some_and(|pr| t.ops[pr].inputs.iter().all(|&i| !dead[i]));
+        // Sources the program frees before `back` are kept alive for the recomputation (DTR
+        // does the same) when that still saves memory.
+        let ext = if mech == Mechanism::Swap {
+            None
+        } else {
+            a.to_extend(t, s, back, planned, &dead_after)
+                .filter(|e| e.kept.iter().map(|&i| t.storages[i].size).sum::<u64>() < st.size)
+        };
+        let rec = ext.is_some();
+        let kept = ext
+            .iter()
+            .flat_map(|e| &e.kept)
+            .map(|&i| t.storages[i].size)
+            .sum::<u64>() as f64;
         let rec_cost = if rec {
             let p_op = st.producer.unwrap();
             t.ops[p_op].time_s
@@ -353,6 +527,12 @@ fn candidates(
                     .iter()
                     .filter(|&&i| recomputed[i])
                     .map(|&i| t.ops[t.storages[i].producer.unwrap_or(p_op)].time_s)
+                    .sum::<f64>()
+                + ext
+                    .iter()
+                    .flat_map(|e| &e.dropped)
+                    .filter_map(|&(i, _)| t.storages[i].producer)
+                    .map(|pi| t.ops[pi].time_s)
                     .sum::<f64>()
         } else {
             f64::INFINITY
@@ -365,29 +545,38 @@ fn candidates(
         if !use_swap && !rec {
             continue;
         }
-        let (cost, d) = if use_swap {
+        let (cost, saved, d, ext) = if use_swap {
             (
                 swap_cost,
+                size,
                 Decision::Swap {
                     after,
                     trigger: a.trigger(after, back, size / link.h2d),
                     back,
                 },
+                Extension::default(),
             )
         } else {
-            (rec_cost, Decision::Recompute { after, back })
+            (
+                rec_cost,
+                size - kept,
+                Decision::Recompute { after, back },
+                ext.unwrap_or_default(),
+            )
         };
         if cost == 0.0 {
-            cands.push((0, -free_time, s, d));
+            cands.push((0, -free_time, s, d, ext));
         } else {
-            cands.push((1, -(size / cost), s, d));
+            cands.push((1, -(saved / cost), s, d, ext));
         }
     }
     cands
 }
 
 /// Moves in-triggers earlier by the stalls the replay shows, keeping a move only when the replay
-/// stays within the budget and gets faster.
+/// stays within the budget and gets faster. First the stalled swap-in alone; when that does not
+/// help (it waited behind others on the H2D engine), with every swap-in queued in the same
+/// window, so the whole queue starts earlier.
 fn adjust_triggers(
     t: &Trace,
     a: &Analysis,
@@ -396,22 +585,56 @@ fn adjust_triggers(
     plan: &mut Plan,
     out: &mut Outcome,
 ) {
-    for _ in 0..4 {
-        let mut moved = plan.clone();
-        let mut any = false;
-        for st in &out.stalls {
-            let Stall::SwapIn { op, storage, secs } = *st else {
+    for _ in 0..16 {
+        let mut improved = false;
+        for group in [false, true] {
+            let Some(moved) = moved_triggers(a, plan, out, group) else {
                 continue;
             };
-            for (s, d) in moved.iter_mut() {
-                if let Decision::Swap {
-                    after,
-                    trigger,
-                    back,
-                } = d
-                    && *s == storage
-                    && *back == op
-                {
+            let o = simulate(t, budget, link, &moved);
+            if o.feasible && o.makespan < out.makespan {
+                *plan = moved;
+                *out = o;
+                improved = true;
+                break;
+            }
+        }
+        if !improved {
+            return;
+        }
+    }
+}
+
+/// The plan with triggers moved by the swap-in stalls of `out` (see [`adjust_triggers`]), or
+/// `None` when nothing can move.
+fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Option<Plan> {
+    let mut moved = plan.clone();
+    let mut any = false;
+    for st in &out.stalls {
+        let Stall::SwapIn { op, storage, secs } = *st else {
+            continue;
+        };
+        // The stalled swap-in's window: from its trigger to the operation that waited.
+        let Some(first) = plan.iter().find_map(|(s, d)| match *d {
+            Decision::Swap { trigger, back, .. } if *s == storage && back == op => Some(trigger),
+            _ => None,
+        }) else {
+            continue;
+        };
+        for (s, d) in moved.iter_mut() {
+            if let Decision::Swap {
+                after,
+                trigger,
+                back,
+            } = d
+            {
+                let hit = if group {
+                    // Queued in the same window (its original trigger, before any move).
+                    *back >= first && *trigger <= op
+                } else {
+                    *s == storage && *back == op
+                };
+                if hit {
                     let earlier =
                         a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
                     if earlier < *trigger {
@@ -421,17 +644,8 @@ fn adjust_triggers(
                 }
             }
         }
-        if !any {
-            return;
-        }
-        let o = simulate(t, budget, link, &moved);
-        if o.feasible && o.makespan < out.makespan {
-            *plan = moved;
-            *out = o;
-        } else {
-            return;
-        }
     }
+    any.then_some(moved)
 }
 
 /// The online policies: a pass in program order that keeps memory within the budget by evicting
@@ -889,12 +1103,15 @@ mod tests {
                         );
                         assert!(out.makespan >= t.compute_time() - 1e-9);
                     }
+                    // Recomputable from what is there at the time, counting the sources the
+                    // plan keeps past their frees.
+                    let a = Analysis::new(&t).extended(&plan);
                     for (s, d) in &plan {
                         if let Decision::Recompute { back, .. } = d
                             && *back != usize::MAX
                         {
                             assert!(
-                                Analysis::new(&t).recomputable(&t, *s, *back),
+                                a.recomputable(&t, *s, *back),
                                 "{p}: {s} is not recomputable"
                             );
                         }
@@ -902,6 +1119,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The recompute policy finds the plan that needs a freed source kept (and dropped itself,
+    /// to be recomputed first): see the simulator's hand-computed `an_extension_keeps_a_freed_source`.
+    #[test]
+    fn recompute_keeps_freed_sources_when_that_saves_memory() {
+        let t = crate::timeline::tests::kept_source();
+        let (plan, out) = run("recompute", &t, 220, LINK).unwrap();
+        assert!(out.feasible && !out.invalid, "{out:?} {plan:?}");
+        assert!(out.peak <= 220);
+        assert!(
+            plan.contains(&(0, Decision::Extend { until: 4 })),
+            "a is kept for b: {plan:?}"
+        );
+        // Without its extensions the same plan recomputes from a freed tensor.
+        let bare: Plan = plan
+            .iter()
+            .copied()
+            .filter(|d| !matches!(d.1, Decision::Extend { .. }))
+            .collect();
+        assert!(simulate(&t, 220, LINK, &bare).invalid);
     }
 
     /// The recompute policy against the best of every set of recompute decisions (one interval

@@ -22,6 +22,10 @@ pub enum Decision {
     },
     /// Drop after `after`, re-run its producer before `back`.
     Recompute { after: usize, back: usize },
+    /// Keep the storage past the program's free of it until operation `until` has run, as a
+    /// source of a later recomputation (DTR keeps such tensors too). Dropped, it costs nothing
+    /// meanwhile, and can itself be recomputed.
+    Extend { until: usize },
 }
 
 /// Decisions per storage; a storage may be moved several times over disjoint intervals.
@@ -124,6 +128,20 @@ impl Sim<'_> {
                 i += 1;
             }
         }
+    }
+
+    /// The program (or an ended extension) frees `s`.
+    fn free(&mut self, s: usize) {
+        let size = self.t.storages[s].size;
+        match self.state[s] {
+            State::Resident | State::Arriving(_) => self.mem -= size,
+            State::Leaving(_) => {
+                self.mem -= size;
+                self.leaving.retain(|l| l.1 != s);
+            }
+            _ => {}
+        }
+        self.state[s] = State::Freed;
     }
 
     /// Takes `bytes` at time `at`; returns when it got them (after waiting for swap-outs).
@@ -237,6 +255,7 @@ impl Sim<'_> {
 pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
     let mut triggers: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut after: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
+    let mut extended: HashMap<usize, usize> = HashMap::new();
     for &(s, d) in plan {
         match d {
             Decision::Swap {
@@ -246,6 +265,10 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                 triggers.entry(trigger).or_default().push(s);
             }
             Decision::Recompute { after: a, .. } => after.entry(a).or_default().push((s, false)),
+            Decision::Extend { until } => {
+                let u = extended.entry(s).or_insert(until);
+                *u = (*u).max(until);
+            }
         }
     }
     for v in triggers.values_mut() {
@@ -286,20 +309,18 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
         .map(|s| s.size)
         .sum();
     sim.take(constants, 0.0, 0);
+    // Frees postponed by extensions, by the operation after which they happen.
+    let mut deferred: HashMap<usize, Vec<usize>> = HashMap::new();
+    // The next operation to run.
+    let mut next = 0;
     for step in &t.steps {
         match *step {
-            Step::Free(s) => {
-                match sim.state[s] {
-                    State::Resident | State::Arriving(_) => sim.mem -= t.storages[s].size,
-                    State::Leaving(_) => {
-                        sim.mem -= t.storages[s].size;
-                        sim.leaving.retain(|l| l.1 != s);
-                    }
-                    _ => {}
-                }
-                sim.state[s] = State::Freed;
-            }
+            Step::Free(s) => match extended.get(&s) {
+                Some(&u) if u >= next => deferred.entry(u).or_default().push(s),
+                _ => sim.free(s),
+            },
             Step::Op(i) => {
+                next = i + 1;
                 let op = &t.ops[i];
                 if let Some(ss) = triggers.get(&i) {
                     for &s in ss {
@@ -349,6 +370,9 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                         }
                     }
                 }
+                for s in deferred.remove(&i).unwrap_or_default() {
+                    sim.free(s);
+                }
             }
         }
     }
@@ -363,7 +387,7 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{Op, Storage};
 
@@ -488,6 +512,88 @@ mod tests {
         assert_eq!(o.makespan, 5.0);
         assert_eq!(o.recomputed_ops, 1);
         assert_eq!(o.peak, 210);
+    }
+
+    /// a (10 B) -> b (100 B); x (100 B) -> y (100 B); out(b, y). a is freed after op 1.
+    pub(crate) fn kept_source() -> Trace {
+        let s = |size, producer| Storage {
+            size,
+            constant: false,
+            producer: Some(producer),
+        };
+        let op = |name: &str, inputs: Vec<usize>, outputs: Vec<usize>| Op {
+            name: name.into(),
+            time_s: 1.0,
+            inputs,
+            outputs,
+            mutates: vec![],
+            inplace: vec![],
+            backward: false,
+        };
+        Trace {
+            storages: vec![s(10, 0), s(100, 1), s(100, 2), s(100, 3), s(10, 4)],
+            ops: vec![
+                op("a", vec![], vec![0]),
+                op("b", vec![0], vec![1]),
+                op("x", vec![], vec![2]),
+                op("y", vec![2], vec![3]),
+                op("out", vec![1, 3], vec![4]),
+            ],
+            steps: vec![
+                Step::Op(0),
+                Step::Op(1),
+                Step::Free(0),
+                Step::Op(2),
+                Step::Op(3),
+                Step::Free(2),
+                Step::Op(4),
+                Step::Free(1),
+                Step::Free(3),
+                Step::Free(4),
+            ],
+        }
+    }
+
+    /// Hand-computed: b dropped after op 1 and recomputed before op 4 needs a, which the
+    /// program freed after op 1. Without an extension the plan is invalid; with a kept until
+    /// op 4, memory is a + x at op 2 (110), a + x + y at op 3 (210), a + y + b + out at op 4
+    /// (220), and op 4 waits 1 s for b.
+    #[test]
+    fn an_extension_keeps_a_freed_source() {
+        let t = kept_source();
+        assert_eq!(simulate(&t, u64::MAX, LINK, &Plan::new()).peak, 300);
+        let drop_b = (1, Decision::Recompute { after: 1, back: 4 });
+        let o = simulate(&t, 220, LINK, &vec![drop_b]);
+        assert!(o.invalid && !o.feasible, "{o:?}");
+        let o = simulate(
+            &t,
+            220,
+            LINK,
+            &vec![drop_b, (0, Decision::Extend { until: 4 })],
+        );
+        assert!(o.feasible, "{o:?}");
+        assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 6.0, 1));
+        assert!(
+            !simulate(
+                &t,
+                219,
+                LINK,
+                &vec![drop_b, (0, Decision::Extend { until: 4 })]
+            )
+            .feasible
+        );
+        // Dropped as well, a costs nothing until op 4 recomputes it first (two re-runs):
+        // y + a + b + out = 220 at op 4, x + y = 200 at op 3.
+        let plan = vec![
+            drop_b,
+            (0, Decision::Extend { until: 4 }),
+            (0, Decision::Recompute { after: 1, back: 4 }),
+        ];
+        let o = simulate(&t, 220, LINK, &plan);
+        assert!(o.feasible, "{o:?}");
+        assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 7.0, 2));
+        let o = simulate(&t, 210, LINK, &plan);
+        assert_eq!(o.worst, Some((4, 10)));
     }
 
     /// Op 1's output must wait for a's swap-out (ends at t = 2) to get memory.

@@ -157,3 +157,56 @@ fn a_marmoset_trace_with_timings_can_be_planned() {
     );
     std::fs::remove_file(path).ok();
 }
+
+/// `--explain` prints every decision, including drops at a tensor's last use (no operation
+/// after them) and sources kept past the program's free, and never panics.
+#[test]
+fn explain_names_every_decision_for_every_policy() {
+    let mut seen = (false, false, false);
+    for policy in [
+        "capuchin",
+        "swap",
+        "recompute",
+        "dtr",
+        "lru",
+        "vdnn-all",
+        "vdnn-conv",
+        "autoswap",
+        "hybrid",
+    ] {
+        let o = Command::new(marmoset())
+            .arg("plan")
+            .arg(log("tv_densenet121"))
+            .args(["--budget", "0.3", "--policy", policy, "--explain"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{policy}: {}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains("simulated"), "{policy}: {text}");
+        seen.0 |= text.contains("its last use");
+        seen.1 |= text.contains("kept past the program's free");
+        seen.2 |= text.contains("swap out after op");
+    }
+    assert!(
+        seen.0 && seen.1 && seen.2,
+        "dead drops, kept sources and swaps all explained: {seen:?}"
+    );
+}
+
+/// A reader that stops early (`| head`) ends the command quietly, as SIGPIPE would.
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    use std::process::Stdio;
+    let mut child = Command::new(marmoset())
+        .arg("plan")
+        .arg(log("tv_densenet121"))
+        .args(["--sweep"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}

@@ -119,6 +119,20 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // `marmoset plan ... | head`: a closed stdout ends the command quietly, with the status a
+    // shell gives a process killed by SIGPIPE, instead of a panic report.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::SimPath => sim_dir().map(|d| {
@@ -597,6 +611,13 @@ fn plan(
                     "  storage {s} ({size} B): swap out after op {after} ({}), in from op {trigger}, back at op {back} ({})",
                     t.ops[*after].name, t.ops[*back].name
                 ),
+                Decision::Recompute {
+                    after,
+                    back: usize::MAX,
+                } => println!(
+                    "  storage {s} ({size} B): drop after op {after} ({}), its last use",
+                    t.ops[*after].name
+                ),
                 Decision::Recompute { after, back } => println!(
                     "  storage {s} ({size} B): drop after op {after}, recompute with op {} before op {back} ({})",
                     t.storages[*s]
@@ -604,6 +625,10 @@ fn plan(
                         .map(|p| t.ops[p].name.clone())
                         .unwrap_or_default(),
                     t.ops[*back].name
+                ),
+                Decision::Extend { until } => println!(
+                    "  storage {s} ({size} B): kept past the program's free until op {until} ({}), to recompute from",
+                    t.ops[*until].name
                 ),
             }
         }
