@@ -123,8 +123,7 @@ impl Analysis {
                 if !self.recomputable_at(t, i, back, 1) {
                     return None;
                 }
-            } else if !t.storages[i].constant
-                && self.freed_before[i] <= back
+            } else if self.freed_before[i] <= back
                 && !ext.kept.contains(&i)
                 && !ext.dropped.iter().any(|d| d.0 == i)
             {
@@ -134,8 +133,8 @@ impl Analysis {
                         && t.ops[pi].inputs.iter().all(|&j| {
                             j != i
                                 && dead_after[j] >= back
-                                && (t.storages[j].constant
-                                    || (!self.overwritten[j] && self.freed_before[j] > back))
+                                && !self.overwritten[j]
+                                && self.freed_before[j] > back
                         })
                 }) && !planned[i].iter().any(|&(x, y)| x < back && last < y);
                 if droppable {
@@ -149,8 +148,9 @@ impl Analysis {
     }
 
     /// Whether dropping `s` after `after` and re-running its producer before `back` gives the
-    /// same bytes: the producer's inputs are constants, alive until `back`, or old versions that
-    /// can themselves be recomputed then (versions never change once made).
+    /// same bytes: the producer's inputs are alive until `back` (constants too: the program may
+    /// free those as well), or old versions that can themselves be recomputed then (versions
+    /// never change once made).
     pub fn recomputable(&self, t: &Trace, s: usize, back: usize) -> bool {
         self.recomputable_at(t, s, back, 0)
     }
@@ -169,7 +169,7 @@ impl Analysis {
                 // An old version: only by recomputation.
                 self.recomputable_at(t, i, back, depth + 1)
             } else {
-                t.storages[i].constant || self.freed_before[i] > back
+                self.freed_before[i] > back
             }
         })
     }
@@ -1140,6 +1140,24 @@ mod tests {
             .filter(|d| !matches!(d.1, Decision::Extend { .. }))
             .collect();
         assert!(simulate(&t, 220, LINK, &bare).invalid);
+    }
+
+    /// DTR's logs free some constants (scalars) mid-iteration: those are not there for a
+    /// recomputation either, unless kept.
+    #[test]
+    fn a_freed_constant_is_no_source() {
+        let mut t = crate::timeline::tests::kept_source();
+        t.storages[0].constant = true;
+        t.storages[0].producer = None;
+        t.ops[0].outputs.clear();
+        assert!(!Analysis::new(&t).recomputable(&t, 1, 4));
+        let (plan, out) = run("recompute", &t, 220, LINK).unwrap();
+        assert!(out.feasible && !out.invalid, "{out:?} {plan:?}");
+        assert!(
+            plan.contains(&(0, Decision::Extend { until: 4 })),
+            "{plan:?}"
+        );
+        assert!(Analysis::new(&t).extended(&plan).recomputable(&t, 1, 4));
     }
 
     /// The recompute policy against the best of every set of recompute decisions (one interval
