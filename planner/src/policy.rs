@@ -240,6 +240,15 @@ enum Mechanism {
     Both,
 }
 
+/// How the selection ranks the candidates that cost time: by memory saving per second (MSPS,
+/// Capuchin's), or by memory-time saved per second (MSPS x the time the tensor is away, which
+/// favours long absences, as DTR's staleness does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rank {
+    Msps,
+    Area,
+}
+
 /// Capuchin's selection (and its one-mechanism variants), driven by the simulator: while the
 /// replay exceeds the budget, take the operation where it exceeds most, and among the tensors
 /// alive across it with an access gap around it choose: swaps with no overhead first (largest
@@ -247,7 +256,7 @@ enum Mechanism {
 /// (recompute costs count sources already chosen for recomputation), until the excess is covered.
 /// Then in-triggers move earlier by the stalls the replay shows.
 fn iterative(t: &Trace, a: &Analysis, budget: u64, link: Link, mech: Mechanism) -> (Plan, Outcome) {
-    iterative_from(t, a, budget, link, mech, Vec::new(), 0)
+    iterative_from(t, a, budget, link, mech, Rank::Msps, Vec::new(), 0)
 }
 
 /// Capuchin's first pass over the load peak as a whole: the tensors (of at least 1 MiB) alive
@@ -262,26 +271,33 @@ fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) ->
     let planned = vec![Vec::new(); t.storages.len()];
     let recomputed = vec![false; t.storages.len()];
     // Small tensors are not worth a transfer slot of their own (AutoSwap's 1 MB floor).
-    let mut cands: Vec<Candidate> =
-        candidates(t, a, link, Mechanism::Swap, p, &planned, &recomputed)
-            .into_iter()
-            .filter(|c| t.storages[c.2].size >= 1 << 20)
-            .map(|mut c| {
-                // Rank every candidate by FreeTime alone (largest first).
-                if let Decision::Swap { after, back, .. } = c.3 {
-                    let size = t.storages[c.2].size as f64;
-                    c.0 = 0;
-                    let free_time =
-                        a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
-                    c.1 = if by_area {
-                        -(free_time.max(0.0) + size / link.h2d) * size
-                    } else {
-                        -free_time
-                    };
-                }
-                c
-            })
-            .collect();
+    let mut cands: Vec<Candidate> = candidates(
+        t,
+        a,
+        link,
+        Mechanism::Swap,
+        Rank::Msps,
+        p,
+        &planned,
+        &recomputed,
+    )
+    .into_iter()
+    .filter(|c| t.storages[c.2].size >= 1 << 20)
+    .map(|mut c| {
+        // Rank every candidate by FreeTime alone (largest first).
+        if let Decision::Swap { after, back, .. } = c.3 {
+            let size = t.storages[c.2].size as f64;
+            c.0 = 0;
+            let free_time = a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+            c.1 = if by_area {
+                -(free_time.max(0.0) + size / link.h2d) * size
+            } else {
+                -free_time
+            };
+        }
+        c
+    })
+    .collect();
     cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
     let mut plan = Vec::new();
     let mut got = 0;
@@ -300,17 +316,29 @@ fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) ->
 /// A greedy selection can trap itself: recomputations that all land on one operation make a new
 /// peak there that nothing can lower. Then it starts over with those recomputations (storage,
 /// back-access) ruled out, a few times, keeping the best result.
+#[allow(clippy::too_many_arguments)]
 fn iterative_from(
     t: &Trace,
     a: &Analysis,
     budget: u64,
     link: Link,
     mech: Mechanism,
+    rank: Rank,
     seed: Plan,
     min_size: u64,
 ) -> (Plan, Outcome) {
     let mut banned: Vec<(usize, usize)> = Vec::new();
-    let mut best = select(t, a, budget, link, mech, seed.clone(), min_size, &banned);
+    let mut best = select(
+        t,
+        a,
+        budget,
+        link,
+        mech,
+        rank,
+        seed.clone(),
+        min_size,
+        &banned,
+    );
     let excess = |o: &Outcome| o.overs.iter().map(|x| x.1).sum::<u64>();
     let mut last = best.clone();
     for _ in 0..6 {
@@ -332,7 +360,17 @@ fn iterative_from(
             break;
         };
         banned.push(more);
-        last = select(t, a, budget, link, mech, seed.clone(), min_size, &banned);
+        last = select(
+            t,
+            a,
+            budget,
+            link,
+            mech,
+            rank,
+            seed.clone(),
+            min_size,
+            &banned,
+        );
         if last.1.feasible || (!last.1.invalid && excess(&last.1) < excess(&best.1)) {
             best = last.clone();
         }
@@ -348,6 +386,7 @@ fn select(
     budget: u64,
     link: Link,
     mech: Mechanism,
+    rank: Rank,
     seed: Plan,
     min_size: u64,
     banned: &[(usize, usize)],
@@ -377,7 +416,7 @@ fn select(
         // The worst excess first; where nothing can move there, the next one.
         let mut found: Option<(u64, Vec<Candidate>)> = None;
         for &(p, over) in out.overs.iter().take(64) {
-            let mut c = candidates(t, a, link, mech, p, &planned, &recomputed);
+            let mut c = candidates(t, a, link, mech, rank, p, &planned, &recomputed);
             c.retain(|c| {
                 t.storages[c.2].size >= min_size
                     && !matches!(c.3, Decision::Recompute { back, .. } if banned.contains(&(c.2, back)))
@@ -522,11 +561,13 @@ fn prune(t: &Trace, budget: u64, link: Link, plan: &mut Plan, out: &mut Outcome)
 /// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
 /// key, storage, decision); tier 0 are swaps with no overhead (key: -FreeTime), tier 1 the rest
 /// (key: -memory saving per second).
+#[allow(clippy::too_many_arguments)]
 fn candidates(
     t: &Trace,
     a: &Analysis,
     link: Link,
     mech: Mechanism,
+    rank: Rank,
     p: usize,
     planned: &[Vec<(usize, usize)>],
     recomputed: &[bool],
@@ -687,7 +728,11 @@ fn candidates(
         if cost == 0.0 {
             cands.push((0, -free_time, s, d, ext));
         } else {
-            cands.push((1, -(saved / cost), s, d, ext));
+            let weight = match rank {
+                Rank::Msps => 1.0,
+                Rank::Area => gap.max(1e-9),
+            };
+            cands.push((1, -(saved * weight / cost), s, d, ext));
         }
     }
     cands
@@ -1067,22 +1112,27 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
     Some(match name {
         "capuchin" => {
             let mut variants = Vec::new();
-            for (mech, seed, min_size) in [
-                (Mechanism::Both, Vec::new(), 0),
-                (Mechanism::Swap, Vec::new(), 0),
-                (Mechanism::Recompute, Vec::new(), 0),
+            for (mech, rank, seed, min_size) in [
+                (Mechanism::Both, Rank::Msps, Vec::new(), 0),
+                (Mechanism::Both, Rank::Area, Vec::new(), 0),
+                (Mechanism::Swap, Rank::Msps, Vec::new(), 0),
+                (Mechanism::Recompute, Rank::Msps, Vec::new(), 0),
+                (Mechanism::Recompute, Rank::Area, Vec::new(), 0),
                 (
                     Mechanism::Both,
+                    Rank::Msps,
                     peak_seed(t, &a, budget, link, false),
                     1 << 20,
                 ),
                 (
                     Mechanism::Both,
+                    Rank::Msps,
                     peak_seed(t, &a, budget, link, true),
                     1 << 20,
                 ),
             ] {
-                let (mut plan, mut out) = iterative_from(t, &a, budget, link, mech, seed, min_size);
+                let (mut plan, mut out) =
+                    iterative_from(t, &a, budget, link, mech, rank, seed, min_size);
                 if out.feasible && mech != Mechanism::Recompute {
                     refine(t, &a, budget, link, &mut plan, &mut out);
                 }
@@ -1098,7 +1148,17 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
                 .unwrap()
         }
         "swap" => iterative(t, &a, budget, link, Mechanism::Swap),
-        "recompute" => iterative(t, &a, budget, link, Mechanism::Recompute),
+        // Capuchin's selection with recomputation only, under either ranking (the better by
+        // replay, as capuchin itself picks).
+        "recompute" => [Rank::Msps, Rank::Area]
+            .into_iter()
+            .map(|r| iterative_from(t, &a, budget, link, Mechanism::Recompute, r, Vec::new(), 0))
+            .min_by(|x, y| {
+                (!x.1.feasible, x.1.makespan)
+                    .partial_cmp(&(!y.1.feasible, y.1.makespan))
+                    .unwrap()
+            })
+            .unwrap(),
         "dtr" => online(t, &a, budget, link, false),
         "lru" => online(t, &a, budget, link, true),
         "vdnn-all" => vdnn(t, &a, budget, link, false),

@@ -210,3 +210,60 @@ fn a_closed_stdout_is_not_a_crash() {
     assert_eq!(o.status.code(), Some(141), "{}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
+
+/// Issue 6's targets on the four DTR logs, both profiles, every budget of the sweep (simulated):
+/// capuchin is feasible wherever recompute or dtr is, and no slower than the best other policy.
+/// The same check as scripts/plan-check.py, through `--sweep --json`.
+#[test]
+fn capuchin_is_at_or_below_every_other_policy_on_the_dtr_logs() {
+    let mut misses = Vec::new();
+    for profile in ["h100", "p100"] {
+        for name in ["resnet32", "tv_densenet121", "transformer", "lstm"] {
+            let o = Command::new(marmoset())
+                .arg("plan")
+                .arg(log(name))
+                .args(["--sweep", "--json", "--profile", profile])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["simulated"], true);
+            let results = v["results"].as_array().unwrap();
+            assert_eq!(results.len(), 9 * 8, "every policy at every budget");
+            for f in [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2] {
+                let at: Vec<&serde_json::Value> = results
+                    .iter()
+                    .filter(|x| x["budget_fraction"].as_f64() == Some(f))
+                    .collect();
+                let cap = at.iter().find(|x| x["policy"] == "capuchin").unwrap();
+                let others: Vec<&&serde_json::Value> = at
+                    .iter()
+                    .filter(|x| x["policy"] != "capuchin" && x["feasible"] == true)
+                    .collect();
+                let time = |x: &serde_json::Value| x["planned_time_s"].as_f64().unwrap();
+                if cap["feasible"] != true {
+                    if others
+                        .iter()
+                        .any(|x| x["policy"] == "recompute" || x["policy"] == "dtr")
+                    {
+                        misses.push(format!("{name} {profile} {f}: capuchin infeasible"));
+                    }
+                } else if let Some(best) = others.iter().min_by(|a, b| time(a).total_cmp(&time(b)))
+                    && time(cap) > time(best) * (1.0 + 1e-12)
+                {
+                    misses.push(format!(
+                        "{name} {profile} {f}: capuchin {:.5}x, {} {:.5}x",
+                        cap["overhead"].as_f64().unwrap_or(0.0),
+                        best["policy"],
+                        best["overhead"].as_f64().unwrap_or(0.0)
+                    ));
+                }
+                assert!(
+                    cap["feasible"] != true
+                        || cap["peak_bytes_planned"].as_u64() <= cap["budget_bytes"].as_u64()
+                );
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{misses:#?}");
+}

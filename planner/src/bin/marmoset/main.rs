@@ -501,8 +501,54 @@ fn plan(
     let link = Link::from_profile(&prof);
     let peak = t.peak();
     let base = t.compute_time();
+    // One plan's figures, as `--json` prints them.
+    let summary = |policy: &str, budget_bytes: u64, o: &planner::timeline::Outcome| {
+        serde_json::json!({
+            "policy": policy,
+            "profile": prof.name,
+            "budget_bytes": budget_bytes,
+            "peak_bytes_baseline": peak,
+            "peak_bytes_planned": o.peak,
+            "baseline_time_s": base,
+            "planned_time_s": o.makespan,
+            "overhead": o.makespan / base,
+            "feasible": o.feasible,
+            "swapped_bytes": o.swapped_out,
+            "recomputed_ops": o.recomputed_ops,
+            "stall_s": o.stall_s,
+            "simulated": true,
+        })
+    };
     if sweep {
         let fractions = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2];
+        if json {
+            let mut results = Vec::new();
+            for p in POLICIES {
+                for f in fractions {
+                    let budget_bytes = (peak as f64 * f) as u64;
+                    let (_, o) = run(p, &t, budget_bytes, link).unwrap();
+                    let mut v = summary(p, budget_bytes, &o);
+                    v["budget_fraction"] = serde_json::json!(f);
+                    results.push(v);
+                }
+            }
+            let pool = planner::pool::smartpool(&t);
+            let v = serde_json::json!({
+                "trace": path.display().to_string(),
+                "profile": prof.name,
+                "simulated": true,
+                "peak_bytes_baseline": peak,
+                "baseline_time_s": base,
+                "results": results,
+                "smartpool": {
+                    "pool_bytes": pool.size,
+                    "peak_load_bytes": pool.peak_load,
+                    "competitive_ratio": pool.ratio(),
+                },
+            });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            return Ok(ExitCode::SUCCESS);
+        }
         println!(
             "{} on {} (simulated PCIe: {} GB/s in, {} GB/s out): peak {:.2} GB, {:.4} s of compute",
             path.file_name()
@@ -560,22 +606,10 @@ fn plan(
         .filter(|(_, d)| matches!(d, Decision::Swap { .. }))
         .count();
     if json {
-        let v = serde_json::json!({
-            "policy": policy,
-            "profile": prof.name,
-            "budget_bytes": budget_bytes,
-            "peak_bytes_baseline": peak,
-            "peak_bytes_planned": o.peak,
-            "baseline_time_s": base,
-            "planned_time_s": o.makespan,
-            "overhead": o.makespan / base,
-            "feasible": o.feasible,
-            "swapped_bytes": o.swapped_out,
-            "recomputed_ops": o.recomputed_ops,
-            "stall_s": o.stall_s,
-            "simulated": true,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary(policy, budget_bytes, &o))?
+        );
     } else {
         println!(
             "{policy} under {budget_bytes} B ({:.1}% of the {peak} B peak), {} PCIe (simulated):",
