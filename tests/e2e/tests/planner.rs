@@ -191,6 +191,19 @@ fn explain_names_every_decision_for_every_policy() {
         seen.0 && seen.1 && seen.2,
         "dead drops, kept sources and swaps all explained: {seen:?}"
     );
+    // A budget nothing can meet: the answer says where it stays over, and by how much.
+    let o = Command::new(marmoset())
+        .arg("plan")
+        .arg(log("resnet32"))
+        .args(["--budget", "1000", "--policy", "capuchin"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("NOT feasible") && text.contains("over the budget at") && text.contains(" B"),
+        "{text}"
+    );
 }
 
 /// A reader that stops early (`| head`) ends the command quietly, as SIGPIPE would.

@@ -632,6 +632,17 @@ fn plan(
             o.recomputed_ops,
             o.stall_s
         );
+        // Where an infeasible plan gives up, so the user sees how far it is.
+        if let Some((op, over)) = o.worst {
+            println!(
+                "  over the budget at {} operations, most at op {op} ({}) by {over} B",
+                o.overs.len(),
+                t.ops[op].name
+            );
+        }
+        if o.invalid {
+            println!("  a recomputation would read a tensor the program has freed");
+        }
     }
     if explain {
         for (s, d) in &plan {
