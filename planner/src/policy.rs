@@ -339,7 +339,6 @@ fn iterative_from(
         min_size,
         &banned,
     );
-    let excess = |o: &Outcome| o.overs.iter().map(|x| x.1).sum::<u64>();
     let mut last = best.clone();
     for _ in 0..6 {
         if best.1.feasible {
@@ -371,7 +370,7 @@ fn iterative_from(
             min_size,
             &banned,
         );
-        if last.1.feasible || (!last.1.invalid && excess(&last.1) < excess(&best.1)) {
+        if rank_outcomes(&last.1, &best.1).is_lt() {
             best = last.clone();
         }
     }
@@ -1105,6 +1104,28 @@ fn hybrid(t: &Trace, a: &Analysis, budget: u64, link: Link) -> (Plan, Outcome) {
     (plan, out)
 }
 
+/// Which of two replays is better: feasible before infeasible; among feasible ones the faster;
+/// among infeasible ones the one closer to the budget (its worst excess), then the faster.
+fn rank_outcomes(x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
+    let over = |o: &Outcome| {
+        if o.invalid {
+            u64::MAX
+        } else {
+            o.worst.map_or(0, |w| w.1)
+        }
+    };
+    (!x.feasible)
+        .cmp(&!y.feasible)
+        .then_with(|| {
+            if x.feasible {
+                std::cmp::Ordering::Equal
+            } else {
+                over(x).cmp(&over(y))
+            }
+        })
+        .then_with(|| x.makespan.total_cmp(&y.makespan))
+}
+
 /// Runs policy `name`. Capuchin takes the better of its combined selection and of its selection
 /// restricted to one mechanism, by simulation (its measured-execution / feedback loop).
 pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outcome)> {
@@ -1140,11 +1161,7 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
             }
             variants
                 .into_iter()
-                .min_by(|x, y| {
-                    (!x.1.feasible, x.1.makespan)
-                        .partial_cmp(&(!y.1.feasible, y.1.makespan))
-                        .unwrap()
-                })
+                .min_by(|x, y| rank_outcomes(&x.1, &y.1))
                 .unwrap()
         }
         "swap" => iterative(t, &a, budget, link, Mechanism::Swap),
@@ -1153,11 +1170,7 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
         "recompute" => [Rank::Msps, Rank::Area]
             .into_iter()
             .map(|r| iterative_from(t, &a, budget, link, Mechanism::Recompute, r, Vec::new(), 0))
-            .min_by(|x, y| {
-                (!x.1.feasible, x.1.makespan)
-                    .partial_cmp(&(!y.1.feasible, y.1.makespan))
-                    .unwrap()
-            })
+            .min_by(|x, y| rank_outcomes(&x.1, &y.1))
             .unwrap(),
         "dtr" => online(t, &a, budget, link, false),
         "lru" => online(t, &a, budget, link, true),
