@@ -39,6 +39,21 @@ pub struct Op {
     pub backward: bool,
 }
 
+impl Op {
+    /// A forward operation that writes nothing in place.
+    pub fn new(name: &str, time_s: f64, inputs: Vec<usize>, outputs: Vec<usize>) -> Op {
+        Op {
+            name: name.into(),
+            time_s,
+            inputs,
+            outputs,
+            mutates: Vec::new(),
+            inplace: Vec::new(),
+            backward: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Step {
     Op(usize),
@@ -53,6 +68,15 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// The bytes resident before the first operation (weights, inputs).
+    pub fn constant_bytes(&self) -> u64 {
+        self.storages
+            .iter()
+            .filter(|s| s.constant)
+            .map(|s| s.size)
+            .sum()
+    }
+
     /// Σ operation times: the iteration's time with all the memory it wants.
     pub fn compute_time(&self) -> f64 {
         self.ops.iter().map(|o| o.time_s).sum()
@@ -61,12 +85,7 @@ impl Trace {
     /// The largest memory in use at any point of the program order (constants from the start,
     /// an operation's outputs from its start, frees at their step).
     pub fn peak(&self) -> u64 {
-        let mut used: u64 = self
-            .storages
-            .iter()
-            .filter(|s| s.constant)
-            .map(|s| s.size)
-            .sum();
+        let mut used = self.constant_bytes();
         let mut peak = used;
         for step in &self.steps {
             match *step {
@@ -294,13 +313,9 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
                     }
                 }
                 t.ops.push(Op {
-                    name,
-                    time_s: time_ns as f64 * 1e-9,
-                    inputs: inputs.clone(),
-                    outputs: Vec::new(),
                     mutates: mutates.clone(),
-                    inplace: Vec::new(),
                     backward,
+                    ..Op::new(&name, time_ns as f64 * 1e-9, inputs.clone(), Vec::new())
                 });
                 let op = t.ops.len() - 1;
                 t.steps.push(Step::Op(op));
@@ -506,15 +521,7 @@ pub fn from_marmoset(records: &[crate::trace::Record]) -> Result<Trace, String> 
                     continue;
                 };
                 let op = t.ops.len();
-                let mut o = Op {
-                    name: api.clone(),
-                    time_s: secs,
-                    inputs: vec![],
-                    outputs: vec![],
-                    mutates: vec![],
-                    inplace: vec![],
-                    backward: false,
-                };
+                let mut o = Op::new(api, secs, vec![], vec![]);
                 for tc in touches {
                     let Some(&s) = current.get(&tc.alloc) else {
                         continue;

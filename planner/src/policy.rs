@@ -821,12 +821,7 @@ fn online(t: &Trace, a: &Analysis, budget: u64, link: Link, swap: bool) -> (Plan
     let mut resident: Vec<bool> = t.storages.iter().map(|s| s.constant).collect();
     let mut gone: Vec<bool> = vec![false; n]; // evicted or dropped
     let mut last_use: Vec<f64> = vec![0.0; n];
-    let mut mem: u64 = t
-        .storages
-        .iter()
-        .filter(|s| s.constant)
-        .map(|s| s.size)
-        .sum();
+    let mut mem: u64 = t.constant_bytes();
     let mut plan: Plan = Vec::new();
     let mut prev_op: usize = 0;
     let mut in_op: Vec<bool> = vec![false; n];
@@ -1240,18 +1235,11 @@ mod tests {
             for &s in &inputs {
                 uses[s].push(i);
             }
+            let name = if r.below(3) == 0 { "conv" } else { "op" };
+            let time_s = 0.5 + r.below(10) as f64 / 10.0;
             t.ops.push(Op {
-                name: if r.below(3) == 0 {
-                    "conv".into()
-                } else {
-                    "op".into()
-                },
-                time_s: 0.5 + r.below(10) as f64 / 10.0,
-                inputs,
-                outputs: vec![out],
-                mutates: vec![],
-                inplace: vec![],
                 backward: i >= ops / 2,
+                ..Op::new(name, time_s, inputs, vec![out])
             });
             live.push(out);
         }

@@ -121,15 +121,7 @@ mod tests {
             constant: false,
             producer: None,
         };
-        let op = |outputs: Vec<usize>| Op {
-            name: "op".into(),
-            time_s: 1.0,
-            inputs: vec![],
-            outputs,
-            mutates: vec![],
-            inplace: vec![],
-            backward: false,
-        };
+        let op = |outputs: Vec<usize>| Op::new("op", 1.0, vec![], outputs);
         let t = Trace {
             storages: vec![st(4), st(2), st(3)],
             ops: vec![op(vec![0]), op(vec![1]), op(vec![2])],

@@ -302,13 +302,7 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
             ..Outcome::default()
         },
     };
-    let constants: u64 = t
-        .storages
-        .iter()
-        .filter(|s| s.constant)
-        .map(|s| s.size)
-        .sum();
-    sim.take(constants, 0.0, 0);
+    sim.take(t.constant_bytes(), 0.0, 0);
     // Frees postponed by extensions, by the operation after which they happen.
     let mut deferred: HashMap<usize, Vec<usize>> = HashMap::new();
     // The next operation to run.
@@ -398,15 +392,7 @@ pub(crate) mod tests {
             constant: false,
             producer,
         };
-        let op = |name: &str, time_s, inputs: Vec<usize>, outputs: Vec<usize>| Op {
-            name: name.into(),
-            time_s,
-            inputs,
-            outputs,
-            mutates: vec![],
-            inplace: vec![],
-            backward: false,
-        };
+        let op = Op::new;
         Trace {
             storages: vec![
                 s(100, Some(0)),
@@ -521,15 +507,7 @@ pub(crate) mod tests {
             constant: false,
             producer: Some(producer),
         };
-        let op = |name: &str, inputs: Vec<usize>, outputs: Vec<usize>| Op {
-            name: name.into(),
-            time_s: 1.0,
-            inputs,
-            outputs,
-            mutates: vec![],
-            inplace: vec![],
-            backward: false,
-        };
+        let op = |name, inputs, outputs| Op::new(name, 1.0, inputs, outputs);
         Trace {
             storages: vec![s(10, 0), s(100, 1), s(100, 2), s(100, 3), s(10, 4)],
             ops: vec![
