@@ -84,17 +84,7 @@ pub fn summarize(records: &[Record]) -> Summary {
             Event::Restore { bytes, .. } => s.restored_bytes += bytes,
             _ => {}
         }
-        let result = match &r.event {
-            Event::Alloc { result, .. }
-            | Event::Free { result, .. }
-            | Event::Copy { result, .. }
-            | Event::Memset { result, .. }
-            | Event::Launch { result, .. }
-            | Event::Cudnn { result, .. }
-            | Event::Sync { result, .. } => *result,
-            _ => 0,
-        };
-        if result != 0 {
+        if r.event.result() != 0 {
             s.failed_calls += 1;
         }
     }

@@ -161,6 +161,20 @@ pub enum Event {
     Restore { alloc: u64, bytes: u64, stream: u64 },
 }
 
+/// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
+/// of them.
+macro_rules! api_call {
+    ($f:ident) => {
+        Event::Alloc { $f, .. }
+            | Event::Free { $f, .. }
+            | Event::Copy { $f, .. }
+            | Event::Memset { $f, .. }
+            | Event::Launch { $f, .. }
+            | Event::Cudnn { $f, .. }
+            | Event::Sync { $f, .. }
+    };
+}
+
 impl Event {
     /// The record's kind as written in the trace.
     pub fn kind(&self) -> &'static str {
@@ -182,14 +196,24 @@ impl Event {
     /// The API call behind the record, if it is one.
     pub fn api(&self) -> Option<&str> {
         match self {
-            Event::Alloc { api, .. }
-            | Event::Free { api, .. }
-            | Event::Copy { api, .. }
-            | Event::Memset { api, .. }
-            | Event::Launch { api, .. }
-            | Event::Cudnn { api, .. }
-            | Event::Sync { api, .. } => Some(api),
+            api_call!(api) => Some(api),
             _ => None,
+        }
+    }
+
+    /// The status code the API call returned, for the records of API calls.
+    pub fn result_mut(&mut self) -> Option<&mut i32> {
+        match self {
+            api_call!(result) => Some(result),
+            _ => None,
+        }
+    }
+
+    /// The status code the API call returned (0 for records that are not API calls).
+    pub fn result(&self) -> i32 {
+        match self {
+            api_call!(result) => *result,
+            _ => 0,
         }
     }
 

@@ -141,7 +141,9 @@ impl Pending {
     }
 
     fn finish(mut self, result: i32) {
-        set_result(&mut self.event, result);
+        if let Some(r) = self.event.result_mut() {
+            *r = result;
+        }
         let mut seq = self.seq;
         if let (Some((out, size)), Event::Alloc { ptr, alloc, .. }) =
             (self.alloc_out, &mut self.event)
@@ -169,19 +171,6 @@ fn stream_of(e: &Event) -> Option<u64> {
         | Event::Launch { stream, .. }
         | Event::Cudnn { stream, .. } => *stream,
         _ => None,
-    }
-}
-
-fn set_result(e: &mut Event, r: i32) {
-    match e {
-        Event::Alloc { result, .. }
-        | Event::Free { result, .. }
-        | Event::Copy { result, .. }
-        | Event::Memset { result, .. }
-        | Event::Launch { result, .. }
-        | Event::Cudnn { result, .. }
-        | Event::Sync { result, .. } => *result = r,
-        _ => {}
     }
 }
 
