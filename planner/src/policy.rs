@@ -240,6 +240,25 @@ enum Mechanism {
     Both,
 }
 
+/// One way of running Capuchin's selection: the mechanisms it may use, how it ranks candidates
+/// that cost time, and the smallest tensor it considers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Selection {
+    mech: Mechanism,
+    rank: Rank,
+    min_size: u64,
+}
+
+impl Selection {
+    fn of(mech: Mechanism) -> Selection {
+        Selection {
+            mech,
+            rank: Rank::Msps,
+            min_size: 0,
+        }
+    }
+}
+
 /// How the selection ranks the candidates that cost time: by memory saving per second (MSPS,
 /// Capuchin's), or by memory-time saved per second (MSPS x the time the tensor is away, which
 /// favours long absences, as DTR's staleness does).
@@ -256,7 +275,7 @@ enum Rank {
 /// (recompute costs count sources already chosen for recomputation), until the excess is covered.
 /// Then in-triggers move earlier by the stalls the replay shows.
 fn iterative(t: &Trace, a: &Analysis, budget: u64, link: Link, mech: Mechanism) -> (Plan, Outcome) {
-    iterative_from(t, a, budget, link, mech, Rank::Msps, Vec::new(), 0)
+    iterative_from(t, a, budget, link, Selection::of(mech), Vec::new())
 }
 
 /// Capuchin's first pass over the load peak as a whole: the tensors (of at least 1 MiB) alive
@@ -275,8 +294,7 @@ fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) ->
         t,
         a,
         link,
-        Mechanism::Swap,
-        Rank::Msps,
+        Selection::of(Mechanism::Swap),
         p,
         &planned,
         &recomputed,
@@ -311,34 +329,21 @@ fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) ->
     plan
 }
 
-/// The selection loop from a `seed` plan, considering only tensors of at least `min_size` bytes.
+/// The selection loop `sel` from a `seed` plan.
 ///
 /// A greedy selection can trap itself: recomputations that all land on one operation make a new
 /// peak there that nothing can lower. Then it starts over with those recomputations (storage,
 /// back-access) ruled out, a few times, keeping the best result.
-#[allow(clippy::too_many_arguments)]
 fn iterative_from(
     t: &Trace,
     a: &Analysis,
     budget: u64,
     link: Link,
-    mech: Mechanism,
-    rank: Rank,
+    sel: Selection,
     seed: Plan,
-    min_size: u64,
 ) -> (Plan, Outcome) {
     let mut banned: Vec<(usize, usize)> = Vec::new();
-    let mut best = select(
-        t,
-        a,
-        budget,
-        link,
-        mech,
-        rank,
-        seed.clone(),
-        min_size,
-        &banned,
-    );
+    let mut best = select(t, a, budget, link, sel, seed.clone(), &banned);
     let mut last = best.clone();
     for _ in 0..6 {
         if best.1.feasible {
@@ -359,17 +364,7 @@ fn iterative_from(
             break;
         };
         banned.push(more);
-        last = select(
-            t,
-            a,
-            budget,
-            link,
-            mech,
-            rank,
-            seed.clone(),
-            min_size,
-            &banned,
-        );
+        last = select(t, a, budget, link, sel, seed.clone(), &banned);
         if rank_outcomes(&last.1, &best.1).is_lt() {
             best = last.clone();
         }
@@ -378,16 +373,13 @@ fn iterative_from(
 }
 
 /// One run of the selection loop; `banned` (storage, back-access) recomputations are not taken.
-#[allow(clippy::too_many_arguments)]
 fn select(
     t: &Trace,
     a: &Analysis,
     budget: u64,
     link: Link,
-    mech: Mechanism,
-    rank: Rank,
+    sel: Selection,
     seed: Plan,
-    min_size: u64,
     banned: &[(usize, usize)],
 ) -> (Plan, Outcome) {
     let mut plan: Plan = seed;
@@ -415,9 +407,9 @@ fn select(
         // The worst excess first; where nothing can move there, the next one.
         let mut found: Option<(u64, Vec<Candidate>)> = None;
         for &(p, over) in out.overs.iter().take(64) {
-            let mut c = candidates(t, a, link, mech, rank, p, &planned, &recomputed);
+            let mut c = candidates(t, a, link, sel, p, &planned, &recomputed);
             c.retain(|c| {
-                t.storages[c.2].size >= min_size
+                t.storages[c.2].size >= sel.min_size
                     && !matches!(c.3, Decision::Recompute { back, .. } if banned.contains(&(c.2, back)))
             });
             if !c.is_empty() {
@@ -560,13 +552,11 @@ fn prune(t: &Trace, budget: u64, link: Link, plan: &mut Plan, out: &mut Outcome)
 /// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
 /// key, storage, decision); tier 0 are swaps with no overhead (key: -FreeTime), tier 1 the rest
 /// (key: -memory saving per second).
-#[allow(clippy::too_many_arguments)]
 fn candidates(
     t: &Trace,
     a: &Analysis,
     link: Link,
-    mech: Mechanism,
-    rank: Rank,
+    sel: Selection,
     p: usize,
     planned: &[Vec<(usize, usize)>],
     recomputed: &[bool],
@@ -667,7 +657,7 @@ fn candidates(
         let swap_cost = (-free_time).max(0.0);
         // Sources the program frees before `back` are kept alive for the recomputation (DTR
         // does the same) when that still saves memory.
-        let ext = if mech == Mechanism::Swap {
+        let ext = if sel.mech == Mechanism::Swap {
             None
         } else {
             a.to_extend(t, s, back, planned, &dead_after)
@@ -697,7 +687,7 @@ fn candidates(
         } else {
             f64::INFINITY
         };
-        let use_swap = match mech {
+        let use_swap = match sel.mech {
             Mechanism::Swap => true,
             Mechanism::Recompute => false,
             Mechanism::Both => swap_cost <= rec_cost,
@@ -727,7 +717,7 @@ fn candidates(
         if cost == 0.0 {
             cands.push((0, -free_time, s, d, ext));
         } else {
-            let weight = match rank {
+            let weight = match sel.rank {
                 Rank::Msps => 1.0,
                 Rank::Area => gap.max(1e-9),
             };
@@ -1128,28 +1118,26 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
     Some(match name {
         "capuchin" => {
             let mut variants = Vec::new();
-            for (mech, rank, seed, min_size) in [
-                (Mechanism::Both, Rank::Msps, Vec::new(), 0),
-                (Mechanism::Both, Rank::Area, Vec::new(), 0),
-                (Mechanism::Swap, Rank::Msps, Vec::new(), 0),
-                (Mechanism::Recompute, Rank::Msps, Vec::new(), 0),
-                (Mechanism::Recompute, Rank::Area, Vec::new(), 0),
-                (
-                    Mechanism::Both,
-                    Rank::Msps,
-                    peak_seed(t, &a, budget, link, false),
-                    1 << 20,
-                ),
-                (
-                    Mechanism::Both,
-                    Rank::Msps,
-                    peak_seed(t, &a, budget, link, true),
-                    1 << 20,
-                ),
+            let by_area = |mech| Selection {
+                rank: Rank::Area,
+                ..Selection::of(mech)
+            };
+            // Seeded by the whole-peak pass, tensors of 1 MiB and more.
+            let large = Selection {
+                min_size: 1 << 20,
+                ..Selection::of(Mechanism::Both)
+            };
+            for (sel, seed) in [
+                (Selection::of(Mechanism::Both), Vec::new()),
+                (by_area(Mechanism::Both), Vec::new()),
+                (Selection::of(Mechanism::Swap), Vec::new()),
+                (Selection::of(Mechanism::Recompute), Vec::new()),
+                (by_area(Mechanism::Recompute), Vec::new()),
+                (large, peak_seed(t, &a, budget, link, false)),
+                (large, peak_seed(t, &a, budget, link, true)),
             ] {
-                let (mut plan, mut out) =
-                    iterative_from(t, &a, budget, link, mech, rank, seed, min_size);
-                if out.feasible && mech != Mechanism::Recompute {
+                let (mut plan, mut out) = iterative_from(t, &a, budget, link, sel, seed);
+                if out.feasible && sel.mech != Mechanism::Recompute {
                     refine(t, &a, budget, link, &mut plan, &mut out);
                 }
                 variants.push((plan, out));
@@ -1164,7 +1152,13 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
         // replay, as capuchin itself picks).
         "recompute" => [Rank::Msps, Rank::Area]
             .into_iter()
-            .map(|r| iterative_from(t, &a, budget, link, Mechanism::Recompute, r, Vec::new(), 0))
+            .map(|rank| {
+                let sel = Selection {
+                    rank,
+                    ..Selection::of(Mechanism::Recompute)
+                };
+                iterative_from(t, &a, budget, link, sel, Vec::new())
+            })
             .min_by(|x, y| rank_outcomes(&x.1, &y.1))
             .unwrap(),
         "dtr" => online(t, &a, budget, link, false),
