@@ -308,15 +308,12 @@ impl Device {
     }
 
     fn count_alloc(&mut self) -> Result<(), i32> {
-        self.counters.allocs += 1;
-        if self.fail.alloc == Some(self.counters.allocs) {
-            eprintln!(
-                "simgpu: injected failure: allocation #{} (SIMGPU_FAIL)",
-                self.counters.allocs
-            );
-            return Err(OUT_OF_MEMORY);
-        }
-        Ok(())
+        injected(
+            &mut self.counters.allocs,
+            self.fail.alloc,
+            "allocation",
+            OUT_OF_MEMORY,
+        )
     }
 
     fn new_phys(&mut self, size: u64) -> Result<u64, i32> {
@@ -917,28 +914,17 @@ impl Device {
 
     pub fn count_copy(&mut self) -> Result<(), i32> {
         self.check_sticky()?;
-        self.counters.copies += 1;
-        if self.fail.copy == Some(self.counters.copies) {
-            eprintln!(
-                "simgpu: injected failure: copy #{} (SIMGPU_FAIL)",
-                self.counters.copies
-            );
-            return Err(UNKNOWN);
-        }
-        Ok(())
+        injected(&mut self.counters.copies, self.fail.copy, "copy", UNKNOWN)
     }
 
     pub fn count_launch(&mut self) -> Result<(), i32> {
         self.check_sticky()?;
-        self.counters.launches += 1;
-        if self.fail.launch == Some(self.counters.launches) {
-            eprintln!(
-                "simgpu: injected failure: launch #{} (SIMGPU_FAIL)",
-                self.counters.launches
-            );
-            return Err(LAUNCH_FAILED);
-        }
-        Ok(())
+        injected(
+            &mut self.counters.launches,
+            self.fail.launch,
+            "launch",
+            LAUNCH_FAILED,
+        )
     }
 
     /// Timing of a copy: engine and duration. Pageable host memory makes the host wait.
@@ -1024,6 +1010,16 @@ fn parse_fail(v: &str) -> Result<FailSpec, String> {
         }
     }
     Ok(f)
+}
+
+/// Counts one more `what` and fails it with `code` when it is the one SIMGPU_FAIL names.
+fn injected(count: &mut u64, fail_at: Option<u64>, what: &str, code: i32) -> Result<(), i32> {
+    *count += 1;
+    if fail_at == Some(*count) {
+        eprintln!("simgpu: injected failure: {what} #{count} (SIMGPU_FAIL)");
+        return Err(code);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
