@@ -518,31 +518,24 @@ fn prune(t: &Trace, budget: u64, link: Link, plan: &mut Plan, out: &mut Outcome)
     let mut order: Vec<(usize, Decision)> =
         plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
     order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
-    for d in order {
-        let Some(k) = plan.iter().position(|x| *x == d) else {
-            continue;
-        };
-        let mut cand = plan.clone();
-        cand.remove(k);
-        let o = simulate(t, budget, link, &cand);
-        if o.feasible && o.makespan < out.makespan {
-            *plan = cand;
-            *out = o;
-        }
-    }
-    let exts: Vec<(usize, Decision)> = plan
+    // An extension saves no time, so it goes when the replay is no slower.
+    let exts = plan
         .iter()
         .copied()
-        .filter(|d| matches!(d.1, Decision::Extend { .. }))
+        .filter(|d| matches!(d.1, Decision::Extend { .. }));
+    let tries: Vec<((usize, Decision), bool)> = order
+        .into_iter()
+        .map(|d| (d, false))
+        .chain(exts.collect::<Vec<_>>().into_iter().map(|d| (d, true)))
         .collect();
-    for d in exts {
+    for (d, as_fast) in tries {
         let Some(k) = plan.iter().position(|x| *x == d) else {
             continue;
         };
         let mut cand = plan.clone();
         cand.remove(k);
         let o = simulate(t, budget, link, &cand);
-        if o.feasible && o.makespan <= out.makespan {
+        if o.feasible && (o.makespan < out.makespan || as_fast && o.makespan <= out.makespan) {
             *plan = cand;
             *out = o;
         }

@@ -419,6 +419,18 @@ pub(crate) mod tests {
         }
     }
 
+    /// Swap a (storage 0) out after op 0, in from op `trigger`, back at op 3.
+    fn swap_a(trigger: usize) -> Plan {
+        vec![(
+            0,
+            Decision::Swap {
+                after: 0,
+                trigger,
+                back: 3,
+            },
+        )]
+    }
+
     const LINK: Link = Link {
         h2d: 100.0,
         d2h: 100.0,
@@ -447,14 +459,7 @@ pub(crate) mod tests {
     #[test]
     fn a_hidden_swap() {
         let t = chain();
-        let plan = Plan::from([(
-            0,
-            Decision::Swap {
-                after: 0,
-                trigger: 2,
-                back: 3,
-            },
-        )]);
+        let plan = swap_a(2);
         assert!(!simulate(&t, 299, LINK, &plan).feasible);
         let o = simulate(&t, 300, LINK, &plan);
         assert!(o.feasible, "{o:?}");
@@ -467,14 +472,7 @@ pub(crate) mod tests {
     #[test]
     fn a_late_trigger_stalls() {
         let t = chain();
-        let plan = Plan::from([(
-            0,
-            Decision::Swap {
-                after: 0,
-                trigger: 3,
-                back: 3,
-            },
-        )]);
+        let plan = swap_a(3);
         let o = simulate(&t, 300, LINK, &plan);
         assert_eq!(o.makespan, 5.0);
         assert_eq!(o.stall_s, 1.0);
@@ -578,14 +576,7 @@ pub(crate) mod tests {
     #[test]
     fn an_allocation_waits_for_memory() {
         let t = chain();
-        let plan = Plan::from([(
-            0,
-            Decision::Swap {
-                after: 0,
-                trigger: 2,
-                back: 3,
-            },
-        )]);
+        let plan = swap_a(2);
         let o = simulate(&t, 100, LINK, &plan);
         assert!(
             o.stalls
