@@ -4,7 +4,9 @@
 //! swap-in begins), FreeTime (time a swap can hide in), MSPS (memory saving per second).
 
 use crate::model::{Step, Trace};
-use crate::timeline::{Decision, Link, Outcome, Plan, Stall, simulate};
+use crate::timeline::{
+    Decision, Leave, Link, Outcome, Passive, Plan, Stall, simulate, simulate_passive,
+};
 
 /// Every policy `marmoset plan` knows.
 pub const POLICIES: &[&str] = &[
@@ -200,6 +202,37 @@ impl Analysis {
                 self.recomputable_at(t, i, back, depth + 1)
             } else {
                 self.freed_before[i] > back
+            }
+        })
+    }
+
+    /// Whether `s` can be recomputed before `back` when the sources the program frees before
+    /// then are revived (kept as metadata, dropped after their last access, and recomputed in
+    /// turn from theirs, a few levels deep, as DTR does); those go into `revived` as (storage,
+    /// last access).
+    pub fn revivable(
+        &self,
+        t: &Trace,
+        s: usize,
+        back: usize,
+        depth: usize,
+        revived: &mut Vec<(usize, usize)>,
+    ) -> bool {
+        let Some(p) = t.storages[s].producer else {
+            return false;
+        };
+        t.ops[p].inputs.iter().all(|&i| {
+            if i == s {
+                false
+            } else if self.overwritten[i] {
+                self.recomputable_at(t, i, back, depth + 1)
+            } else if self.freed_before[i] > back || revived.iter().any(|r| r.0 == i) {
+                true
+            } else if depth < 256 && t.storages[i].producer.is_some() {
+                revived.push((i, self.accesses[i].last().copied().unwrap_or(0)));
+                self.revivable(t, i, back, depth + 1, revived)
+            } else {
+                false
             }
         })
     }
@@ -591,14 +624,7 @@ fn candidates(
             // Dead until the program frees it: its memory can go at no cost (nothing reads it
             // again), unless something made from it may still be recomputed: then it would
             // have to be recomputed first, at its producer's cost (ranked by MSPS).
-            let may_source = acc.iter().any(|&o| {
-                t.ops[o].inputs.contains(&s)
-                    && t.ops[o]
-                        .outputs
-                        .iter()
-                        .chain(t.ops[o].inplace.iter().map(|v| &v.1))
-                        .any(|&y| a.accesses[y].last().is_some_and(|&l| l > p))
-            });
+            let may_source = may_source(t, a, s, p);
             // Weights stay: the optimizer and the next iteration read them.
             if next > 0
                 && !st.constant
@@ -795,140 +821,72 @@ fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Opti
     any.then_some(moved)
 }
 
-/// The online policies: a pass in program order that keeps memory within the budget by evicting
-/// when an operation needs room. `swap`: least recently used, swapped out and back on demand
-/// (the passive baseline). Else DTR's heuristic: drop the tensor with the smallest
-/// cost / (size x staleness) and recompute it on demand.
-fn online(t: &Trace, a: &Analysis, budget: u64, link: Link, swap: bool) -> (Plan, Outcome) {
-    let n = t.storages.len();
-    let mut resident: Vec<bool> = t.storages.iter().map(|s| s.constant).collect();
-    let mut gone: Vec<bool> = vec![false; n]; // evicted or dropped
-    let mut last_use: Vec<f64> = vec![0.0; n];
-    let mut mem: u64 = t.constant_bytes();
-    let mut plan: Plan = Vec::new();
-    let mut prev_op: usize = 0;
-    let mut in_op: Vec<bool> = vec![false; n];
-    for step in &t.steps {
-        match *step {
-            Step::Free(s) => {
-                if resident[s] {
-                    mem -= t.storages[s].size;
-                }
-                resident[s] = false;
-                gone[s] = false;
-            }
-            Step::Op(i) => {
-                let op = &t.ops[i];
-                let now = a.start[i];
-                let touched: Vec<usize> = op
-                    .inputs
-                    .iter()
-                    .chain(&op.mutates)
-                    .chain(&op.outputs)
-                    .copied()
-                    .collect();
-                for &s in &touched {
-                    in_op[s] = true;
-                }
-                // Bring back what the operation needs (recomputations bring their sources too).
-                let mut need: Vec<usize> = op
-                    .inputs
-                    .iter()
-                    .chain(&op.mutates)
-                    .copied()
-                    .filter(|&s| gone[s])
-                    .collect();
-                let mut bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
-                let mut k = 0;
-                while k < need.len() {
-                    let s = need[k];
-                    bytes += t.storages[s].size;
-                    if !swap && let Some(p) = t.storages[s].producer {
-                        for &src in &t.ops[p].inputs {
-                            if gone[src] && !need.contains(&src) {
-                                in_op[src] = true;
-                                need.push(src);
-                            }
-                        }
-                    }
-                    k += 1;
-                }
-                while mem + bytes > budget {
-                    let victim = (0..n)
-                        .filter(|&s| resident[s] && !in_op[s] && t.storages[s].size > 0)
-                        .filter(|&s| {
-                            let next = a.accesses[s].iter().find(|&&x| x >= i).copied();
-                            match next {
-                                None => true,
-                                Some(b) => swap || a.recomputable(t, s, b),
-                            }
-                        })
-                        .min_by(|&x, &y| {
-                            let score = |s: usize| {
-                                if swap {
-                                    last_use[s]
-                                } else {
-                                    let cost = t.storages[s]
-                                        .producer
-                                        .map(|p| t.ops[p].time_s)
-                                        .unwrap_or(f64::INFINITY);
-                                    cost / (t.storages[s].size as f64
-                                        * (now - last_use[s]).max(1e-9))
-                                }
-                            };
-                            score(x).total_cmp(&score(y)).then(x.cmp(&y))
-                        });
-                    let Some(v) = victim else { break };
-                    let back = a.accesses[v]
-                        .iter()
-                        .find(|&&x| x >= i)
-                        .copied()
-                        .unwrap_or(usize::MAX);
-                    resident[v] = false;
-                    mem -= t.storages[v].size;
-                    if back != usize::MAX {
-                        gone[v] = true;
-                        let after = prev_op;
-                        plan.push((
-                            v,
-                            if swap {
-                                Decision::Swap {
-                                    after,
-                                    trigger: back,
-                                    back,
-                                }
-                            } else {
-                                Decision::Recompute { after, back }
-                            },
-                        ));
-                    }
-                }
-                for &s in &need {
-                    resident[s] = true;
-                    gone[s] = false;
-                }
-                mem += bytes;
-                for &s in &op.outputs {
-                    resident[s] = true;
-                }
-                for &(old, new) in &op.inplace {
-                    resident[new] = resident[old];
-                    resident[old] = false;
-                    gone[old] = false;
-                }
-                for &s in &touched {
-                    last_use[s] = a.end[i];
-                    in_op[s] = false;
-                }
-                for &s in &need {
-                    in_op[s] = false;
-                }
-                prev_op = i;
-            }
-        }
-    }
+/// The online policies, run by the simulator in passive mode from `plan` (empty: the policy
+/// alone; else Capuchin's passive mode behind its plan): when an allocation would exceed the
+/// budget, evict. `swap`: least recently used, swapped out and back on demand (the passive
+/// baseline). Else DTR's heuristic: drop the tensor with the smallest cost / (size x staleness)
+/// and recompute it on demand, evicting during recomputations too (what they no longer read).
+/// The evictions join the plan, and the plan is replayed as any other.
+fn online_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    swap: bool,
+    mut plan: Plan,
+) -> (Plan, Outcome) {
+    let (evicted, _) = passive_run(t, a, budget, link, swap, &plan);
+    plan.extend(evicted);
     let out = simulate(t, budget, link, &plan);
     (plan, out)
+}
+
+/// The passive run behind [`online_from`]: its evictions, and its own outcome.
+fn passive_run(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    swap: bool,
+    plan: &Plan,
+) -> (Plan, Outcome) {
+    let a = a.clone().extended(plan);
+    let evictable = |s: usize, op: usize| -> Option<Leave> {
+        let acc = &a.accesses[s];
+        match acc.get(acc.partition_point(|&x| x <= op)) {
+            // Weights stay: the optimizer and the next iteration read them.
+            None => (!t.storages[s].constant && !may_source(t, &a, s, op))
+                .then_some((usize::MAX, Vec::new())),
+            Some(&back) if swap => Some((back, Vec::new())),
+            Some(&back) => {
+                let mut revived = Vec::new();
+                a.revivable(t, s, back, 0, &mut revived)
+                    .then_some((back, revived))
+            }
+        }
+    };
+    let passive = Passive {
+        swap,
+        evictable: &evictable,
+    };
+    simulate_passive(t, budget, link, plan, &passive)
+}
+
+fn online(t: &Trace, a: &Analysis, budget: u64, link: Link, swap: bool) -> (Plan, Outcome) {
+    online_from(t, a, budget, link, swap, Vec::new())
+}
+
+/// Whether storage `s`, read for the last time before operation `p`, may still be needed as a
+/// source: something made from it is read after `p` (and might be recomputed).
+fn may_source(t: &Trace, a: &Analysis, s: usize, p: usize) -> bool {
+    a.accesses[s].iter().any(|&o| {
+        t.ops[o].inputs.contains(&s)
+            && t.ops[o]
+                .outputs
+                .iter()
+                .chain(t.ops[o].inplace.iter().map(|v| &v.1))
+                .any(|&y| a.accesses[y].last().is_some_and(|&l| l > p))
+    })
 }
 
 /// vDNN's static policies: forward activations (all of them, or those read by convolutions)
@@ -1104,6 +1062,28 @@ fn rank_outcomes(x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
         .then_with(|| x.makespan.total_cmp(&y.makespan))
 }
 
+/// Capuchin's passive mode behind a plan that does not fit: the replay evicts on demand where
+/// the plan leaves memory over the budget, by the mechanisms `mech` allows (each tried), and
+/// the evictions join the plan.
+fn repaired(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    mech: Mechanism,
+    plan: &Plan,
+) -> Vec<(Plan, Outcome)> {
+    let modes: &[bool] = match mech {
+        Mechanism::Swap => &[true],
+        Mechanism::Recompute => &[false],
+        Mechanism::Both => &[true, false],
+    };
+    modes
+        .iter()
+        .map(|&swap| online_from(t, a, budget, link, swap, plan.clone()))
+        .collect()
+}
+
 /// Runs policy `name`. Capuchin takes the better of its combined selection and of its selection
 /// restricted to one mechanism, by simulation (its measured-execution / feedback loop).
 pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outcome)> {
@@ -1133,24 +1113,52 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
                 if out.feasible && sel.mech != Mechanism::Recompute {
                     refine(t, &a, budget, link, &mut plan, &mut out);
                 }
+                if !out.feasible {
+                    variants.extend(repaired(t, &a, budget, link, sel.mech, &plan));
+                }
                 variants.push((plan, out));
             }
+            // Its first, measured iteration runs in passive mode; kept where no plan beats it.
+            variants.extend(repaired(t, &a, budget, link, Mechanism::Both, &Vec::new()));
             variants
                 .into_iter()
                 .min_by(|x, y| rank_outcomes(&x.1, &y.1))
                 .unwrap()
         }
-        "swap" => iterative(t, &a, budget, link, Mechanism::Swap),
+        "swap" => {
+            let (plan, out) = iterative(t, &a, budget, link, Mechanism::Swap);
+            if out.feasible {
+                (plan, out)
+            } else {
+                let mut v = repaired(t, &a, budget, link, Mechanism::Swap, &plan);
+                v.push((plan, out));
+                v.into_iter()
+                    .min_by(|x, y| rank_outcomes(&x.1, &y.1))
+                    .unwrap()
+            }
+        }
         // Capuchin's selection with recomputation only, under either ranking (the better by
-        // replay, as capuchin itself picks).
-        "recompute" => [Rank::Msps, Rank::Area]
+        // replay, as capuchin itself picks), with its passive mode behind it where it falls
+        // short, or alone (its first iteration) where that is better.
+        "recompute" => [Some(Rank::Msps), Some(Rank::Area), None]
             .into_iter()
-            .map(|rank| {
+            .flat_map(|rank| {
+                // The measured first iteration, in passive mode.
+                let Some(rank) = rank else {
+                    return vec![online(t, &a, budget, link, false)];
+                };
                 let sel = Selection {
                     rank,
                     ..Selection::of(Mechanism::Recompute)
                 };
-                iterative_from(t, &a, budget, link, sel, Vec::new())
+                let (plan, out) = iterative_from(t, &a, budget, link, sel, Vec::new());
+                let mut v = if out.feasible {
+                    Vec::new()
+                } else {
+                    repaired(t, &a, budget, link, Mechanism::Recompute, &plan)
+                };
+                v.push((plan, out));
+                v
             })
             .min_by(|x, y| rank_outcomes(&x.1, &y.1))
             .unwrap(),
@@ -1327,6 +1335,42 @@ mod tests {
 
     /// The recompute policy finds the plan that needs a freed source kept (and dropped itself,
     /// to be recomputed first): see the simulator's hand-computed `an_extension_keeps_a_freed_source`.
+    /// The evictions a passive run records replay to the same run: never reading a freed
+    /// tensor, and (but for a known rare gap) within the budget when the passive run was, and
+    /// no slower.
+    #[test]
+    fn a_passive_run_and_the_replay_of_its_evictions_agree() {
+        let mut r = Rng(77);
+        let mut evictions = [0, 0];
+        let (mut runs, mut worse) = (0, 0);
+        for case in 0..2000 {
+            let t = random_trace_with(&mut r, 6 + (case % 12), case % 2 == 0);
+            let a = Analysis::new(&t);
+            let peak = t.peak();
+            for f in [0.8, 0.6, 0.4] {
+                let budget = (peak as f64 * f) as u64;
+                for swap in [false, true] {
+                    let (evicted, p) = passive_run(&t, &a, budget, LINK, swap, &Vec::new());
+                    evictions[swap as usize] += evicted.len();
+                    let o = simulate(&t, budget, LINK, &evicted);
+                    assert!(!o.invalid && !p.invalid, "case {case} at {f}, swap {swap}");
+                    if p.feasible {
+                        runs += 1;
+                        if !o.feasible || o.makespan > p.makespan + 1e-9 {
+                            worse += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(evictions[0] > 1000 && evictions[1] > 1000, "{evictions:?}");
+        // Known gap: where a source is revived twice around a recomputation, the replay can
+        // hold it longer or recompute it once more than the passive run did (and the replay
+        // is what a policy reports).
+        assert!(worse * 100 <= runs, "{worse} of {runs} replays worse");
+        eprintln!("{worse} of {runs} replays worse than their passive runs");
+    }
+
     #[test]
     fn recompute_keeps_freed_sources_when_that_saves_memory() {
         let t = crate::timeline::tests::kept_source();
@@ -1368,7 +1412,7 @@ mod tests {
     /// per storage, around the peak) on traces small enough to enumerate.
     #[test]
     fn recompute_against_an_exhaustive_optimum() {
-        let mut r = Rng(77);
+        let mut r = Rng(78);
         let (mut compared, mut worst) = (0, 1.0f64);
         for case in 0..300 {
             // Frees right after last uses: every option is a gap between two accesses.

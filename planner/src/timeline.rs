@@ -98,6 +98,25 @@ enum State {
     Freed,
 }
 
+/// Passive mode (Capuchin's on-demand eviction, and all that DTR and LRU do): when an
+/// allocation would exceed the budget, the simulator evicts resident storages itself and records
+/// each eviction as a decision, so that the plan with the evictions added replays the same run.
+pub struct Passive<'a> {
+    /// Evict by swapping, least recently used first; else by dropping, smallest DTR score
+    /// (recompute cost / (size x staleness)) first. Storages nothing reads again go first.
+    pub swap: bool,
+    /// Whether storage `s` may leave during operation `op`, and the operation that needs it
+    /// next: `Some((back, revived))` (`back == usize::MAX`: nothing does), `None` when it may
+    /// not leave. `revived`: sources the program frees before `back`, as (storage, its last
+    /// access), kept (as DTR keeps them) past their frees until `back` and dropped after their
+    /// last access, to be recomputed with it.
+    pub evictable: &'a dyn Fn(usize, usize) -> Option<Leave>,
+}
+
+/// How a storage may leave: the operation that needs it next, and the sources to revive, as
+/// (storage, last access); see [`Passive::evictable`].
+pub type Leave = (usize, Vec<(usize, usize)>);
+
 struct Sim<'a> {
     t: &'a Trace,
     budget: u64,
@@ -110,6 +129,31 @@ struct Sim<'a> {
     /// Swap-outs in flight: (end, storage).
     leaving: Vec<(f64, usize)>,
     out: Outcome,
+    /// Storages the running operation (and its recomputations) still need: never evicted.
+    pinned: Vec<bool>,
+    pins: Vec<usize>,
+    /// Storages recomputed for the running operation.
+    made: Vec<usize>,
+    /// When each storage was last read or written.
+    last_use: Vec<f64>,
+    /// The plan's drops as (storage, after): a storage recomputed only as a source of another
+    /// and dropped again after this operation goes as soon as the recomputation is done with it.
+    early: std::collections::HashSet<(usize, usize)>,
+    passive: Option<&'a Passive<'a>>,
+    evicted: Plan,
+    prev_op: Option<usize>,
+    /// The plan's moves by the operation after which they happen: (storage, swapped).
+    after: HashMap<usize, Vec<(usize, bool)>>,
+    /// Extensions: the operation until which each storage outlives the program's free of it.
+    extended: HashMap<usize, usize>,
+    /// Frees postponed by extensions, by the operation after which they happen.
+    deferred: HashMap<usize, Vec<usize>>,
+    /// Dropped for good (nothing was to read it again): its sources may be gone.
+    dead: Vec<bool>,
+    /// The plan's drops for good, as (storage, after).
+    dead_planned: std::collections::HashSet<(usize, usize)>,
+    /// The operations that read each storage.
+    consumers: Vec<Vec<usize>>,
 }
 
 impl Sim<'_> {
@@ -144,10 +188,33 @@ impl Sim<'_> {
         self.state[s] = State::Freed;
     }
 
-    /// Takes `bytes` at time `at`; returns when it got them (after waiting for swap-outs).
+    fn pin(&mut self, s: usize) {
+        if !self.pinned[s] {
+            self.pinned[s] = true;
+            self.pins.push(s);
+        }
+    }
+
+    /// Bytes that swap-outs in flight will give back.
+    fn leaving_bytes(&self) -> u64 {
+        self.leaving
+            .iter()
+            .filter(|l| self.state[l.1] == State::Leaving(l.0))
+            .map(|l| self.t.storages[l.1].size)
+            .sum()
+    }
+
+    /// Takes `bytes` at time `at`; returns when it got them (after waiting for swap-outs, and
+    /// in passive mode after evicting).
     fn take(&mut self, bytes: u64, mut at: f64, op: usize) -> f64 {
         self.release(at);
         while self.mem + bytes > self.budget {
+            if self.passive.is_some()
+                && self.mem - self.leaving_bytes() + bytes > self.budget
+                && self.evict(op, at)
+            {
+                continue;
+            }
             let next = self
                 .leaving
                 .iter()
@@ -182,6 +249,185 @@ impl Sim<'_> {
         at
     }
 
+    /// What recomputing `s` now would cost: its producer and the dropped sources it would
+    /// bring back with it (DTR's evicted neighbourhood, upstream).
+    fn remat_cost(&self, s: usize) -> f64 {
+        let mut cost = 0.0;
+        let mut todo = vec![s];
+        let mut seen = 0;
+        while let Some(x) = todo.pop() {
+            let Some(p) = self.t.storages[x].producer else {
+                return f64::INFINITY;
+            };
+            cost += self.t.ops[p].time_s;
+            seen += 1;
+            if seen > 64 {
+                break;
+            }
+            for &i in &self.t.ops[p].inputs {
+                if i != x && self.state[i] == State::Dropped {
+                    todo.push(i);
+                }
+            }
+        }
+        cost
+    }
+
+    /// Whether dropping `s` during `op` keeps every recomputation possible, as far as the
+    /// run's own drops go: a recomputation of `s` must not need a storage dropped for good
+    /// (its sources may be gone), and a drop for good must not take a source that a pending
+    /// recomputation (a dropped or extended storage made from it) needs.
+    fn may_leave(
+        &self,
+        s: usize,
+        op: usize,
+        back: usize,
+        revived: &[(usize, usize)],
+        swap: bool,
+    ) -> bool {
+        let t = self.t;
+        if back == usize::MAX {
+            return !self.consumers[s].iter().any(|&o| {
+                t.ops[o]
+                    .outputs
+                    .iter()
+                    .chain(t.ops[o].inplace.iter().map(|v| &v.1))
+                    .any(|&y| {
+                        y != s
+                            && (self.state[y] == State::Dropped && !self.dead[y]
+                                || self.extended.get(&y).is_some_and(|&u| u > op))
+                    })
+            });
+        }
+        if swap {
+            return true;
+        }
+        let Some(p) = t.storages[s].producer else {
+            return false;
+        };
+        std::iter::once(p)
+            .chain(revived.iter().filter_map(|r| t.storages[r.0].producer))
+            .flat_map(|q| &t.ops[q].inputs)
+            .all(|&i| {
+                i == s
+                    || revived.iter().any(|r| r.0 == i)
+                    || !(self.dead[i] && self.state[i] == State::Dropped)
+            })
+    }
+
+    /// Passive mode: evicts one storage during operation `op` at time `at`; false when nothing
+    /// can go.
+    fn evict(&mut self, op: usize, at: f64) -> bool {
+        let (Some(p), Some(prev)) = (self.passive, self.prev_op) else {
+            return false;
+        };
+        let mut best: Option<(f64, usize, Leave)> = None;
+        for s in 0..self.t.storages.len() {
+            let size = self.t.storages[s].size;
+            if self.state[s] != State::Resident || self.pinned[s] || size == 0 {
+                continue;
+            }
+            // A swap-out could not start before the recomputation that made it ended.
+            if p.swap && self.made.contains(&s) {
+                continue;
+            }
+            let Some(leave) = (p.evictable)(s, op) else {
+                continue;
+            };
+            let (back, revived) = (leave.0, &leave.1);
+            if !self.may_leave(s, op, back, revived, p.swap) {
+                continue;
+            }
+            // A revived source must be resident, dropped or freed (not on the move), and not in use.
+            if revived.iter().any(|&(j, _)| {
+                self.pinned[j]
+                    || !matches!(
+                        self.state[j],
+                        State::Freed | State::Dropped | State::Resident
+                    )
+            }) {
+                continue;
+            }
+            let score = if back == usize::MAX {
+                f64::NEG_INFINITY
+            } else if p.swap {
+                self.last_use[s]
+            } else {
+                let revive: f64 = revived
+                    .iter()
+                    .filter(|r| self.state[r.0] != State::Dropped)
+                    .filter_map(|r| self.t.storages[r.0].producer)
+                    .map(|q| self.t.ops[q].time_s)
+                    .sum();
+                (self.remat_cost(s) + revive) / (size as f64 * (at - self.last_use[s]).max(1e-9))
+            };
+            if best.as_ref().is_none_or(|b| score < b.0) {
+                best = Some((score, s, leave));
+            }
+        }
+        let Some((_, s, (back, revived))) = best else {
+            return false;
+        };
+        // Recomputed for this operation: it goes once the recomputation is done with it,
+        // which a replay does after `op` (see `early`); else before `op`.
+        let after = if self.made.contains(&s) { op } else { prev };
+        for (j, last) in revived {
+            if self.extended.get(&j).is_some_and(|&u| u >= back) {
+                continue;
+            }
+            self.extended.insert(j, back);
+            self.evicted.push((j, Decision::Extend { until: back }));
+            self.evicted
+                .push((j, Decision::Recompute { after: last, back }));
+            // Past its last access, it may have come back since (recomputed, or kept by an
+            // earlier extension): it goes now too, as after `prev` (or, recomputed for this
+            // operation, once the recomputation is done with it).
+            if last < prev {
+                let now = if self.made.contains(&j) { op } else { prev };
+                self.evicted
+                    .push((j, Decision::Recompute { after: now, back }));
+            }
+            // As a replay of the decisions would have it: dropped after its last access.
+            if last > prev {
+                self.after.entry(last).or_default().push((j, false));
+            }
+            match self.state[j] {
+                State::Freed => {
+                    self.state[j] = State::Dropped;
+                    self.deferred.entry(back).or_default().push(j);
+                }
+                State::Resident if last <= prev => {
+                    self.mem -= self.t.storages[j].size;
+                    self.state[j] = State::Dropped;
+                }
+                _ => {}
+            }
+        }
+        let size = self.t.storages[s].size;
+        if p.swap && back != usize::MAX {
+            let start = at.max(self.d2h_free);
+            let end = start + size as f64 / self.link.d2h;
+            self.d2h_free = end;
+            self.out.swapped_out += size;
+            self.state[s] = State::Leaving(end);
+            self.leaving.push((end, s));
+            self.evicted.push((
+                s,
+                Decision::Swap {
+                    after,
+                    trigger: back,
+                    back,
+                },
+            ));
+        } else {
+            self.mem -= size;
+            self.state[s] = State::Dropped;
+            self.dead[s] = back == usize::MAX;
+            self.evicted.push((s, Decision::Recompute { after, back }));
+        }
+        true
+    }
+
     fn swap_in(&mut self, s: usize, at: f64, op: usize) -> f64 {
         let size = self.t.storages[s].size;
         let start = self.take(size, at.max(self.h2d_free), op);
@@ -206,8 +452,8 @@ impl Sim<'_> {
         self.state[s] = State::Resident;
     }
 
-    /// Makes `s` available to operation `op` at `self.now`, recomputing recursively.
-    fn need(&mut self, s: usize, op: usize, depth: usize) {
+    /// Makes `s`, which is not dropped, available to operation `op` at `self.now`.
+    fn available(&mut self, s: usize, op: usize) {
         match self.state[s] {
             // Still on the device while its swap-out runs: usable.
             State::Resident | State::Leaving(_) => {}
@@ -217,45 +463,141 @@ impl Sim<'_> {
                 self.arrive(s, e, op);
             }
             State::Arriving(e) => self.arrive(s, e, op),
-            State::Freed => self.out.invalid = true,
-            State::Dropped => {
-                let Some(p) = self.t.storages[s].producer else {
-                    self.out.invalid = true;
-                    return;
-                };
-                if depth < 64 {
-                    for &i in &self.t.ops[p].inputs {
-                        self.need(i, op, depth + 1);
-                    }
-                }
-                // An in-place version is recomputed in its old version's (recomputed) memory.
-                match self.t.ops[p].inplace.iter().find(|v| v.1 == s) {
-                    Some(&(old, _)) if self.state[old] == State::Resident => {
-                        self.state[old] = State::Dropped
-                    }
-                    _ => self.now = self.take(self.t.storages[s].size, self.now, op),
-                }
-                let secs = self.t.ops[p].time_s;
-                self.out.stalls.push(Stall::Recompute {
-                    op,
-                    storage: s,
-                    producer: p,
-                    secs,
-                });
-                self.out.stall_s += secs;
-                self.out.recomputed_ops += 1;
-                self.now += secs;
-                self.state[s] = State::Resident;
+            State::Freed | State::Dropped => self.out.invalid = true,
+        }
+    }
+
+    /// The dropped storages among `wanted` and their dropped sources, sources first.
+    fn chain(&mut self, wanted: &[usize]) -> Vec<usize> {
+        let mut order = Vec::new();
+        let mut done = std::collections::HashSet::new();
+        let mut stack: Vec<(usize, bool)> = wanted
+            .iter()
+            .rev()
+            .filter(|&&s| self.state[s] == State::Dropped)
+            .map(|&s| (s, false))
+            .collect();
+        while let Some((s, expanded)) = stack.pop() {
+            if done.contains(&s) {
+                continue;
             }
+            if expanded {
+                done.insert(s);
+                order.push(s);
+                continue;
+            }
+            let Some(p) = self.t.storages[s].producer else {
+                self.out.invalid = true;
+                continue;
+            };
+            stack.push((s, true));
+            for &i in self.t.ops[p].inputs.iter().rev() {
+                if i != s && self.state[i] == State::Dropped && !done.contains(&i) {
+                    stack.push((i, false));
+                }
+            }
+        }
+        order
+    }
+
+    /// Makes the inputs of operation `op` available: the dropped ones recomputed collectively
+    /// (their dropped sources with them, sources first), then those away swapped in. What the
+    /// recomputation reads is held until its last step that reads it; a storage recomputed only
+    /// as a source, which the plan drops after `op`, goes then.
+    fn gather(&mut self, op: usize) {
+        let t = self.t;
+        let o = &t.ops[op];
+        let wanted: Vec<usize> = o.inputs.iter().chain(&o.mutates).copied().collect();
+        for &s in wanted.iter().chain(&o.outputs) {
+            self.pin(s);
+        }
+        let order = self.chain(&wanted);
+        let inputs = |s: usize| {
+            let p = t.storages[s].producer.unwrap();
+            t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
+        };
+        let mut uses: HashMap<usize, u32> = HashMap::new();
+        for &s in &order {
+            self.pin(s);
+            for i in inputs(s) {
+                *uses.entry(i).or_default() += 1;
+                self.pin(i);
+            }
+        }
+        for &s in &order {
+            let p = t.storages[s].producer.unwrap();
+            for i in inputs(s) {
+                self.available(i, op);
+            }
+            // An in-place version is recomputed in its old version's (recomputed) memory.
+            match t.ops[p].inplace.iter().find(|v| v.1 == s) {
+                Some(&(old, _)) if self.state[old] == State::Resident => {
+                    self.state[old] = State::Dropped
+                }
+                _ => self.now = self.take(t.storages[s].size, self.now, op),
+            }
+            let secs = t.ops[p].time_s;
+            self.out.stalls.push(Stall::Recompute {
+                op,
+                storage: s,
+                producer: p,
+                secs,
+            });
+            self.out.stall_s += secs;
+            self.out.recomputed_ops += 1;
+            self.now += secs;
+            self.state[s] = State::Resident;
+            self.dead[s] = false;
+            self.made.push(s);
+            self.last_use[s] = self.now;
+            for i in inputs(s) {
+                self.last_use[i] = self.now;
+                let u = uses.get_mut(&i).unwrap();
+                *u -= 1;
+                if *u == 0 && self.made.contains(&i) && !wanted.contains(&i) {
+                    self.pinned[i] = false;
+                    if self.early.contains(&(i, op)) && self.state[i] == State::Resident {
+                        self.mem -= t.storages[i].size;
+                        self.state[i] = State::Dropped;
+                    }
+                }
+            }
+        }
+        for &s in &wanted {
+            self.available(s, op);
         }
     }
 }
 
 /// Replays the trace under `budget` with `plan`.
 pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
+    replay(t, budget, link, plan, None).1
+}
+
+/// Replays the trace under `budget` with `plan` in passive mode: returns the evictions it made
+/// (as decisions to add to the plan) and the outcome.
+pub fn simulate_passive(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &Plan,
+    passive: &Passive,
+) -> (Plan, Outcome) {
+    replay(t, budget, link, plan, Some(passive))
+}
+
+fn replay(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &Plan,
+    passive: Option<&Passive>,
+) -> (Plan, Outcome) {
     let mut triggers: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut after: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
     let mut extended: HashMap<usize, usize> = HashMap::new();
+    let mut early = std::collections::HashSet::new();
+    let mut dead_planned = std::collections::HashSet::new();
     for &(s, d) in plan {
         match d {
             Decision::Swap {
@@ -264,7 +606,13 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                 after.entry(a).or_default().push((s, true));
                 triggers.entry(trigger).or_default().push(s);
             }
-            Decision::Recompute { after: a, .. } => after.entry(a).or_default().push((s, false)),
+            Decision::Recompute { after: a, back } => {
+                after.entry(a).or_default().push((s, false));
+                early.insert((s, a));
+                if back == usize::MAX {
+                    dead_planned.insert((s, a));
+                }
+            }
             Decision::Extend { until } => {
                 let u = extended.entry(s).or_insert(until);
                 *u = (*u).max(until);
@@ -277,6 +625,7 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
     for v in after.values_mut() {
         v.sort_unstable();
     }
+    let n = t.storages.len();
     let mut sim = Sim {
         t,
         budget,
@@ -301,16 +650,35 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
             feasible: true,
             ..Outcome::default()
         },
+        pinned: vec![false; n],
+        pins: Vec::new(),
+        made: Vec::new(),
+        last_use: vec![0.0; n],
+        early,
+        passive,
+        evicted: Vec::new(),
+        prev_op: None,
+        after,
+        extended,
+        deferred: HashMap::new(),
+        dead: vec![false; n],
+        dead_planned,
+        consumers: vec![Vec::new(); n],
     };
+    if passive.is_some() {
+        for (i, op) in t.ops.iter().enumerate() {
+            for &s in &op.inputs {
+                sim.consumers[s].push(i);
+            }
+        }
+    }
     sim.take(t.constant_bytes(), 0.0, 0);
-    // Frees postponed by extensions, by the operation after which they happen.
-    let mut deferred: HashMap<usize, Vec<usize>> = HashMap::new();
     // The next operation to run.
     let mut next = 0;
     for step in &t.steps {
         match *step {
-            Step::Free(s) => match extended.get(&s) {
-                Some(&u) if u >= next => deferred.entry(u).or_default().push(s),
+            Step::Free(s) => match sim.extended.get(&s) {
+                Some(&u) if u >= next => sim.deferred.entry(u).or_default().push(s),
                 _ => sim.free(s),
             },
             Step::Op(i) => {
@@ -330,9 +698,7 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                         }
                     }
                 }
-                for &s in op.inputs.iter().chain(&op.mutates) {
-                    sim.need(s, i, 0);
-                }
+                sim.gather(i);
                 let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
                 sim.now = sim.take(bytes, sim.now, i);
                 for &s in &op.outputs {
@@ -345,8 +711,19 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                     sim.state[old] = State::Dropped;
                 }
                 sim.now += op.time_s;
-                if let Some(ss) = after.get(&i) {
-                    for &(s, swap) in ss {
+                for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
+                    sim.last_use[s] = sim.now;
+                }
+                for &(_, new) in &op.inplace {
+                    sim.last_use[new] = sim.now;
+                }
+                for s in std::mem::take(&mut sim.pins) {
+                    sim.pinned[s] = false;
+                }
+                sim.made.clear();
+                sim.prev_op = Some(i);
+                if let Some(ss) = sim.after.remove(&i) {
+                    for (s, swap) in ss {
                         if sim.state[s] != State::Resident {
                             continue;
                         }
@@ -361,11 +738,16 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
                         } else {
                             sim.mem -= size;
                             sim.state[s] = State::Dropped;
+                            sim.dead[s] = sim.dead_planned.contains(&(s, i));
                         }
                     }
                 }
-                for s in deferred.remove(&i).unwrap_or_default() {
-                    sim.free(s);
+                for s in sim.deferred.remove(&i).unwrap_or_default() {
+                    // Extended again since (passive mode): later.
+                    match sim.extended.get(&s) {
+                        Some(&u) if u > i => sim.deferred.entry(u).or_default().push(s),
+                        _ => sim.free(s),
+                    }
                 }
             }
         }
@@ -377,7 +759,7 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
     if sim.out.invalid {
         sim.out.feasible = false;
     }
-    sim.out
+    (sim.evicted, sim.out)
 }
 
 #[cfg(test)]
@@ -570,6 +952,112 @@ pub(crate) mod tests {
         assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 7.0, 2));
         let o = simulate(&t, 210, LINK, &plan);
         assert_eq!(o.worst, Some((4, 10)));
+    }
+
+    /// Passive mode on the chain, with anything allowed to leave (next access from a table).
+    fn passive_chain(swap: bool, budget: u64) -> (Plan, Outcome) {
+        let t = chain();
+        let accesses: [&[usize]; 4] = [&[0, 1, 3], &[1, 2], &[2, 3], &[3]];
+        let evictable = |s: usize, op: usize| -> Option<Leave> {
+            let next = accesses[s].iter().find(|&&x| x > op).copied();
+            Some((next.unwrap_or(usize::MAX), Vec::new()))
+        };
+        let passive = Passive {
+            swap,
+            evictable: &evictable,
+        };
+        simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
+    }
+
+    /// Hand-computed, DTR: at op 2 (c needs 100 B, 200 held, budget 210) b is in use, so a
+    /// goes (dropped after op 1) and op 3 recomputes it (1 s): c + a + d = 210 at op 3.
+    #[test]
+    fn passive_recompute_drops_and_recomputes_on_demand() {
+        let (evicted, o) = passive_chain(false, 210);
+        assert_eq!(
+            evicted,
+            vec![(0, Decision::Recompute { after: 1, back: 3 })]
+        );
+        assert!(o.feasible, "{o:?}");
+        assert_eq!((o.makespan, o.peak, o.recomputed_ops), (5.0, 210, 1));
+        let again = simulate(&chain(), 210, LINK, &evicted);
+        assert_eq!((again.makespan, again.peak), (o.makespan, o.peak));
+    }
+
+    /// Hand-computed, LRU swap: a's swap-out starts at t = 2 and ends at 3, op 2 waits 1 s for
+    /// its memory; op 3 fetches a on demand (t = 4 to 5), 1 s more. The replay of the recorded
+    /// swap (out after op 1, in at op 3) is the same run.
+    #[test]
+    fn passive_swap_evicts_least_recently_used_and_fetches_on_demand() {
+        let (evicted, o) = passive_chain(true, 210);
+        assert_eq!(
+            evicted,
+            vec![(
+                0,
+                Decision::Swap {
+                    after: 1,
+                    trigger: 3,
+                    back: 3
+                }
+            )]
+        );
+        assert!(o.feasible, "{o:?}");
+        assert_eq!((o.makespan, o.stall_s, o.peak), (6.0, 2.0, 210));
+        let again = simulate(&chain(), 210, LINK, &evicted);
+        assert_eq!((again.makespan, again.peak), (6.0, 210));
+        // Nothing can go before the first operation: 300 bytes at op 2 cannot fit in 99.
+        assert!(!passive_chain(false, 99).1.feasible);
+    }
+
+    /// x -> y -> z -> out(z), then w(x, y): all three dropped, op 3 recomputes x, y, z in a
+    /// row. Dropped again after op 3, x goes once y is made and y once z is (the recomputation
+    /// is done with them): 200 bytes at most instead of x + y + z + out = 310.
+    #[test]
+    fn a_source_dropped_again_goes_as_soon_as_the_recomputation_is_done_with_it() {
+        let s = |size, producer| Storage {
+            size,
+            constant: false,
+            producer: Some(producer),
+        };
+        let op = |name, inputs, outputs| Op::new(name, 1.0, inputs, outputs);
+        let t = Trace {
+            storages: vec![s(100, 0), s(100, 1), s(100, 2), s(10, 3), s(10, 4)],
+            ops: vec![
+                op("x", vec![], vec![0]),
+                op("y", vec![0], vec![1]),
+                op("z", vec![1], vec![2]),
+                op("out", vec![2], vec![3]),
+                op("w", vec![0, 1], vec![4]),
+            ],
+            steps: (0..5).map(Step::Op).chain((0..5).map(Step::Free)).collect(),
+        };
+        let held = vec![
+            (0, Decision::Recompute { after: 1, back: 4 }),
+            (1, Decision::Recompute { after: 2, back: 4 }),
+            (2, Decision::Recompute { after: 2, back: 3 }),
+        ];
+        let o = simulate(&t, u64::MAX, LINK, &held);
+        assert!(o.feasible && !o.invalid, "{o:?}");
+        // x, y and z recomputed for op 3 and held (310 with out); op 4 finds x and y
+        // resident and adds w: 320.
+        assert_eq!((o.peak, o.recomputed_ops), (320, 3));
+        let mut early = held.clone();
+        early.push((0, Decision::Recompute { after: 3, back: 4 }));
+        early.push((1, Decision::Recompute { after: 3, back: 4 }));
+        let o = simulate(&t, u64::MAX, LINK, &early);
+        assert!(o.feasible && !o.invalid, "{o:?}");
+        // At op 3 the most is x + y, then y + z, then z + out; op 4 recomputes x and y
+        // again (five re-runs) with z and out alive: 320, at op 4 now.
+        assert_eq!((o.peak, o.recomputed_ops), (320, 5));
+        assert!(o.overs.is_empty());
+        let at3 = simulate(&t, 200, LINK, &early);
+        assert_eq!(
+            at3.overs.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![4],
+            "only op 4 goes over 200: {at3:?}"
+        );
+        let without = simulate(&t, 200, LINK, &held);
+        assert!(without.overs.iter().any(|x| x.0 == 3), "{without:?}");
     }
 
     /// Op 1's output must wait for a's swap-out (ends at t = 2) to get memory.
