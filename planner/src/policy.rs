@@ -139,7 +139,7 @@ impl Analysis {
         ext: &mut Extension,
     ) -> bool {
         if self.overwritten[i] {
-            return dead_after[i] >= back && self.recomputable_at(t, i, back, 1);
+            return dead_after[i] >= back && self.sources_at(t, i, back, 1, None);
         }
         if ext.kept.contains(&i) || ext.dropped.iter().any(|d| d.0 == i) || ext.revived.contains(&i)
         {
@@ -184,53 +184,57 @@ impl Analysis {
     /// free those as well), or old versions that can themselves be recomputed then (versions
     /// never change once made).
     pub fn recomputable(&self, t: &Trace, s: usize, back: usize) -> bool {
-        self.recomputable_at(t, s, back, 0)
+        self.sources_at(t, s, back, 0, None)
     }
 
-    fn recomputable_at(&self, t: &Trace, s: usize, back: usize, depth: usize) -> bool {
+    /// Whether `s` can be recomputed before `back` when the sources the program frees before
+    /// then are revived (kept as metadata, dropped after their last access, and recomputed in
+    /// turn from theirs, as DTR does); those go into `revived` as (storage, last access).
+    pub fn revivable(
+        &self,
+        t: &Trace,
+        s: usize,
+        back: usize,
+        revived: &mut Vec<(usize, usize)>,
+    ) -> bool {
+        self.sources_at(t, s, back, 0, Some(revived))
+    }
+
+    /// The sources of `s`'s producer at `back`: alive, old versions recomputed in turn, or
+    /// (with `revived`) freed ones revived, `depth` levels down.
+    fn sources_at(
+        &self,
+        t: &Trace,
+        s: usize,
+        back: usize,
+        depth: usize,
+        mut revived: Option<&mut Vec<(usize, usize)>>,
+    ) -> bool {
         let Some(p) = t.storages[s].producer else {
             return false;
         };
-        if depth > 8 {
+        if depth > if revived.is_some() { 256 } else { 8 } {
             return false;
         }
         t.ops[p].inputs.iter().all(|&i| {
             if i == s {
                 false
             } else if self.overwritten[i] {
-                // An old version: only by recomputation.
-                self.recomputable_at(t, i, back, depth + 1)
-            } else {
-                self.freed_before[i] > back
-            }
-        })
-    }
-
-    /// Whether `s` can be recomputed before `back` when the sources the program frees before
-    /// then are revived (kept as metadata, dropped after their last access, and recomputed in
-    /// turn from theirs, a few levels deep, as DTR does); those go into `revived` as (storage,
-    /// last access).
-    pub fn revivable(
-        &self,
-        t: &Trace,
-        s: usize,
-        back: usize,
-        depth: usize,
-        revived: &mut Vec<(usize, usize)>,
-    ) -> bool {
-        let Some(p) = t.storages[s].producer else {
-            return false;
-        };
-        t.ops[p].inputs.iter().all(|&i| {
-            if i == s {
-                false
-            } else if self.overwritten[i] {
-                self.recomputable_at(t, i, back, depth + 1)
-            } else if self.freed_before[i] > back || revived.iter().any(|r| r.0 == i) {
+                // An old version: only by recomputation (its own chain, counted from here
+                // when reached by a revival).
+                let d = if revived.is_some() { 1 } else { depth + 1 };
+                self.sources_at(t, i, back, d, None)
+            } else if self.freed_before[i] > back {
                 true
-            } else if depth < 256 && t.storages[i].producer.is_some() {
-                revived.push((i, self.accesses[i].last().copied().unwrap_or(0)));
-                self.revivable(t, i, back, depth + 1, revived)
+            } else if let Some(r) = revived.as_deref_mut() {
+                if r.iter().any(|x| x.0 == i) {
+                    return true;
+                }
+                if t.storages[i].producer.is_none() {
+                    return false;
+                }
+                r.push((i, self.accesses[i].last().copied().unwrap_or(0)));
+                self.sources_at(t, i, back, depth + 1, Some(r))
             } else {
                 false
             }
@@ -860,7 +864,7 @@ fn passive_run(
             Some(&back) if swap => Some((back, Vec::new())),
             Some(&back) => {
                 let mut revived = Vec::new();
-                a.revivable(t, s, back, 0, &mut revived)
+                a.revivable(t, s, back, &mut revived)
                     .then_some((back, revived))
             }
         }
