@@ -1066,35 +1066,47 @@ fn rank_outcomes(x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
         .then_with(|| x.makespan.total_cmp(&y.makespan))
 }
 
-/// Capuchin's passive mode behind a plan that does not fit: the replay evicts on demand where
-/// the plan leaves memory over the budget, by the mechanisms `mech` allows (each tried), and
-/// the evictions join the plan.
-fn repaired(
+/// A plan and, where it does not fit, Capuchin's passive mode behind it: the replay evicts on
+/// demand where the plan leaves memory over the budget, by each mechanism `mech` allows, and the
+/// evictions join the plan.
+fn with_passive(
     t: &Trace,
     a: &Analysis,
     budget: u64,
     link: Link,
     mech: Mechanism,
-    plan: &Plan,
+    (plan, out): (Plan, Outcome),
 ) -> Vec<(Plan, Outcome)> {
-    let modes: &[bool] = match mech {
-        Mechanism::Swap => &[true],
-        Mechanism::Recompute => &[false],
-        Mechanism::Both => &[true, false],
+    let modes: &[bool] = match (out.feasible, mech) {
+        (true, _) => &[],
+        (false, Mechanism::Swap) => &[true],
+        (false, Mechanism::Recompute) => &[false],
+        (false, Mechanism::Both) => &[true, false],
     };
-    modes
+    let mut v: Vec<(Plan, Outcome)> = modes
         .iter()
         .map(|&swap| online_from(t, a, budget, link, swap, plan.clone()))
-        .collect()
+        .collect();
+    v.push((plan, out));
+    v
+}
+
+/// The best of several replays (see [`rank_outcomes`]).
+fn best(v: impl IntoIterator<Item = (Plan, Outcome)>) -> (Plan, Outcome) {
+    v.into_iter()
+        .min_by(|x, y| rank_outcomes(&x.1, &y.1))
+        .expect("at least one plan")
 }
 
 /// Runs policy `name`. Capuchin takes the better of its combined selection and of its selection
-/// restricted to one mechanism, by simulation (its measured-execution / feedback loop).
+/// restricted to one mechanism, by simulation (its measured-execution / feedback loop); its
+/// first, measured iteration runs in passive mode, kept where no plan beats it.
 pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outcome)> {
     let a = Analysis::new(t);
+    // The passive first iteration alone: swapping, or recomputing.
+    let passive = |swap| online(t, &a, budget, link, swap);
     Some(match name {
         "capuchin" => {
-            let mut variants = Vec::new();
             let by_area = |mech| Selection {
                 rank: Rank::Area,
                 ..Selection::of(mech)
@@ -1104,6 +1116,7 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
                 min_size: 1 << 20,
                 ..Selection::of(Mechanism::Both)
             };
+            let mut variants = vec![passive(true), passive(false)];
             for (sel, seed) in [
                 (Selection::of(Mechanism::Both), Vec::new()),
                 (by_area(Mechanism::Both), Vec::new()),
@@ -1117,57 +1130,31 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
                 if out.feasible && sel.mech != Mechanism::Recompute {
                     refine(t, &a, budget, link, &mut plan, &mut out);
                 }
-                if !out.feasible {
-                    variants.extend(repaired(t, &a, budget, link, sel.mech, &plan));
-                }
-                variants.push((plan, out));
+                variants.extend(with_passive(t, &a, budget, link, sel.mech, (plan, out)));
             }
-            // Its first, measured iteration runs in passive mode; kept where no plan beats it.
-            variants.extend(repaired(t, &a, budget, link, Mechanism::Both, &Vec::new()));
-            variants
-                .into_iter()
-                .min_by(|x, y| rank_outcomes(&x.1, &y.1))
-                .unwrap()
+            best(variants)
         }
         "swap" => {
-            let (plan, out) = iterative(t, &a, budget, link, Mechanism::Swap);
-            if out.feasible {
-                (plan, out)
-            } else {
-                let mut v = repaired(t, &a, budget, link, Mechanism::Swap, &plan);
-                v.push((plan, out));
-                v.into_iter()
-                    .min_by(|x, y| rank_outcomes(&x.1, &y.1))
-                    .unwrap()
-            }
+            let sel = iterative(t, &a, budget, link, Mechanism::Swap);
+            best(with_passive(t, &a, budget, link, Mechanism::Swap, sel))
         }
         // Capuchin's selection with recomputation only, under either ranking (the better by
         // replay, as capuchin itself picks), with its passive mode behind it where it falls
         // short, or alone (its first iteration) where that is better.
-        "recompute" => [Some(Rank::Msps), Some(Rank::Area), None]
-            .into_iter()
-            .flat_map(|rank| {
-                // The measured first iteration, in passive mode.
-                let Some(rank) = rank else {
-                    return vec![online(t, &a, budget, link, false)];
-                };
+        "recompute" => {
+            let mut variants = vec![passive(false)];
+            for rank in [Rank::Msps, Rank::Area] {
                 let sel = Selection {
                     rank,
                     ..Selection::of(Mechanism::Recompute)
                 };
-                let (plan, out) = iterative_from(t, &a, budget, link, sel, Vec::new());
-                let mut v = if out.feasible {
-                    Vec::new()
-                } else {
-                    repaired(t, &a, budget, link, Mechanism::Recompute, &plan)
-                };
-                v.push((plan, out));
-                v
-            })
-            .min_by(|x, y| rank_outcomes(&x.1, &y.1))
-            .unwrap(),
-        "dtr" => online(t, &a, budget, link, false),
-        "lru" => online(t, &a, budget, link, true),
+                let got = iterative_from(t, &a, budget, link, sel, Vec::new());
+                variants.extend(with_passive(t, &a, budget, link, sel.mech, got));
+            }
+            best(variants)
+        }
+        "dtr" => passive(false),
+        "lru" => passive(true),
         "vdnn-all" => vdnn(t, &a, budget, link, false),
         "vdnn-conv" => vdnn(t, &a, budget, link, true),
         "autoswap" => autoswap(t, &a, budget, link),

@@ -211,6 +211,8 @@ fn workspace(entry: &'static super::Entry, h: P, q: Query, size: *mut usize) -> 
 }
 use Kind::{Filter as F, Tensor as T};
 
+// SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
+// entry's own name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
     libs = crate::real::CUDNN, unavailable = NOT_INITIALIZED, names = (entry, real);
     [""] fn cudnnConvolutionForward(h: P, alpha: C, xd: C, x: C, wd: C, w: C, cd: C, algo: c_int, ws: P, wss: usize,

@@ -44,6 +44,8 @@ fn kernel(
     Some(p.timed(s as u64))
 }
 
+// SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
+// entry's own name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
     libs = crate::real::CUDA, unavailable = NOT_INITIALIZED, names = (entry, real);
     ["cuMemAlloc"] fn cuMemAlloc_v2(p: *mut D, size: usize) => alloc("cuMemAlloc_v2", p, size, None),

@@ -152,6 +152,8 @@ pub fn managed_info(
     super::attempt(entry, || crate::memory::mem_info(free, total))
 }
 
+// SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
+// entry's own name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
     libs = crate::real::CUDART, unavailable = ERROR_INITIALIZATION, names = (entry, real);
     [""] fn cudaMalloc(p: *mut P, size: usize) => alloc("cudaMalloc", p as *mut u64, size, None),
