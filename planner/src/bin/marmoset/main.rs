@@ -521,13 +521,40 @@ fn plan(
     };
     if sweep {
         let fractions = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2];
+        // Every (policy, budget) on its own: spread over the cores, in table order.
+        let jobs: Vec<(&str, f64)> = POLICIES
+            .iter()
+            .flat_map(|&p| fractions.map(|f| (p, f)))
+            .collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let done = std::sync::Mutex::new(vec![None; jobs.len()]);
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::thread::scope(|sc| {
+            for _ in 0..workers.min(jobs.len()) {
+                sc.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(p, f)) = jobs.get(i) else { break };
+                        let (_, o) = run(p, &t, (peak as f64 * f) as u64, link).unwrap();
+                        done.lock().unwrap()[i] = Some(o);
+                    }
+                });
+            }
+        });
+        let outcomes: Vec<planner::timeline::Outcome> = done
+            .into_inner()
+            .unwrap()
+            .into_iter()
+            .map(|o| o.expect("every job ran"))
+            .collect();
+        let outcome = |pi: usize, fi: usize| &outcomes[pi * fractions.len() + fi];
         if json {
             let mut results = Vec::new();
-            for p in POLICIES {
-                for f in fractions {
+            for (pi, p) in POLICIES.iter().enumerate() {
+                for (fi, f) in fractions.into_iter().enumerate() {
                     let budget_bytes = (peak as f64 * f) as u64;
-                    let (_, o) = run(p, &t, budget_bytes, link).unwrap();
-                    let mut v = summary(p, budget_bytes, &o);
+                    let o = outcome(pi, fi);
+                    let mut v = summary(p, budget_bytes, o);
                     v["budget_fraction"] = serde_json::json!(f);
                     results.push(v);
                 }
@@ -565,10 +592,10 @@ fn plan(
             print!(" {f:>7}");
         }
         println!();
-        for p in POLICIES {
+        for (pi, p) in POLICIES.iter().enumerate() {
             print!("{p:<10}");
-            for f in fractions {
-                let (_, o) = run(p, &t, (peak as f64 * f) as u64, link).unwrap();
+            for fi in 0..fractions.len() {
+                let o = outcome(pi, fi);
                 if o.feasible {
                     print!(" {:>6.3}x", o.makespan / base);
                 } else {
