@@ -8,7 +8,7 @@
 //! release theirs when they end). Every stall is explained by an event.
 
 use crate::model::{Step, Trace};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// What happens to one storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,24 +98,34 @@ enum State {
     Freed,
 }
 
+/// How passive mode chooses and evicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evict {
+    /// Swap out, least recently used first (the passive baseline).
+    Lru,
+    /// Drop, smallest DTR score first: the recompute cost of the evicted neighbourhood (what
+    /// would come back with it, and the dropped storages made from it, which would need it)
+    /// / (size x staleness).
+    Dtr,
+    /// Drop, by DTR's score with only what would come back with it in the cost.
+    DtrUpstream,
+}
+
 /// Passive mode (Capuchin's on-demand eviction, and all that DTR and LRU do): when an
 /// allocation would exceed the budget, the simulator evicts resident storages itself and records
 /// each eviction as a decision, so that the plan with the evictions added replays the same run.
 pub struct Passive<'a> {
-    /// Evict by swapping, least recently used first; else by dropping, smallest DTR score
-    /// (recompute cost / (size x staleness)) first. Storages nothing reads again go first.
-    pub swap: bool,
-    /// Whether storage `s` may leave during operation `op`, and the operation that needs it
-    /// next: `Some((back, revived))` (`back == usize::MAX`: nothing does), `None` when it may
-    /// not leave. `revived`: sources the program frees before `back`, as (storage, its last
-    /// access), kept (as DTR keeps them) past their frees until `back` and dropped after their
-    /// last access, to be recomputed with it.
-    pub evictable: &'a dyn Fn(usize, usize) -> Option<Leave>,
+    /// How it evicts; storages nothing reads again go first.
+    pub evict: Evict,
+    /// Whether storage `s` may leave during operation `op`: `Some(back)`, the operation that
+    /// needs it next (`usize::MAX`: none does, it goes for good), `None` when it may not.
+    pub evictable: &'a dyn Fn(usize, usize) -> Option<usize>,
+    /// Dropping only: per storage, the last operation that reads it or anything made from it.
+    /// What the program frees before then stays as metadata (constants: resident) until then,
+    /// as DTR keeps what a recomputation may need, so that every dropped storage can be
+    /// recomputed from its sources.
+    pub horizon: Option<&'a [usize]>,
 }
-
-/// How a storage may leave: the operation that needs it next, and the sources to revive, as
-/// (storage, last access); see [`Passive::evictable`].
-pub type Leave = (usize, Vec<(usize, usize)>);
 
 struct Sim<'a> {
     t: &'a Trace,
@@ -138,7 +148,7 @@ struct Sim<'a> {
     last_use: Vec<f64>,
     /// The plan's drops as (storage, after): a storage recomputed only as a source of another
     /// and dropped again after this operation goes as soon as the recomputation is done with it.
-    early: std::collections::HashSet<(usize, usize)>,
+    early: HashSet<(usize, usize)>,
     passive: Option<&'a Passive<'a>>,
     evicted: Plan,
     prev_op: Option<usize>,
@@ -146,12 +156,16 @@ struct Sim<'a> {
     after: HashMap<usize, Vec<(usize, bool)>>,
     /// Extensions: the operation until which each storage outlives the program's free of it.
     extended: HashMap<usize, usize>,
+    /// Passive mode: the storages the program freed that stay as metadata (see
+    /// [`Passive::horizon`]), with their decisions, and those a recomputation then needed.
+    meta: HashMap<usize, Vec<Decision>>,
+    meta_used: HashSet<usize>,
     /// Frees postponed by extensions, by the operation after which they happen.
     deferred: HashMap<usize, Vec<usize>>,
     /// Dropped for good (nothing was to read it again): its sources may be gone.
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
-    dead_planned: std::collections::HashSet<(usize, usize)>,
+    dead_planned: HashSet<(usize, usize)>,
     /// The operations that read each storage.
     consumers: Vec<Vec<usize>>,
 }
@@ -186,6 +200,34 @@ impl Sim<'_> {
             _ => {}
         }
         self.state[s] = State::Freed;
+    }
+
+    /// The program (or an ended extension) frees `s` before operation `next`; in passive
+    /// dropping, what a recomputation may still need stays as metadata instead (see
+    /// [`Passive::horizon`]).
+    fn free_or_keep(&mut self, s: usize, next: usize) {
+        let until = self.passive.and_then(|p| p.horizon).map_or(0, |h| h[s]);
+        let st = &self.t.storages[s];
+        let keep = until >= next
+            && self.prev_op.is_some()
+            && match self.state[s] {
+                State::Resident => st.producer.is_some() || st.constant,
+                State::Dropped => !self.dead[s],
+                _ => false,
+            };
+        if !keep {
+            return self.free(s);
+        }
+        let mut moves = vec![Decision::Extend { until }];
+        if self.state[s] == State::Resident && st.producer.is_some() {
+            self.mem -= st.size;
+            self.state[s] = State::Dropped;
+            let after = self.prev_op.unwrap();
+            moves.push(Decision::Recompute { after, back: until });
+        }
+        self.extended.insert(s, until);
+        self.deferred.entry(until).or_default().push(s);
+        self.meta.entry(s).or_default().extend(moves);
     }
 
     fn pin(&mut self, s: usize) {
@@ -249,23 +291,28 @@ impl Sim<'_> {
         at
     }
 
-    /// What recomputing `s` now would cost: its producer and the dropped sources it would
-    /// bring back with it (DTR's evicted neighbourhood, upstream).
-    fn remat_cost(&self, s: usize) -> f64 {
+    /// What dropping `s` now would cost, DTR's evicted neighbourhood: its producer, and the
+    /// dropped storages that would come back with it (its dropped sources) or (`downstream`)
+    /// that would need it to come back (dropped storages made from it), transitively.
+    fn remat_cost(&self, s: usize, downstream: bool) -> f64 {
+        let t = self.t;
         let mut cost = 0.0;
         let mut todo = vec![s];
-        let mut seen = 0;
+        let mut seen = HashSet::from([s]);
         while let Some(x) = todo.pop() {
-            let Some(p) = self.t.storages[x].producer else {
+            let Some(p) = t.storages[x].producer else {
                 return f64::INFINITY;
             };
-            cost += self.t.ops[p].time_s;
-            seen += 1;
-            if seen > 64 {
+            cost += t.ops[p].time_s;
+            if seen.len() > 64 {
                 break;
             }
-            for &i in &self.t.ops[p].inputs {
-                if i != x && self.state[i] == State::Dropped {
+            let made = self.consumers[x].iter().flat_map(|&o| {
+                let o = &t.ops[o];
+                o.outputs.iter().chain(o.inplace.iter().map(|v| &v.1))
+            });
+            for &i in t.ops[p].inputs.iter().chain(made.filter(|_| downstream)) {
+                if self.state[i] == State::Dropped && !self.dead[i] && seen.insert(i) {
                     todo.push(i);
                 }
             }
@@ -274,17 +321,10 @@ impl Sim<'_> {
     }
 
     /// Whether dropping `s` during `op` keeps every recomputation possible, as far as the
-    /// run's own drops go: a recomputation of `s` must not need a storage dropped for good
-    /// (its sources may be gone), and a drop for good must not take a source that a pending
-    /// recomputation (a dropped or extended storage made from it) needs.
-    fn may_leave(
-        &self,
-        s: usize,
-        op: usize,
-        back: usize,
-        revived: &[(usize, usize)],
-        swap: bool,
-    ) -> bool {
+    /// run's own drops go: a recomputation of `s` must find its producer's sources (resident,
+    /// away, or dropped and recomputable), and a drop for good must not take a source that a
+    /// pending recomputation (a dropped or extended storage made from it) needs.
+    fn may_leave(&self, s: usize, op: usize, back: usize, swap: bool) -> bool {
         let t = self.t;
         if back == usize::MAX {
             return !self.consumers[s].iter().any(|&o| {
@@ -305,14 +345,11 @@ impl Sim<'_> {
         let Some(p) = t.storages[s].producer else {
             return false;
         };
-        std::iter::once(p)
-            .chain(revived.iter().filter_map(|r| t.storages[r.0].producer))
-            .flat_map(|q| &t.ops[q].inputs)
-            .all(|&i| {
-                i == s
-                    || revived.iter().any(|r| r.0 == i)
-                    || !(self.dead[i] && self.state[i] == State::Dropped)
-            })
+        t.ops[p].inputs.iter().all(|&i| {
+            i == s
+                || !(self.state[i] == State::Freed
+                    || self.dead[i] && self.state[i] == State::Dropped)
+        })
     }
 
     /// Passive mode: evicts one storage during operation `op` at time `at`; false when nothing
@@ -321,90 +358,43 @@ impl Sim<'_> {
         let (Some(p), Some(prev)) = (self.passive, self.prev_op) else {
             return false;
         };
-        let mut best: Option<(f64, usize, Leave)> = None;
+        let mut best: Option<(f64, usize, usize)> = None;
         for s in 0..self.t.storages.len() {
             let size = self.t.storages[s].size;
             if self.state[s] != State::Resident || self.pinned[s] || size == 0 {
                 continue;
             }
             // A swap-out could not start before the recomputation that made it ended.
-            if p.swap && self.made.contains(&s) {
+            let swap = p.evict == Evict::Lru;
+            if swap && self.made.contains(&s) {
                 continue;
             }
-            let Some(leave) = (p.evictable)(s, op) else {
+            let Some(back) = (p.evictable)(s, op) else {
                 continue;
             };
-            let (back, revived) = (leave.0, &leave.1);
-            if !self.may_leave(s, op, back, revived, p.swap) {
-                continue;
-            }
-            // A revived source must be resident, dropped or freed (not on the move), and not in use.
-            if revived.iter().any(|&(j, _)| {
-                self.pinned[j]
-                    || !matches!(
-                        self.state[j],
-                        State::Freed | State::Dropped | State::Resident
-                    )
-            }) {
+            if !self.may_leave(s, op, back, swap) {
                 continue;
             }
             let score = if back == usize::MAX {
                 f64::NEG_INFINITY
-            } else if p.swap {
+            } else if swap {
                 self.last_use[s]
             } else {
-                let revive: f64 = revived
-                    .iter()
-                    .filter(|r| self.state[r.0] != State::Dropped)
-                    .filter_map(|r| self.t.storages[r.0].producer)
-                    .map(|q| self.t.ops[q].time_s)
-                    .sum();
-                (self.remat_cost(s) + revive) / (size as f64 * (at - self.last_use[s]).max(1e-9))
+                self.remat_cost(s, p.evict == Evict::Dtr)
+                    / (size as f64 * (at - self.last_use[s]).max(1e-9))
             };
-            if best.as_ref().is_none_or(|b| score < b.0) {
-                best = Some((score, s, leave));
+            if best.is_none_or(|b| score < b.0) {
+                best = Some((score, s, back));
             }
         }
-        let Some((_, s, (back, revived))) = best else {
+        let Some((_, s, back)) = best else {
             return false;
         };
         // Recomputed for this operation: it goes once the recomputation is done with it,
         // which a replay does after `op` (see `early`); else before `op`.
         let after = if self.made.contains(&s) { op } else { prev };
-        for (j, last) in revived {
-            if self.extended.get(&j).is_some_and(|&u| u >= back) {
-                continue;
-            }
-            self.extended.insert(j, back);
-            self.evicted.push((j, Decision::Extend { until: back }));
-            self.evicted
-                .push((j, Decision::Recompute { after: last, back }));
-            // Past its last access, it may have come back since (recomputed, or kept by an
-            // earlier extension): it goes now too, as after `prev` (or, recomputed for this
-            // operation, once the recomputation is done with it).
-            if last < prev {
-                let now = if self.made.contains(&j) { op } else { prev };
-                self.evicted
-                    .push((j, Decision::Recompute { after: now, back }));
-            }
-            // As a replay of the decisions would have it: dropped after its last access.
-            if last > prev {
-                self.after.entry(last).or_default().push((j, false));
-            }
-            match self.state[j] {
-                State::Freed => {
-                    self.state[j] = State::Dropped;
-                    self.deferred.entry(back).or_default().push(j);
-                }
-                State::Resident if last <= prev => {
-                    self.mem -= self.t.storages[j].size;
-                    self.state[j] = State::Dropped;
-                }
-                _ => {}
-            }
-        }
         let size = self.t.storages[s].size;
-        if p.swap && back != usize::MAX {
+        if p.evict == Evict::Lru && back != usize::MAX {
             let start = at.max(self.d2h_free);
             let end = start + size as f64 / self.link.d2h;
             self.d2h_free = end;
@@ -470,7 +460,7 @@ impl Sim<'_> {
     /// The dropped storages among `wanted` and their dropped sources, sources first.
     fn chain(&mut self, wanted: &[usize]) -> Vec<usize> {
         let mut order = Vec::new();
-        let mut done = std::collections::HashSet::new();
+        let mut done = HashSet::new();
         let mut stack: Vec<(usize, bool)> = wanted
             .iter()
             .rev()
@@ -501,9 +491,11 @@ impl Sim<'_> {
     }
 
     /// Makes the inputs of operation `op` available: the dropped ones recomputed collectively
-    /// (their dropped sources with them, sources first), then those away swapped in. What the
-    /// recomputation reads is held until its last step that reads it; a storage recomputed only
-    /// as a source, which the plan drops after `op`, goes then.
+    /// (their dropped sources with them, sources first), then those away swapped in. A step of
+    /// the recomputation holds what it reads from its start until the last step that reads it;
+    /// before then a resident source may be evicted (passive mode) and is then recomputed
+    /// right before the step, as DTR's recursive rematerialisation does. A storage recomputed
+    /// only as a source, which the plan drops after `op`, goes once no step needs it.
     fn gather(&mut self, op: usize) {
         let t = self.t;
         let o = &t.ops[op];
@@ -511,49 +503,88 @@ impl Sim<'_> {
         for &s in wanted.iter().chain(&o.outputs) {
             self.pin(s);
         }
-        let order = self.chain(&wanted);
         let inputs = |s: usize| {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
         };
         let mut uses: HashMap<usize, u32> = HashMap::new();
-        for &s in &order {
-            self.pin(s);
-            for i in inputs(s) {
-                *uses.entry(i).or_default() += 1;
-                self.pin(i);
-            }
-        }
-        for &s in &order {
-            let p = t.storages[s].producer.unwrap();
-            for i in inputs(s) {
-                self.available(i, op);
-            }
-            // An in-place version is recomputed in its old version's (recomputed) memory.
-            match t.ops[p].inplace.iter().find(|v| v.1 == s) {
-                Some(&(old, _)) if self.state[old] == State::Resident => {
-                    self.state[old] = State::Dropped
+        let mut order = VecDeque::new();
+        // Puts the recomputation of `of` (dropped sources first) at the front of `order`.
+        let lay_out = |sim: &mut Self,
+                       order: &mut VecDeque<usize>,
+                       uses: &mut HashMap<usize, u32>,
+                       of: &[usize]| {
+            let steps = sim.chain(of);
+            for &s in &steps {
+                sim.pin(s);
+                for i in inputs(s) {
+                    *uses.entry(i).or_default() += 1;
                 }
-                _ => self.now = self.take(t.storages[s].size, self.now, op),
             }
-            let secs = t.ops[p].time_s;
-            self.out.stalls.push(Stall::Recompute {
-                op,
-                storage: s,
-                producer: p,
-                secs,
-            });
-            self.out.stall_s += secs;
-            self.out.recomputed_ops += 1;
-            self.now += secs;
-            self.state[s] = State::Resident;
-            self.dead[s] = false;
-            self.made.push(s);
-            self.last_use[s] = self.now;
+            for s in steps.into_iter().rev() {
+                order.push_front(s);
+            }
+        };
+        lay_out(self, &mut order, &mut uses, &wanted);
+        let mut ready = HashSet::new();
+        while let Some(s) = order.pop_front() {
+            let p = t.storages[s].producer.unwrap();
+            if self.state[s] == State::Dropped && !ready.contains(&s) {
+                // Its sources from here on: held; those evicted since the layout come back
+                // first (as chain members, held until read).
+                for i in inputs(s) {
+                    if self.state[i] != State::Dropped {
+                        self.pin(i);
+                    }
+                }
+                let gone: Vec<usize> = inputs(s)
+                    .filter(|&i| self.state[i] == State::Dropped)
+                    .collect();
+                ready.insert(s);
+                if !gone.is_empty() {
+                    order.push_front(s);
+                    lay_out(self, &mut order, &mut uses, &gone);
+                    continue;
+                }
+            }
+            if self.state[s] == State::Dropped {
+                for i in inputs(s) {
+                    self.available(i, op);
+                }
+                // An in-place version is recomputed in its old version's (recomputed) memory.
+                match t.ops[p].inplace.iter().find(|v| v.1 == s) {
+                    Some(&(old, _)) if self.state[old] == State::Resident => {
+                        self.state[old] = State::Dropped
+                    }
+                    _ => self.now = self.take(t.storages[s].size, self.now, op),
+                }
+                let secs = t.ops[p].time_s;
+                self.out.stalls.push(Stall::Recompute {
+                    op,
+                    storage: s,
+                    producer: p,
+                    secs,
+                });
+                self.out.stall_s += secs;
+                self.out.recomputed_ops += 1;
+                self.now += secs;
+                self.state[s] = State::Resident;
+                self.dead[s] = false;
+                self.made.push(s);
+                self.last_use[s] = self.now;
+                for i in inputs(s).chain([s]) {
+                    if self.meta.contains_key(&i) {
+                        self.meta_used.insert(i);
+                    }
+                }
+            }
+            // Made (here, or already by a step laid out since): this step's reads are done.
             for i in inputs(s) {
                 self.last_use[i] = self.now;
                 let u = uses.get_mut(&i).unwrap();
                 *u -= 1;
+                // What it found resident stays until the operation is done (the replay of an
+                // eviction can only drop it before or after the operation).
                 if *u == 0 && self.made.contains(&i) && !wanted.contains(&i) {
                     self.pinned[i] = false;
                     if self.early.contains(&(i, op)) && self.state[i] == State::Resident {
@@ -596,8 +627,8 @@ fn replay(
     let mut triggers: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut after: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
     let mut extended: HashMap<usize, usize> = HashMap::new();
-    let mut early = std::collections::HashSet::new();
-    let mut dead_planned = std::collections::HashSet::new();
+    let mut early = HashSet::new();
+    let mut dead_planned = HashSet::new();
     for &(s, d) in plan {
         match d {
             Decision::Swap {
@@ -660,6 +691,8 @@ fn replay(
         prev_op: None,
         after,
         extended,
+        meta: HashMap::new(),
+        meta_used: HashSet::new(),
         deferred: HashMap::new(),
         dead: vec![false; n],
         dead_planned,
@@ -675,11 +708,18 @@ fn replay(
     sim.take(t.constant_bytes(), 0.0, 0);
     // The next operation to run.
     let mut next = 0;
+    // Passive mode gives up once it has recomputed for four times the program's own compute
+    // time (it thrashes; DTR's slowdowns stay below 2x where it fits at all).
+    let give_up = 4.0 * t.ops.iter().map(|o| o.time_s).sum::<f64>();
     for step in &t.steps {
+        if passive.is_some() && sim.out.stall_s > give_up {
+            sim.out.feasible = false;
+            break;
+        }
         match *step {
             Step::Free(s) => match sim.extended.get(&s) {
                 Some(&u) if u >= next => sim.deferred.entry(u).or_default().push(s),
-                _ => sim.free(s),
+                _ => sim.free_or_keep(s, next),
             },
             Step::Op(i) => {
                 next = i + 1;
@@ -746,7 +786,7 @@ fn replay(
                     // Extended again since (passive mode): later.
                     match sim.extended.get(&s) {
                         Some(&u) if u > i => sim.deferred.entry(u).or_default().push(s),
-                        _ => sim.free(s),
+                        _ => sim.free_or_keep(s, i + 1),
                     }
                 }
             }
@@ -759,7 +799,19 @@ fn replay(
     if sim.out.invalid {
         sim.out.feasible = false;
     }
-    (sim.evicted, sim.out)
+    // Metadata no recomputation needed: as well freed.
+    let mut evicted = sim.evicted;
+    let mut kept: Vec<_> = sim
+        .meta
+        .into_iter()
+        .filter(|m| sim.meta_used.contains(&m.0))
+        .collect();
+    kept.sort_unstable_by_key(|m| m.0);
+    evicted.extend(
+        kept.into_iter()
+            .flat_map(|(s, d)| d.into_iter().map(move |d| (s, d))),
+    );
+    (evicted, sim.out)
 }
 
 #[cfg(test)]
@@ -955,16 +1007,17 @@ pub(crate) mod tests {
     }
 
     /// Passive mode on the chain, with anything allowed to leave (next access from a table).
-    fn passive_chain(swap: bool, budget: u64) -> (Plan, Outcome) {
+    fn passive_chain(evict: Evict, budget: u64) -> (Plan, Outcome) {
         let t = chain();
         let accesses: [&[usize]; 4] = [&[0, 1, 3], &[1, 2], &[2, 3], &[3]];
-        let evictable = |s: usize, op: usize| -> Option<Leave> {
+        let evictable = |s: usize, op: usize| -> Option<usize> {
             let next = accesses[s].iter().find(|&&x| x > op).copied();
-            Some((next.unwrap_or(usize::MAX), Vec::new()))
+            Some(next.unwrap_or(usize::MAX))
         };
         let passive = Passive {
-            swap,
+            evict,
             evictable: &evictable,
+            horizon: None,
         };
         simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
     }
@@ -973,7 +1026,7 @@ pub(crate) mod tests {
     /// goes (dropped after op 1) and op 3 recomputes it (1 s): c + a + d = 210 at op 3.
     #[test]
     fn passive_recompute_drops_and_recomputes_on_demand() {
-        let (evicted, o) = passive_chain(false, 210);
+        let (evicted, o) = passive_chain(Evict::Dtr, 210);
         assert_eq!(
             evicted,
             vec![(0, Decision::Recompute { after: 1, back: 3 })]
@@ -989,7 +1042,7 @@ pub(crate) mod tests {
     /// swap (out after op 1, in at op 3) is the same run.
     #[test]
     fn passive_swap_evicts_least_recently_used_and_fetches_on_demand() {
-        let (evicted, o) = passive_chain(true, 210);
+        let (evicted, o) = passive_chain(Evict::Lru, 210);
         assert_eq!(
             evicted,
             vec![(
@@ -1006,7 +1059,7 @@ pub(crate) mod tests {
         let again = simulate(&chain(), 210, LINK, &evicted);
         assert_eq!((again.makespan, again.peak), (6.0, 210));
         // Nothing can go before the first operation: 300 bytes at op 2 cannot fit in 99.
-        assert!(!passive_chain(false, 99).1.feasible);
+        assert!(!passive_chain(Evict::Dtr, 99).1.feasible);
     }
 
     /// x -> y -> z -> out(z), then w(x, y): all three dropped, op 3 recomputes x, y, z in a
