@@ -298,7 +298,8 @@ impl Sim<'_> {
         let t = self.t;
         let mut cost = 0.0;
         let mut todo = vec![s];
-        let mut seen = HashSet::from([s]);
+        // At most 65 entries: a short list beats hashing (this runs per candidate per eviction).
+        let mut seen = vec![s];
         while let Some(x) = todo.pop() {
             let Some(p) = t.storages[x].producer else {
                 return f64::INFINITY;
@@ -312,7 +313,8 @@ impl Sim<'_> {
                 o.outputs.iter().chain(o.inplace.iter().map(|v| &v.1))
             });
             for &i in t.ops[p].inputs.iter().chain(made.filter(|_| downstream)) {
-                if self.state[i] == State::Dropped && !self.dead[i] && seen.insert(i) {
+                if self.state[i] == State::Dropped && !self.dead[i] && !seen.contains(&i) {
+                    seen.push(i);
                     todo.push(i);
                 }
             }
