@@ -1384,22 +1384,16 @@ mod tests {
     /// a still held: 300 B.
     #[test]
     fn a_source_nothing_reads_again_may_go_while_something_made_from_it_lives() {
-        let s = |size, producer| Storage {
-            size,
-            constant: false,
-            producer: Some(producer),
-        };
-        let op = |name, inputs, outputs| Op::new(name, 1.0, inputs, outputs);
-        let t = Trace {
-            storages: vec![s(100, 0), s(100, 1), s(10, 2), s(100, 3), s(10, 4)],
-            ops: vec![
-                op("a", vec![], vec![0]),
-                op("b", vec![0], vec![1]),
-                op("c", vec![1], vec![2]),
-                op("d", vec![], vec![3]),
-                op("e", vec![1, 3], vec![4]),
+        let t = crate::timeline::tests::unit_trace(
+            &[100, 100, 10, 100, 10],
+            &[
+                ("a", &[]),
+                ("b", &[0]),
+                ("c", &[1]),
+                ("d", &[]),
+                ("e", &[1, 3]),
             ],
-            steps: vec![
+            vec![
                 Step::Op(0),
                 Step::Op(1),
                 Step::Op(2),
@@ -1411,7 +1405,7 @@ mod tests {
                 Step::Free(4),
                 Step::Free(0),
             ],
-        };
+        );
         let a = Analysis::new(&t);
         assert_eq!(a.horizon[0], 4);
         let (evicted, p) = passive_run(&t, &a, 220, LINK, Evict::Dtr, &Vec::new());

@@ -821,28 +821,30 @@ pub(crate) mod tests {
     use super::*;
     use crate::model::{Op, Storage};
 
+    /// A trace of 1-second operations, operation i making storage i (of `sizes[i]` bytes) from
+    /// the storages listed for it.
+    pub(crate) fn unit_trace(sizes: &[u64], ops: &[(&str, &[usize])], steps: Vec<Step>) -> Trace {
+        Trace {
+            storages: (0..sizes.len())
+                .map(|i| Storage {
+                    size: sizes[i],
+                    constant: false,
+                    producer: Some(i),
+                })
+                .collect(),
+            ops: (ops.iter().enumerate())
+                .map(|(i, &(name, inputs))| Op::new(name, 1.0, inputs.to_vec(), vec![i]))
+                .collect(),
+            steps,
+        }
+    }
+
     /// a -> b -> c -> d(a): a is produced by op 0 and read by op 3.
     fn chain() -> Trace {
-        let s = |size, producer| Storage {
-            size,
-            constant: false,
-            producer,
-        };
-        let op = Op::new;
-        Trace {
-            storages: vec![
-                s(100, Some(0)),
-                s(100, Some(1)),
-                s(100, Some(2)),
-                s(10, Some(3)),
-            ],
-            ops: vec![
-                op("a", 1.0, vec![], vec![0]),
-                op("b", 1.0, vec![0], vec![1]),
-                op("c", 1.0, vec![1], vec![2]),
-                op("d", 1.0, vec![0, 2], vec![3]),
-            ],
-            steps: vec![
+        unit_trace(
+            &[100, 100, 100, 10],
+            &[("a", &[]), ("b", &[0]), ("c", &[1]), ("d", &[0, 2])],
+            vec![
                 Step::Op(0),
                 Step::Op(1),
                 Step::Op(2),
@@ -852,7 +854,7 @@ pub(crate) mod tests {
                 Step::Free(2),
                 Step::Free(3),
             ],
-        }
+        )
     }
 
     /// Swap a (storage 0) out after op 0, in from op `trigger`, back at op 3.
@@ -936,22 +938,16 @@ pub(crate) mod tests {
 
     /// a (10 B) -> b (100 B); x (100 B) -> y (100 B); out(b, y). a is freed after op 1.
     pub(crate) fn kept_source() -> Trace {
-        let s = |size, producer| Storage {
-            size,
-            constant: false,
-            producer: Some(producer),
-        };
-        let op = |name, inputs, outputs| Op::new(name, 1.0, inputs, outputs);
-        Trace {
-            storages: vec![s(10, 0), s(100, 1), s(100, 2), s(100, 3), s(10, 4)],
-            ops: vec![
-                op("a", vec![], vec![0]),
-                op("b", vec![0], vec![1]),
-                op("x", vec![], vec![2]),
-                op("y", vec![2], vec![3]),
-                op("out", vec![1, 3], vec![4]),
+        unit_trace(
+            &[10, 100, 100, 100, 10],
+            &[
+                ("a", &[]),
+                ("b", &[0]),
+                ("x", &[]),
+                ("y", &[2]),
+                ("out", &[1, 3]),
             ],
-            steps: vec![
+            vec![
                 Step::Op(0),
                 Step::Op(1),
                 Step::Free(0),
@@ -963,7 +959,7 @@ pub(crate) mod tests {
                 Step::Free(3),
                 Step::Free(4),
             ],
-        }
+        )
     }
 
     /// Hand-computed: b dropped after op 1 and recomputed before op 4 needs a, which the
@@ -1069,23 +1065,17 @@ pub(crate) mod tests {
     /// is done with them): 200 bytes at most instead of x + y + z + out = 310.
     #[test]
     fn a_source_dropped_again_goes_as_soon_as_the_recomputation_is_done_with_it() {
-        let s = |size, producer| Storage {
-            size,
-            constant: false,
-            producer: Some(producer),
-        };
-        let op = |name, inputs, outputs| Op::new(name, 1.0, inputs, outputs);
-        let t = Trace {
-            storages: vec![s(100, 0), s(100, 1), s(100, 2), s(10, 3), s(10, 4)],
-            ops: vec![
-                op("x", vec![], vec![0]),
-                op("y", vec![0], vec![1]),
-                op("z", vec![1], vec![2]),
-                op("out", vec![2], vec![3]),
-                op("w", vec![0, 1], vec![4]),
+        let t = unit_trace(
+            &[100, 100, 100, 10, 10],
+            &[
+                ("x", &[]),
+                ("y", &[0]),
+                ("z", &[1]),
+                ("out", &[2]),
+                ("w", &[0, 1]),
             ],
-            steps: (0..5).map(Step::Op).chain((0..5).map(Step::Free)).collect(),
-        };
+            (0..5).map(Step::Op).chain((0..5).map(Step::Free)).collect(),
+        );
         let held = vec![
             (0, Decision::Recompute { after: 1, back: 4 }),
             (1, Decision::Recompute { after: 2, back: 4 }),
