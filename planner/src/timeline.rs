@@ -528,12 +528,11 @@ impl Sim<'_> {
             }
         };
         lay_out(self, &mut order, &mut uses, &wanted);
-        let mut ready = HashSet::new();
         while let Some(s) = order.pop_front() {
             let p = t.storages[s].producer.unwrap();
-            if self.state[s] == State::Dropped && !ready.contains(&s) {
+            if self.state[s] == State::Dropped {
                 // Its sources from here on: held; those evicted since the layout come back
-                // first (as chain members, held until read).
+                // first (as chain members, held until read; back here, none is gone).
                 for i in inputs(s) {
                     if self.state[i] != State::Dropped {
                         self.pin(i);
@@ -542,14 +541,11 @@ impl Sim<'_> {
                 let gone: Vec<usize> = inputs(s)
                     .filter(|&i| self.state[i] == State::Dropped)
                     .collect();
-                ready.insert(s);
                 if !gone.is_empty() {
                     order.push_front(s);
                     lay_out(self, &mut order, &mut uses, &gone);
                     continue;
                 }
-            }
-            if self.state[s] == State::Dropped {
                 for i in inputs(s) {
                     self.available(i, op);
                 }
