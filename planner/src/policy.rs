@@ -608,7 +608,7 @@ fn candidates(
             // Dead until the program frees it: its memory can go at no cost (nothing reads it
             // again), unless something made from it may still be recomputed: then it would
             // have to be recomputed first, at its producer's cost (ranked by MSPS).
-            let may_source = may_source(t, a, s, p);
+            let may_source = a.horizon[s] > p;
             // Weights stay: the optimizer and the next iteration read them.
             if next > 0
                 && !st.constant
@@ -840,7 +840,7 @@ fn passive_run(
         match acc.get(acc.partition_point(|&x| x <= op)) {
             // Weights stay: the optimizer and the next iteration read them.
             None if t.storages[s].constant => None,
-            None if swap => (!may_source(t, &a, s, op)).then_some(usize::MAX),
+            None if swap => (a.horizon[s] <= op).then_some(usize::MAX),
             // Nothing reads it again, nor anything made from it: it goes for good.
             None if a.horizon[s] <= op => Some(usize::MAX),
             // Something made from it may be recomputed until its horizon: recomputable until
@@ -859,19 +859,6 @@ fn passive_run(
 
 fn online(t: &Trace, a: &Analysis, budget: u64, link: Link, evict: Evict) -> (Plan, Outcome) {
     online_from(t, a, budget, link, evict, Vec::new())
-}
-
-/// Whether storage `s`, read for the last time before operation `p`, may still be needed as a
-/// source: something made from it is read after `p` (and might be recomputed).
-fn may_source(t: &Trace, a: &Analysis, s: usize, p: usize) -> bool {
-    a.accesses[s].iter().any(|&o| {
-        t.ops[o].inputs.contains(&s)
-            && t.ops[o]
-                .outputs
-                .iter()
-                .chain(t.ops[o].inplace.iter().map(|v| &v.1))
-                .any(|&y| a.accesses[y].last().is_some_and(|&l| l > p))
-    })
 }
 
 /// vDNN's static policies: forward activations (all of them, or those read by convolutions)
