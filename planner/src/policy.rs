@@ -1337,6 +1337,7 @@ mod tests {
             worse, 0,
             "{worse} of {runs} replays worse than their passive runs"
         );
+        eprintln!("{runs} passive runs fit their budget, none replays worse");
     }
 
     /// Hand-computed, DTR under 220 B on `kept_source`: the program frees a (10 B) after op 1,
