@@ -267,7 +267,7 @@ const DTR_BUDGETS: [f64; 6] = [0.9, 0.7, 0.5, 0.4, 0.3, 0.2];
 /// within a few percent (5%) of DTR's own slowdowns there. And a check of the simulator against
 /// an independent one: our `dtr` (DTR's heuristic on our timeline) lands within 1% of DTR's
 /// simulator at 0.9 to 0.5, where DTR's equivalence-class approximation of the neighbourhood
-/// and our exact one rarely disagree.
+/// and our walk of it (up to 64 storages) rarely disagree.
 #[test]
 fn recompute_only_is_within_a_few_percent_of_dtr_and_dtr_is_reproduced() {
     let mut misses = Vec::new();
