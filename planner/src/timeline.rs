@@ -517,6 +517,7 @@ impl Sim<'_> {
                        uses: &mut HashMap<usize, u32>,
                        of: &[usize]| {
             let steps = sim.chain(of);
+            let laid = steps.len();
             for &s in &steps {
                 sim.pin(s);
                 for i in inputs(s) {
@@ -526,13 +527,15 @@ impl Sim<'_> {
             for s in steps.into_iter().rev() {
                 order.push_front(s);
             }
+            laid
         };
         lay_out(self, &mut order, &mut uses, &wanted);
         while let Some(s) = order.pop_front() {
             let p = t.storages[s].producer.unwrap();
             if self.state[s] == State::Dropped {
                 // Its sources from here on: held; those evicted since the layout come back
-                // first (as chain members, held until read; back here, none is gone).
+                // first (as chain members, held until read). One that nothing can bring back
+                // (no producer) stays missing: the step finds it so (an invalid plan).
                 for i in inputs(s) {
                     if self.state[i] != State::Dropped {
                         self.pin(i);
@@ -543,8 +546,10 @@ impl Sim<'_> {
                     .collect();
                 if !gone.is_empty() {
                     order.push_front(s);
-                    lay_out(self, &mut order, &mut uses, &gone);
-                    continue;
+                    if lay_out(self, &mut order, &mut uses, &gone) > 0 {
+                        continue;
+                    }
+                    order.pop_front();
                 }
                 for i in inputs(s) {
                     self.available(i, op);
@@ -998,6 +1003,23 @@ pub(crate) mod tests {
         assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 7.0, 2));
         let o = simulate(&t, 210, LINK, &plan);
         assert_eq!(o.worst, Some((4, 10)));
+    }
+
+    /// A plan that drops a storage nothing can recompute (no producer) and then needs it for a
+    /// recomputation: the replay ends, and says the plan is invalid (it once looped, laying out
+    /// the missing source again and again).
+    #[test]
+    fn a_source_nothing_can_recompute_makes_the_plan_invalid_not_a_hang() {
+        let mut t = chain();
+        t.storages[0].producer = None;
+        t.storages[0].constant = true;
+        t.ops[0].outputs.clear();
+        let plan = vec![
+            (0, Decision::Recompute { after: 1, back: 3 }),
+            (1, Decision::Recompute { after: 1, back: 2 }),
+        ];
+        let o = simulate(&t, u64::MAX, LINK, &plan);
+        assert!(o.invalid && !o.feasible, "{o:?}");
     }
 
     /// Passive mode on the chain, with anything allowed to leave (next access from a table).
