@@ -10,6 +10,7 @@ pub mod model;
 pub mod policy;
 pub mod pool;
 pub mod sim;
+pub mod testdata;
 pub mod timeline;
 pub mod trace;
 

@@ -1511,12 +1511,9 @@ mod tests {
     }
 
     fn logs() -> Vec<(String, Trace)> {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/dtr-logs");
-        let mut v: Vec<(String, Trace)> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| {
-                let p = e.unwrap().path();
+        let mut v: Vec<(String, Trace)> = crate::testdata::dtr_logs()
+            .into_iter()
+            .map(|p| {
                 (
                     p.file_name().unwrap().to_string_lossy().into_owned(),
                     crate::model::import_dtr(&std::fs::read_to_string(&p).unwrap()).unwrap(),

@@ -1,0 +1,36 @@
+//! Where the tests find DTR's logs: `MARMOSET_DATA/dtr-logs`, else `../shared/data/dtr-logs`
+//! beside the repository (scripts/fetch-data.sh downloads them). The logs have no licence to
+//! redistribute, so the repository does not carry them: without them a comparison says so in one
+//! loud line and does not run; everything else does.
+
+use std::path::PathBuf;
+
+/// The directory of DTR's four logs, if present.
+pub fn dtr_log_dir() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("MARMOSET_DATA").map(|d| PathBuf::from(d).join("dtr-logs")),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/dtr-logs")),
+    ];
+    let found = candidates.into_iter().flatten().find(|d| {
+        d.join(".").is_dir() && std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some())
+    });
+    if found.is_none() {
+        eprintln!(
+            "*** DTR's logs not found (MARMOSET_DATA/dtr-logs, ../shared/data/dtr-logs): the comparisons on them do not run; scripts/fetch-data.sh downloads them ***"
+        );
+    }
+    found
+}
+
+/// The `.log` files in [`dtr_log_dir`], sorted by name (empty without the data).
+pub fn dtr_logs() -> Vec<PathBuf> {
+    let Some(dir) = dtr_log_dir() else {
+        return Vec::new();
+    };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "log"));
+    v.sort();
+    v
+}
