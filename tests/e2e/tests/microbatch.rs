@@ -107,7 +107,13 @@ fn wr_moves_alexnet_conv2_to_fft_on_micro_batches_within_64_mib() {
     let (before, after) = (line(&stdout(&plain)), line(&stdout(&o)));
     assert!(before.contains("IMPLICIT_PRECOMP_GEMM"), "{before}");
     assert!(after.contains(" FFT "), "{after}");
-    assert!(ms(&after) * 3.0 < ms(&before), "{after} vs {before}");
+    // The μ-cuDNN paper measured 2.33x on a real P100 (Fig. 9); the calibrated p100 profile is
+    // held within 25% of it.
+    let speedup = ms(&before) / ms(&after);
+    assert!(
+        (speedup / 2.33 - 1.0).abs() <= 0.25,
+        "{speedup:.2}x: {after} vs {before}"
+    );
     // The framework was told the plan's workspace, within the limit.
     let mib: f64 = after.split_whitespace().nth(4).unwrap().parse().unwrap();
     assert!(mib > 8.0 && mib <= 64.0, "{after}");
@@ -126,7 +132,9 @@ fn wr_moves_alexnet_conv2_to_fft_on_micro_batches_within_64_mib() {
             .parse::<f64>()
             .unwrap()
     };
-    assert!(total(&stdout(&o)) < 0.6 * total(&stdout(&plain)));
+    // The whole network: the paper's 1.63x on a P100, held within 15%.
+    let network = total(&stdout(&plain)) / total(&stdout(&o));
+    assert!((network / 1.63 - 1.0).abs() <= 0.15, "{network:.2}x");
 }
 
 #[test]

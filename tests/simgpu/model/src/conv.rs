@@ -463,7 +463,11 @@ mod tests {
             })
             .collect();
         let fastest = algos.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-        assert_eq!(fastest.0, 4, "FFT is fastest: {algos:?}");
+        // The paper (Fig. 9): an FFT-based method is the fastest, and needs far more than 64 MiB.
+        assert!(
+            matches!(fastest.0, 4 | 5),
+            "an FFT method is fastest: {algos:?}"
+        );
         assert!(
             fastest.2 > 1.5 * limit,
             "FFT needs far more than 64 MiB: {}",
