@@ -65,7 +65,8 @@ enum Cmd {
         /// The budget: a size, or a fraction of the trace's peak (0.5).
         #[arg(long)]
         budget: Option<String>,
-        /// One of: capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv, autoswap, hybrid, smartpool.
+        /// One of: capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv, autoswap, hybrid, smartpool
+        /// (SmartPool lays tensors out in one pool; --budget is optional with it).
         #[arg(long, default_value = "capuchin")]
         policy: String,
         /// Device profile for the PCIe links: h100, p100 or a profile .json.
@@ -334,13 +335,22 @@ fn microbatch(
     Ok(ExitCode::SUCCESS)
 }
 
+/// A Marmoset trace's records, up to its last complete one; a cut is said on stderr.
+fn read_trace(path: &Path, text: &str) -> Result<Vec<planner::trace::Record>> {
+    let (records, cut) = planner::trace::read_with_cut(text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if let Some(note) = cut {
+        eprintln!("marmoset: {}: {note}", path.display());
+    }
+    Ok(records)
+}
+
 fn load_model(path: &Path) -> Result<planner::model::Trace> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.contains("\"kind\":\"header\"") {
-        let records =
-            planner::trace::read(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let records = read_trace(path, &text)?;
         return planner::model::from_marmoset(&records)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
     }
@@ -363,6 +373,16 @@ fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
     if format != "dtr" {
         bail!("unknown format {format:?}: accepted is dtr");
     }
+    // Writing the output over the log (the same file, by any name) would lose the log.
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(a), Ok(b)) = (std::fs::metadata(log), std::fs::metadata(output))
+        && (a.dev(), a.ino()) == (b.dev(), b.ino())
+    {
+        bail!(
+            "-o {}: that is the log being imported; name another file",
+            output.display()
+        );
+    }
     let text =
         std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
     let t =
@@ -375,7 +395,7 @@ fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
         t.ops.len(),
         t.storages.len(),
         t.peak(),
-        t.compute_time()
+        t.compute_time() + 0.0
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -397,6 +417,29 @@ fn plan(
     let link = Link::from_profile(&prof);
     let peak = t.peak();
     let base = t.compute_time();
+    // Slowdowns and fractions of the peak are ratios: an empty trace has none to give.
+    if t.ops.is_empty() || peak == 0 {
+        bail!(
+            "{}: no operations or no memory: nothing to plan",
+            path.display()
+        );
+    }
+    if base <= 0.0 {
+        bail!(
+            "{}: its operations take no time: no slowdown to plan against",
+            path.display()
+        );
+    }
+    let parse_budget = |budget: &str| -> Result<u64> {
+        Ok(match budget.parse::<f64>() {
+            Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => (peak as f64 * f) as u64,
+            _ => planner::parse_size(budget)
+                .map_err(|e| anyhow::anyhow!("--budget: {e} (or a fraction of the peak, 0.5)"))?,
+        })
+    };
+    if policy == "smartpool" && !sweep {
+        return smartpool(&t, budget.map(parse_budget).transpose()?, explain, json);
+    }
     // One plan's figures, as `--json` prints them.
     let summary = |policy: &str, budget_bytes: u64, o: &planner::timeline::Outcome| {
         serde_json::json!({
@@ -513,14 +556,10 @@ fn plan(
     let Some(budget) = budget else {
         bail!("--budget is needed (or --sweep)")
     };
-    let budget_bytes = match budget.parse::<f64>() {
-        Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => (peak as f64 * f) as u64,
-        _ => planner::parse_size(budget)
-            .map_err(|e| anyhow::anyhow!("--budget: {e} (or a fraction of the peak, 0.5)"))?,
-    };
+    let budget_bytes = parse_budget(budget)?;
     let Some((plan, o)) = run(policy, &t, budget_bytes, link) else {
         bail!(
-            "unknown policy {policy:?}: accepted are {}",
+            "--policy: unknown policy {policy:?}: accepted are {}, smartpool",
             POLICIES.join(", ")
         );
     };
@@ -604,11 +643,53 @@ fn plan(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `plan --policy smartpool`: SmartPool lays every tensor out in one pool (it swaps and
+/// recomputes nothing): the pool's size against the peak load, and against the budget if given.
+fn smartpool(
+    t: &planner::model::Trace,
+    budget: Option<u64>,
+    explain: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let pool = planner::pool::smartpool(t);
+    if json {
+        let v = serde_json::json!({
+            "policy": "smartpool",
+            "pool_bytes": pool.size,
+            "peak_load_bytes": pool.peak_load,
+            "competitive_ratio": pool.ratio(),
+            "budget_bytes": budget,
+            "feasible": budget.map(|b| pool.size <= b),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "smartpool: a pool of {} B for a peak load of {} B (competitive ratio {:.4}){}",
+            pool.size,
+            pool.peak_load,
+            pool.ratio(),
+            match budget {
+                Some(b) if pool.size <= b => format!(", within the budget of {b} B"),
+                Some(b) => format!(", NOT within the budget of {b} B"),
+                None => String::new(),
+            }
+        );
+    }
+    if explain {
+        for (s, off) in pool.offsets.iter().enumerate() {
+            let size = t.storages[s].size;
+            if size > 0 {
+                println!("  storage {s} ({size} B): offset {off}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let records =
-        planner::trace::read(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let records = read_trace(path, &text)?;
     let s = planner::inspect::summarize(&records);
     if json {
         let v = serde_json::json!({
