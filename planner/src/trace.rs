@@ -247,6 +247,16 @@ pub fn read_with_cut(text: &str) -> Result<(Vec<Record>, Option<String>), String
         }
         let r: Record = match serde_json::from_str(line) {
             Ok(r) => r,
+            // The writer's own last line when a write failed (docs/trace-schema.md).
+            Err(_) if i + 1 == lines && line.contains("\"trace_cut\"") => {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                let why = v["trace_cut"]["error"].as_str().unwrap_or("unknown");
+                cut = Some(format!(
+                    "cut: writing it failed ({why}); read the {} complete records before that",
+                    out.len()
+                ));
+                break;
+            }
             Err(e) if i + 1 == lines && !text.ends_with('\n') => {
                 cut = Some(format!(
                     "cut: line {} is an incomplete record ({e}); read the {} complete records before it",
@@ -333,6 +343,18 @@ mod tests {
             "{note}"
         );
         assert_eq!(read(&cut).unwrap().len(), 2);
+        // The line the writer leaves when a write fails.
+        let marked = format!(
+            "{a}\n{b}\n{}\n",
+            r#"{"trace_cut":{"records":2,"error":"No space left on device (os error 28)"}}"#
+        );
+        let (recs, note) = read_with_cut(&marked).unwrap();
+        assert_eq!(recs.len(), 2);
+        let note = note.unwrap();
+        assert!(
+            note.contains("No space left") && note.contains("2 complete"),
+            "{note}"
+        );
         // Whole, or cut exactly at a record boundary: nothing to say.
         assert_eq!(read_with_cut(&format!("{a}\n{b}")).unwrap().1, None);
         assert_eq!(read_with_cut(&format!("{a}\n")).unwrap().1, None);
