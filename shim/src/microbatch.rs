@@ -780,6 +780,17 @@ pub fn plan(h: P, sig: &Sig, w_desc: C, c_desc: C) -> Option<Arc<KernelPlan>> {
     let cfg = config();
     let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
     let n = sig.n();
+    if n > planner::microbatch::MAX_BATCH {
+        // Beyond what the optimisers take: the convolution runs undivided, as asked.
+        log(
+            Level::Info,
+            &format!(
+                "a convolution of {n} images is more than μ-cuDNN plans for ({}); it runs undivided",
+                planner::microbatch::MAX_BATCH
+            ),
+        );
+        return None;
+    }
     let sizes: Vec<u64> = match cfg.test_microbatch {
         Some(b) => {
             let mut v = vec![b.min(n), n % b.min(n)];

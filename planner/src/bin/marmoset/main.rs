@@ -33,7 +33,7 @@ enum Cmd {
         /// Micro-configuration tables (several with --wd).
         #[arg(long = "table", required = true, value_name = "FILE.csv")]
         tables: Vec<PathBuf>,
-        /// The mini-batch size N.
+        /// The mini-batch size N, 1 to 65536.
         #[arg(long)]
         batch: u64,
         /// Workspace limit per kernel (WR) or in total (--wd), e.g. 64MiB.
@@ -230,7 +230,10 @@ fn microbatch(
     let sizes = Sizes::parse(sizes)
         .with_context(|| format!("--sizes {sizes:?}: accepted are {}", Sizes::ACCEPTED))?;
     if batch == 0 {
-        bail!("--batch must be at least 1");
+        bail!("--batch: at least 1");
+    }
+    if batch > planner::microbatch::MAX_BATCH {
+        bail!("--batch {batch}: at most {}", planner::microbatch::MAX_BATCH);
     }
     let mut loaded = Vec::new();
     for t in tables {
