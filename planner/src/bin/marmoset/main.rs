@@ -233,7 +233,10 @@ fn microbatch(
         bail!("--batch: at least 1");
     }
     if batch > planner::microbatch::MAX_BATCH {
-        bail!("--batch {batch}: at most {}", planner::microbatch::MAX_BATCH);
+        bail!(
+            "--batch {batch}: at most {}",
+            planner::microbatch::MAX_BATCH
+        );
     }
     let mut loaded = Vec::new();
     for t in tables {
