@@ -25,6 +25,8 @@ enum Cmd {
     /// libcudart.so.13, libcudnn.so.9).
     SimPath,
     /// Run a command under Marmoset (or without it, --no-shim), on the simulated GPU with --sim.
+    /// Its exit status is the command's (127: not found, 126: not runnable); SIGINT, SIGTERM and
+    /// SIGHUP go on to it, and marmoset ends as it does. Sizes are at most 16 EiB.
     Run(RunArgs),
     /// μ-cuDNN offline: the best configuration and the desirable front of a convolution from its
     /// measured micro-configurations (CSV: batch,algo,time_ms,workspace_bytes); with --wd, one
