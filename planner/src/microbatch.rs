@@ -69,6 +69,17 @@ impl Sizes {
         }
     }
 
+    /// Whether `b` is one of the sizes benchmarked for a mini-batch of `n`.
+    pub fn allows(self, n: u64, b: u64) -> bool {
+        b >= 1
+            && b <= n
+            && match self {
+                Sizes::All => true,
+                Sizes::Pow2 => b == n || b.is_power_of_two(),
+                Sizes::Undivided => b == n,
+            }
+    }
+
     /// The micro-batch sizes to benchmark for a mini-batch of `n`, largest first.
     pub fn sizes(self, n: u64) -> Vec<u64> {
         let mut v: Vec<u64> = match self {
@@ -89,134 +100,183 @@ impl Sizes {
     }
 }
 
-/// A candidate during the DP: time, workspace, parts.
-type Cand = (f64, u64, Vec<(u64, i32)>);
+/// The largest mini-batch the optimisers take: the DP keeps one configuration per batch size
+/// up to N, so N bounds their memory (a few hundred bytes each) and time.
+pub const MAX_BATCH: u64 = 1 << 16;
+
+/// A configuration in the making: time, workspace, parts as runs (size, algorithm, count) in
+/// execution order (largest size first, then algorithm), and the number of parts.
+#[derive(Debug, Clone)]
+struct Cand {
+    time: f64,
+    workspace: u64,
+    runs: Vec<(u64, i32, u64)>,
+    parts: u64,
+}
+
+/// The parts one after the other, lexicographically, without spelling them out.
+fn cmp_runs(a: &[(u64, i32, u64)], b: &[(u64, i32, u64)]) -> std::cmp::Ordering {
+    let (mut i, mut j) = (0, 0);
+    let (mut left_a, mut left_b) = (a.first().map_or(0, |r| r.2), b.first().map_or(0, |r| r.2));
+    while i < a.len() && j < b.len() {
+        let o = (a[i].0, a[i].1).cmp(&(b[j].0, b[j].1));
+        if o.is_ne() {
+            return o;
+        }
+        let k = left_a.min(left_b);
+        left_a -= k;
+        left_b -= k;
+        if left_a == 0 {
+            i += 1;
+            left_a = a.get(i).map_or(0, |r| r.2);
+        }
+        if left_b == 0 {
+            j += 1;
+            left_b = b.get(j).map_or(0, |r| r.2);
+        }
+    }
+    (i < a.len()).cmp(&(j < b.len()))
+}
 
 /// Orders candidates: faster, then smaller workspace, then fewer parts, then the parts
 /// themselves (so ties are broken the same way every time).
 fn better(a: &Cand, b: &Cand) -> bool {
-    a.0.total_cmp(&b.0)
-        .then(a.1.cmp(&b.1))
-        .then(a.2.len().cmp(&b.2.len()))
-        .then(a.2.cmp(&b.2))
+    a.time
+        .total_cmp(&b.time)
+        .then(a.workspace.cmp(&b.workspace))
+        .then(a.parts.cmp(&b.parts))
+        .then_with(|| cmp_runs(&a.runs, &b.runs))
         .is_lt()
 }
 
-fn sorted_parts(mut p: Vec<(u64, i32)>) -> Vec<(u64, i32)> {
-    p.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    p
+/// `rest` and one more micro-configuration.
+fn join(rest: &Cand, m: &Micro) -> Cand {
+    let mut runs = rest.runs.clone();
+    let key = |r: &(u64, i32, u64)| (std::cmp::Reverse(r.0), r.1);
+    match runs.binary_search_by_key(&key(&(m.batch, m.algo, 0)), key) {
+        Ok(k) => runs[k].2 += 1,
+        Err(k) => runs.insert(k, (m.batch, m.algo, 1)),
+    }
+    Cand {
+        time: rest.time + m.time_ms,
+        workspace: rest.workspace.max(m.workspace),
+        runs,
+        parts: rest.parts + 1,
+    }
+}
+
+fn single(m: &Micro) -> Cand {
+    Cand {
+        time: m.time_ms,
+        workspace: m.workspace,
+        runs: vec![(m.batch, m.algo, 1)],
+        parts: 1,
+    }
 }
 
 /// Usable micro-configurations: within the limit, of a benchmarked size, finite time.
 fn usable(micro: &[Micro], n: u64, limit: u64, sizes: Sizes) -> Vec<Micro> {
-    let allowed = sizes.sizes(n);
     micro
         .iter()
         .copied()
         .filter(|m| {
             m.workspace <= limit
-                && allowed.contains(&m.batch)
+                && sizes.allows(n, m.batch)
                 && m.time_ms.is_finite()
                 && m.time_ms >= 0.0
         })
         .collect()
 }
 
-/// WR: the fastest configuration of a mini-batch of `n` whose every micro-configuration fits
-/// `limit`; None when no combination of benchmarked sizes covers `n`.
-pub fn fastest(n: u64, micro: &[Micro], limit: u64, sizes: Sizes) -> Option<Configuration> {
-    let micro = usable(micro, n, limit, sizes);
-    let mut at: Vec<Vec<Micro>> = vec![Vec::new(); n as usize + 1];
-    for m in &micro {
-        at[m.batch as usize].push(*m);
+/// The best micro-configuration of each size (by [`better`]), smallest size first.
+fn best_per_size(micro: Vec<Micro>) -> Vec<Micro> {
+    let mut best: std::collections::BTreeMap<u64, Micro> = std::collections::BTreeMap::new();
+    for m in micro {
+        match best.get(&m.batch) {
+            Some(b) if !better(&single(&m), &single(b)) => {}
+            _ => {
+                best.insert(m.batch, m);
+            }
+        }
     }
-    // Best single micro-configuration per size.
-    let single: Vec<Option<Cand>> = at
-        .iter()
-        .map(|ms| {
-            ms.iter()
-                .map(|m| (m.time_ms, m.workspace, vec![(m.batch, m.algo)]))
-                .fold(None, |best: Option<Cand>, c| match best {
-                    Some(b) if !better(&c, &b) => Some(b),
-                    _ => Some(c),
-                })
-        })
-        .collect();
-    let mut best: Vec<Option<Cand>> = vec![None; n as usize + 1];
-    for b in 1..=n as usize {
-        let mut cur = single[b].clone();
-        for bp in 1..=b / 2 {
-            let (Some(s), Some(rest)) = (&single[bp], &best[b - bp]) else {
+    best.into_values().collect()
+}
+
+/// WR: the fastest configuration of a mini-batch of `n` whose every micro-configuration fits
+/// `limit`; None when no combination of benchmarked sizes covers `n`, or `n` is 0 or above
+/// [`MAX_BATCH`].
+pub fn fastest(n: u64, micro: &[Micro], limit: u64, sizes: Sizes) -> Option<Configuration> {
+    if n == 0 || n > MAX_BATCH {
+        return None;
+    }
+    let micro = best_per_size(usable(micro, n, limit, sizes));
+    let n = n as usize;
+    let mut best: Vec<Option<Cand>> = vec![None; n + 1];
+    for b in 1..=n {
+        let mut cur: Option<Cand> = micro.iter().find(|m| m.batch as usize == b).map(single);
+        for m in micro.iter().take_while(|m| m.batch as usize <= b / 2) {
+            let Some(rest) = &best[b - m.batch as usize] else {
                 continue;
             };
-            let mut parts = rest.2.clone();
-            parts.extend(s.2.iter().copied());
-            let c = (s.0 + rest.0, s.1.max(rest.1), sorted_parts(parts));
+            // Time, workspace and count first: the parts only for a possible winner.
+            let (t, w, k) = (
+                rest.time + m.time_ms,
+                rest.workspace.max(m.workspace),
+                rest.parts + 1,
+            );
+            if let Some(c) = &cur {
+                let o = t
+                    .total_cmp(&c.time)
+                    .then(w.cmp(&c.workspace))
+                    .then(k.cmp(&c.parts));
+                if o.is_gt() {
+                    continue;
+                }
+            }
+            let c = join(rest, m);
             if cur.as_ref().is_none_or(|x| better(&c, x)) {
                 cur = Some(c);
             }
         }
         best[b] = cur;
     }
-    best[n as usize].take().map(|(t, w, parts)| Configuration {
-        parts,
-        time_ms: t,
-        workspace: w,
-    })
+    best[n].take().map(configuration)
 }
 
-/// Keeps the Pareto front of (time, workspace): sorted by workspace, strictly faster as it grows.
-fn pareto(mut cands: Vec<Cand>) -> Vec<Cand> {
-    cands.sort_by(|a, b| {
-        a.1.cmp(&b.1)
-            .then(a.0.total_cmp(&b.0))
-            .then(a.2.len().cmp(&b.2.len()))
-            .then(a.2.cmp(&b.2))
-    });
-    let mut out: Vec<Cand> = Vec::new();
-    for c in cands {
-        if out.last().is_none_or(|l| c.0 < l.0) {
-            out.push(c);
-        }
+fn configuration(c: Cand) -> Configuration {
+    Configuration {
+        parts: c
+            .runs
+            .iter()
+            .flat_map(|&(b, a, k)| std::iter::repeat_n((b, a), k as usize))
+            .collect(),
+        time_ms: c.time,
+        workspace: c.workspace,
     }
-    out
 }
 
 /// The desirable set: every configuration not dominated in (time, workspace), fastest first.
+/// Each is WR's answer under one of the workspaces the micro-configurations need (the fastest
+/// within w is on the front, and every point of the front is that for its own w), so memory
+/// stays one configuration per batch size.
 pub fn desirable(n: u64, micro: &[Micro], limit: u64, sizes: Sizes) -> Vec<Configuration> {
-    let micro = usable(micro, n, limit, sizes);
-    let mut at: Vec<Vec<Cand>> = vec![Vec::new(); n as usize + 1];
-    for m in &micro {
-        at[m.batch as usize].push((m.time_ms, m.workspace, vec![(m.batch, m.algo)]));
-    }
-    let single: Vec<Vec<Cand>> = at.into_iter().map(pareto).collect();
-    let mut front: Vec<Vec<Cand>> = vec![Vec::new(); n as usize + 1];
-    for b in 1..=n as usize {
-        let mut cands = single[b].clone();
-        for bp in 1..=b / 2 {
-            for s in &single[bp] {
-                for r in &front[b - bp] {
-                    let mut parts = r.2.clone();
-                    parts.extend(s.2.iter().copied());
-                    cands.push((s.0 + r.0, s.1.max(r.1), sorted_parts(parts)));
-                }
-            }
-        }
-        front[b] = pareto(cands);
-    }
-    let mut out: Vec<Configuration> = front[n as usize]
-        .drain(..)
-        .map(|(t, w, parts)| Configuration {
-            parts,
-            time_ms: t,
-            workspace: w,
-        })
+    let mut levels: Vec<u64> = micro
+        .iter()
+        .filter(|m| m.workspace <= limit)
+        .map(|m| m.workspace)
         .collect();
-    out.sort_by(|a, b| {
-        a.time_ms
-            .total_cmp(&b.time_ms)
-            .then(a.workspace.cmp(&b.workspace))
-    });
+    levels.sort_unstable();
+    levels.dedup();
+    let mut out: Vec<Configuration> = Vec::new();
+    for w in levels {
+        let Some(c) = fastest(n, micro, w, sizes) else {
+            continue;
+        };
+        if out.last().is_none_or(|l| c.time_ms < l.time_ms) {
+            out.push(c);
+        }
+    }
+    out.reverse();
     out
 }
 

@@ -105,6 +105,11 @@ impl Trace {
 
     /// Checks the model's own invariants (what the importers guarantee).
     pub fn validate(&self) -> Result<(), String> {
+        // Every sum of sizes the planner takes must fit its u64 arithmetic.
+        self.storages
+            .iter()
+            .try_fold(0u64, |a, s| a.checked_add(s.size))
+            .ok_or("the storages' sizes add up to more than 2^64 B")?;
         let mut alive: Vec<bool> = self.storages.iter().map(|s| s.constant).collect();
         let mut freed = vec![false; self.storages.len()];
         for (k, step) in self.steps.iter().enumerate() {
@@ -184,25 +189,45 @@ impl Line<'_> {
             .collect()
     }
 
-    /// A number written as a JSON number or a string of digits (DTR writes strings).
-    fn int(&self, key: &str) -> Result<i64, String> {
+    /// A whole number written as a JSON number or a string (DTR writes strings of digits),
+    /// within `range`: anything else is refused, never rounded or clamped.
+    fn int(&self, key: &str, range: std::ops::RangeInclusive<i64>) -> Result<i64, String> {
         let v = self
             .v
             .get(key)
             .ok_or_else(|| self.err(format!("no field {key}")))?;
-        v.as_i64()
-            .or_else(|| {
-                v.as_str()
-                    .and_then(|s| s.trim().parse::<f64>().ok())
-                    .filter(|f| f.is_finite())
-                    .map(|f| f as i64)
-            })
-            .ok_or_else(|| self.err(format!("{key} is not a number")))
+        let text = match v {
+            serde_json::Value::String(s) => s.trim().to_string(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => String::new(),
+        };
+        let n = text.parse::<i64>().ok().or_else(|| {
+            // A whole number in another notation (1e3, 2000.0), exactly.
+            let f = text.parse::<f64>().ok().filter(|f| f.is_finite())?;
+            (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+        });
+        match n {
+            Some(n) if range.contains(&n) => Ok(n),
+            Some(_) | None if text.parse::<f64>().is_ok_and(f64::is_finite) => {
+                Err(self.err(format!(
+                    "{key} {text} is out of range: accepted are whole numbers from {} to {}",
+                    range.start(),
+                    range.end()
+                )))
+            }
+            _ => Err(self.err(format!("{key} is not a number"))),
+        }
     }
 }
 
+/// The largest MEMORY a DTR log may give one tensor: 2^50 B (1 PiB). Sums of many such sizes
+/// still fit the planner's u64 arithmetic.
+pub const MAX_BYTES: i64 = 1 << 50;
+/// The longest TIME of one operation: 10^15 ns (about 11.6 days).
+pub const MAX_TIME_NS: i64 = 1_000_000_000_000_000;
+
 /// Reads a DTR log into the model. Malformed input is an error naming the line and the reason;
-/// it never panics.
+/// it never panics. Numbers out of range are refused, never clamped.
 pub fn import_dtr(text: &str) -> Result<Trace, String> {
     let mut t = Trace::default();
     let mut started = false;
@@ -270,10 +295,7 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
             }
             "MEMORY" => {
                 let name = l.str("NAME")?;
-                let bytes = l.int("MEMORY")?;
-                if bytes < 0 {
-                    return Err(l.err("MEMORY is negative"));
-                }
+                let bytes = l.int("MEMORY", 0..=MAX_BYTES)?;
                 if let Some(p) = pending.get_mut(name) {
                     p.1 = Some(bytes as u64);
                 } else if let Some(&s) = constant_sizes.get(name) {
@@ -286,10 +308,7 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
             "CALL" | "MUTATE" => {
                 let name = l.str("NAME")?.to_string();
                 let args = l.strs("ARGS")?;
-                let time_ns = l.int("TIME")?;
-                if time_ns < 0 {
-                    return Err(l.err("TIME is negative"));
-                }
+                let time_ns = l.int("TIME", 0..=MAX_TIME_NS)?;
                 let inputs: Vec<usize> = args
                     .iter()
                     .map(|a| storage_of(a, &refs))
@@ -353,7 +372,8 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
             }
             "ALIAS" => {
                 let name = l.str("NAME")?;
-                let k = l.int("ALIAS")?;
+                // -1: a new tensor; k >= 0: the k-th argument's storage.
+                let k = l.int("ALIAS", -1..=i64::MAX)?;
                 let (op, size) = pending.remove(name).ok_or_else(|| {
                     l.err(format!("ALIAS for {name}, which is not a pending result"))
                 })?;
@@ -649,6 +669,69 @@ mod tests {
         assert_eq!(frees, vec![2, 3]);
         assert_eq!(t.peak(), 190, "w + x + y + z");
         assert!((t.compute_time() - 3.51e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused_not_clamped() {
+        for (from, to, line, what) in [
+            (
+                r#""MEMORY":"40","NAME":"y""#,
+                r#""MEMORY":"1e30","NAME":"y""#,
+                9,
+                "MEMORY 1e30 is out of range",
+            ),
+            (
+                r#""MEMORY":"40","NAME":"y""#,
+                r#""MEMORY":"-40","NAME":"y""#,
+                9,
+                "MEMORY -40 is out of range",
+            ),
+            (
+                r#""MEMORY":"40","NAME":"y""#,
+                r#""MEMORY":"1125899906842625","NAME":"y""#,
+                9,
+                "to 1125899906842624",
+            ),
+            (
+                r#""MEMORY":"40","NAME":"y""#,
+                r#""MEMORY":"40.5","NAME":"y""#,
+                9,
+                "whole numbers",
+            ),
+            (
+                r#""ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"y""#,
+                r#""ALIAS":"-2","INSTRUCTION":"ALIAS","NAME":"y""#,
+                10,
+                "ALIAS -2 is out of range",
+            ),
+            (
+                r#""TIME":"2000""#,
+                r#""TIME":"99999999999999999999""#,
+                8,
+                "TIME 99999999999999999999 is out of range",
+            ),
+            (
+                r#""TIME":"2000""#,
+                r#""TIME":"-1""#,
+                8,
+                "TIME -1 is out of range",
+            ),
+        ] {
+            let bad = SMALL.replacen(from, to, 1);
+            assert_ne!(bad, SMALL);
+            let e = import_dtr(&bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("line {line}:")) && e.contains(what),
+                "{to}: {e}"
+            );
+        }
+        // Whole numbers in other notations are still read exactly.
+        let t = import_dtr(&SMALL.replace(r#""TIME":"2000""#, r#""TIME":"2e3""#)).unwrap();
+        assert_eq!(t, import_dtr(SMALL).unwrap());
+        // An imported trace whose sizes overflow the planner's arithmetic is refused too.
+        let mut t = import_dtr(SMALL).unwrap();
+        t.storages[0].size = u64::MAX;
+        assert!(t.validate().unwrap_err().contains("2^64"));
     }
 
     #[test]

@@ -229,13 +229,44 @@ impl Event {
 }
 
 /// Reads a trace, one record per non-empty line; an error names the line and what is wrong.
+/// A trace cut mid-record is read up to its last complete record (see [`read_with_cut`]).
 pub fn read(text: &str) -> Result<Vec<Record>, String> {
+    read_with_cut(text).map(|(records, _)| records)
+}
+
+/// Reads a trace like [`read`], and says where it was cut: a last line without its newline that
+/// is not a whole record (a writer stopped mid-record: a full disk, a killed process) is left
+/// out, with a note naming it; a bad line anywhere else is an error.
+pub fn read_with_cut(text: &str) -> Result<(Vec<Record>, Option<String>), String> {
     let mut out = Vec::new();
+    let mut cut = None;
+    let lines = text.lines().count();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let r: Record = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let r: Record = match serde_json::from_str(line) {
+            Ok(r) => r,
+            // The writer's own last line when a write failed (docs/trace-schema.md).
+            Err(_) if i + 1 == lines && line.contains("\"trace_cut\"") => {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                let why = v["trace_cut"]["error"].as_str().unwrap_or("unknown");
+                cut = Some(format!(
+                    "cut: writing it failed ({why}); read the {} complete records before that",
+                    out.len()
+                ));
+                break;
+            }
+            Err(e) if i + 1 == lines && !text.ends_with('\n') => {
+                cut = Some(format!(
+                    "cut: line {} is an incomplete record ({e}); read the {} complete records before it",
+                    i + 1,
+                    out.len()
+                ));
+                break;
+            }
+            Err(e) => return Err(format!("line {}: {e}", i + 1)),
+        };
         if let Event::Header { schema, .. } = &r.event
             && *schema != SCHEMA_VERSION
         {
@@ -247,7 +278,7 @@ pub fn read(text: &str) -> Result<Vec<Record>, String> {
         out.push(r);
     }
     out.sort_by_key(|r| r.seq);
-    Ok(out)
+    Ok((out, cut))
 }
 
 #[cfg(test)]
@@ -296,5 +327,41 @@ mod tests {
         assert!(e.starts_with("line 2:"), "{e}");
         let h = r#"{"seq":0,"t_ns":0,"tid":1,"kind":"header","schema":99,"pid":1,"policy":"none","marmoset":"x"}"#;
         assert!(read(h).unwrap_err().contains("schema 99"));
+    }
+
+    #[test]
+    fn a_trace_cut_mid_record_reads_up_to_its_last_complete_record() {
+        let a =
+            r#"{"seq":1,"t_ns":0,"tid":1,"kind":"sync","api":"cudaDeviceSynchronize","result":0}"#;
+        let b = r#"{"seq":2,"t_ns":0,"tid":1,"kind":"free","api":"cudaFree","ptr":5,"result":0}"#;
+        let cut = format!("{a}\n{b}\n{}", &b[..40]);
+        let (recs, note) = read_with_cut(&cut).unwrap();
+        assert_eq!(recs.len(), 2);
+        let note = note.expect("said to be cut");
+        assert!(
+            note.contains("line 3") && note.contains("2 complete records"),
+            "{note}"
+        );
+        assert_eq!(read(&cut).unwrap().len(), 2);
+        // The line the writer leaves when a write fails.
+        let marked = format!(
+            "{a}\n{b}\n{}\n",
+            r#"{"trace_cut":{"records":2,"error":"No space left on device (os error 28)"}}"#
+        );
+        let (recs, note) = read_with_cut(&marked).unwrap();
+        assert_eq!(recs.len(), 2);
+        let note = note.unwrap();
+        assert!(
+            note.contains("No space left") && note.contains("2 complete"),
+            "{note}"
+        );
+        // Whole, or cut exactly at a record boundary: nothing to say.
+        assert_eq!(read_with_cut(&format!("{a}\n{b}")).unwrap().1, None);
+        assert_eq!(read_with_cut(&format!("{a}\n")).unwrap().1, None);
+        // A bad last line that ends with its newline is not a cut: an error, as in the middle.
+        let e = read_with_cut(&format!("{a}\n{}\n", &b[..40])).unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+        let e = read_with_cut(&format!("{}\n{b}", &a[..30])).unwrap_err();
+        assert!(e.starts_with("line 1:"), "{e}");
     }
 }

@@ -48,12 +48,8 @@ impl Policy {
     }
 }
 
-/// A memory budget: bytes, or a fraction of the device.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Limit {
-    Bytes(u64),
-    Fraction(f64),
-}
+pub use planner::settings::Limit;
+use planner::settings::{limit_accepted, parse_limit};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -163,11 +159,7 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
     if let Some(v) = var("MARMOSET_MEMORY_LIMIT") {
         match parse_limit(&v) {
             Some(l) => c.memory_limit = Some(l),
-            None => errors.push(bad(
-                "MARMOSET_MEMORY_LIMIT",
-                &v,
-                &format!("a fraction of the device in (0, 1] or a size, {SIZE_ACCEPTED}"),
-            )),
+            None => errors.push(bad("MARMOSET_MEMORY_LIMIT", &v, &limit_accepted())),
         }
     }
     if let Some(v) = var("MARMOSET_WORKSPACE_LIMIT") {
@@ -226,14 +218,6 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
     } else {
         Err(errors)
     }
-}
-
-fn parse_limit(v: &str) -> Option<Limit> {
-    if v.contains('.') && v.chars().all(|ch| ch.is_ascii_digit() || ch == '.') {
-        let f: f64 = v.parse().ok()?;
-        return (f > 0.0 && f <= 1.0).then_some(Limit::Fraction(f));
-    }
-    parse_size(v).ok().filter(|&b| b > 0).map(Limit::Bytes)
 }
 
 /// What to set in the environment so that a framework allocates per tensor and uses the legacy
@@ -364,6 +348,18 @@ mod tests {
                 e[0]
             );
         }
+    }
+
+    #[test]
+    fn the_policies_marmoset_run_accepts_are_the_ones_parsed_here() {
+        for name in planner::settings::RUNTIME_POLICIES {
+            let c = parse(env(&[("MARMOSET_POLICY", name)])).unwrap();
+            assert_eq!(c.policy.name(), *name);
+        }
+        assert_eq!(
+            Policy::ACCEPTED,
+            planner::settings::RUNTIME_POLICIES.join(", ")
+        );
     }
 
     #[test]

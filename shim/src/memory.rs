@@ -282,7 +282,7 @@ impl Manager {
         if let Some(b) = self.host_free.get_mut(&size).and_then(Vec::pop) {
             return Some(b);
         }
-        if self.host_used + size > self.host_limit {
+        if self.host_used.saturating_add(size) > self.host_limit {
             self.reclaim(true);
             if let Some(b) = self.host_free.get_mut(&size).and_then(Vec::pop) {
                 return Some(b);
@@ -294,7 +294,7 @@ impl Manager {
                     self.host_used -= s;
                 }
             }
-            if self.host_used + size > self.host_limit {
+            if self.host_used.saturating_add(size) > self.host_limit {
                 return None;
             }
         }
@@ -379,8 +379,24 @@ impl Manager {
                 .min_by_key(|(va, t)| (t.last_use, **va))
                 .map(|(va, _)| *va);
             let Some(v) = victim else {
+                // Say what stopped eviction: the host staging limit, failed copies, or no tensor.
+                let host_full = refused.iter().any(|va| {
+                    self.tensors
+                        .get(va)
+                        .is_some_and(|t| self.host_used.saturating_add(t.size) > self.host_limit)
+                });
+                let why = if host_full {
+                    format!(
+                        "evicting more would exceed MARMOSET_HOST_LIMIT ({} B of pinned host memory, {} B held)",
+                        self.host_limit, self.host_used
+                    )
+                } else if !refused.is_empty() {
+                    format!("evicting {} tensor(s) failed", refused.len())
+                } else {
+                    "nothing left to evict".to_string()
+                };
                 return Err(format!(
-                    "{bytes} B more would exceed the budget of {} B ({} B in use, nothing left to evict)",
+                    "{bytes} B more would exceed the budget of {} B ({} B in use; {why})",
                     self.budget, self.used
                 ));
             };
@@ -514,6 +530,41 @@ impl Manager {
         Some(0)
     }
 
+    /// Maps a tensor's memory again and copies its bytes in from `buf` on the swap-in stream;
+    /// (physical handle, event after the copy). On failure nothing is left mapped.
+    fn copy_in(
+        &mut self,
+        va: u64,
+        buf: usize,
+        size: u64,
+        mapped: u64,
+    ) -> Result<(u64, usize), c_int> {
+        let phys = self.map(va, mapped)?;
+        let unmap = |m: &mut Manager| {
+            let _ = cu!(c"cuMemUnmap"(u64, usize)(va, mapped as usize));
+            let _ = cu!(c"cuMemRelease"(u64)(phys));
+            m.used -= mapped;
+        };
+        let Some(e) = event() else {
+            unmap(self);
+            return Err(1);
+        };
+        // The copy in waits for nothing of the program's; the operation waits for the copy.
+        let copy = cu!(c"cuMemcpyHtoDAsync_v2"(u64, P, usize, P)(
+            va,
+            buf as P,
+            size as usize,
+            self.swap_in as P
+        ));
+        if let Err(code) = copy {
+            destroy_event(e);
+            unmap(self);
+            return Err(code);
+        }
+        let _ = record(e, self.swap_in as u64);
+        Ok((phys, e))
+    }
+
     /// Makes the tensors at `vas` resident before an operation on `stream`.
     fn ensure(&mut self, vas: &[u64], stream: u64) -> Result<(), c_int> {
         self.clock += 1;
@@ -544,23 +595,36 @@ impl Manager {
                 );
                 continue;
             }
-            let phys = self.map(va, mapped)?;
-            let e = event().ok_or(1)?;
             let timing = crate::timing::begin(self.swap_in as u64);
-            // The copy in waits for nothing of the program's; the operation waits for the copy.
-            if let Err(code) = cu!(c"cuMemcpyHtoDAsync_v2"(u64, P, usize, P)(
-                va,
-                buf as P,
-                size as usize,
-                self.swap_in as P
-            )) {
-                destroy_event(e);
-                let _ = cu!(c"cuMemUnmap"(u64, usize)(va, mapped as usize));
-                let _ = cu!(c"cuMemRelease"(u64)(phys));
-                self.used -= mapped;
-                return Err(code);
-            }
-            let _ = record(e, self.swap_in as u64);
+            // A failed copy leaves the bytes on the host (the tensor stays evicted): one more
+            // try, then the operation fails with the driver's error, said once.
+            let (phys, e) = match self.copy_in(va, buf, size, mapped) {
+                Ok(r) => r,
+                Err(first) => {
+                    log(
+                        Level::Info,
+                        &format!(
+                            "memory: restoring allocation {} ({size} B at {va:#x}) failed with {}; trying once more",
+                            alloc_of(va),
+                            error_name(first)
+                        ),
+                    );
+                    match self.copy_in(va, buf, size, mapped) {
+                        Ok(r) => r,
+                        Err(code) => {
+                            log(
+                                Level::Warn,
+                                &format!(
+                                    "memory: restoring allocation {} ({size} B at {va:#x}) failed twice, with {}; its bytes stay on the host and the operation fails",
+                                    alloc_of(va),
+                                    error_name(code)
+                                ),
+                            );
+                            return Err(code);
+                        }
+                    }
+                }
+            };
             let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
             self.host_busy.push((e, buf, size));
             if let Some(t) = self.tensors.get_mut(&va) {
@@ -587,6 +651,19 @@ impl Manager {
         }
         Ok(())
     }
+}
+
+/// A driver error as the driver names it, with its number: `CUDA_ERROR_UNKNOWN (999)`.
+fn error_name(code: c_int) -> String {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    if cu!(c"cuGetErrorName" (c_int, *mut *const std::ffi::c_char) (code, &mut name)).is_ok()
+        && !name.is_null()
+    {
+        // SAFETY: the driver returns a static NUL-terminated string.
+        let n = unsafe { CStr::from_ptr(name) };
+        return format!("{} ({code})", n.to_string_lossy());
+    }
+    format!("CUDA error {code}")
 }
 
 fn alloc_of(va: u64) -> u64 {

@@ -557,7 +557,7 @@ fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -
 /// A file that is not ours is reported and left alone; a corrupt line is reported and skipped.
 mod db {
     use super::*;
-    use std::io::{Read, Write};
+    use std::io::{Read, Seek, Write};
     use std::os::unix::io::AsRawFd;
 
     const HEADER: &str = r#"{"marmoset_cache":1,"kind":"mucudnn"}"#;
@@ -667,43 +667,69 @@ mod db {
         Some((key, micro))
     }
 
+    /// Says once per process that the database cannot be written (measurements stay in memory).
+    fn cannot_write(p: &std::path::Path, e: &std::io::Error) {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            log(
+                Level::Warn,
+                &format!(
+                    "cannot write the benchmark cache {} ({e}); measurements are kept for this process only (MARMOSET_CACHE_DIR)",
+                    p.display()
+                ),
+            )
+        });
+    }
+
     /// Appends an entry (creating the file with its header when needed).
     pub fn append(key: &str, micro: &[Micro]) {
         let Some(p) = path() else { return };
         if let Some(dir) = p.parent()
-            && std::fs::create_dir_all(dir).is_err()
+            && let Err(e) = std::fs::create_dir_all(dir)
         {
-            return;
+            return cannot_write(&p, &e);
         }
-        let Ok(f) = std::fs::OpenOptions::new()
+        let f = match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
             .open(&p)
-        else {
-            return;
+        {
+            Ok(f) => f,
+            Err(e) => return cannot_write(&p, &e),
         };
         let _l = Lock::new(&f, true);
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut line = String::new();
         if len > 0 {
             // Never write into a file that is not ours.
             let mut first = vec![0u8; HEADER.len()];
             if (&f).read_exact(&mut first).is_err() || first != HEADER.as_bytes() {
                 return;
             }
+            // A last line cut short (a writer killed mid-line) stays one corrupt line, apart
+            // from ours.
+            let mut last = [0u8];
+            if (&f).seek(std::io::SeekFrom::Start(len - 1)).is_ok()
+                && (&f).read_exact(&mut last).is_ok()
+                && last[0] != b'\n'
+            {
+                line.push('\n');
+            }
         }
         let entry = serde_json::json!({
             "key": key,
             "micro": micro.iter().map(|m| serde_json::json!([m.batch, m.algo, m.time_ms, m.workspace])).collect::<Vec<_>>(),
         });
-        let mut line = String::new();
         if len == 0 {
             line.push_str(HEADER);
             line.push('\n');
         }
         line.push_str(&entry.to_string());
         line.push('\n');
-        let _ = (&f).write_all(line.as_bytes());
+        if let Err(e) = (&f).write_all(line.as_bytes()) {
+            cannot_write(&p, &e);
+        }
     }
 }
 
@@ -780,6 +806,17 @@ pub fn plan(h: P, sig: &Sig, w_desc: C, c_desc: C) -> Option<Arc<KernelPlan>> {
     let cfg = config();
     let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
     let n = sig.n();
+    if n > planner::microbatch::MAX_BATCH {
+        // Beyond what the optimisers take: the convolution runs undivided, as asked.
+        log(
+            Level::Info,
+            &format!(
+                "a convolution of {n} images is more than μ-cuDNN plans for ({}); it runs undivided",
+                planner::microbatch::MAX_BATCH
+            ),
+        );
+        return None;
+    }
     let sizes: Vec<u64> = match cfg.test_microbatch {
         Some(b) => {
             let mut v = vec![b.min(n), n % b.min(n)];

@@ -1,8 +1,9 @@
 //! The trace writer: records go through a bounded channel to one thread that writes JSON lines,
-//! flushing every 100 ms, on request, at exit and before `_exit`.
+//! flushing every 100 ms, on request, at exit and before `_exit`. The file only ever ends with a
+//! whole record: a write that fails is said once and ends tracing there.
 
 use planner::trace::{Event, Record, SCHEMA_VERSION};
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Mutex, OnceLock};
@@ -30,7 +31,10 @@ pub fn start(path: &str, policy: &str) -> std::io::Result<()> {
     let (tx, rx) = sync_channel::<Msg>(1 << 14);
     std::thread::Builder::new()
         .name("marmoset-trace".into())
-        .spawn(move || writer(file, rx))?;
+        .spawn({
+            let path = path.to_string();
+            move || writer(Out::new(path, file), rx)
+        })?;
     let _ = TX.set(Mutex::new(Some(tx)));
     ON.store(true, Ordering::Release);
     // SAFETY: registering a plain extern "C" function with atexit.
@@ -50,24 +54,113 @@ pub fn start(path: &str, policy: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-fn writer(file: std::fs::File, rx: Receiver<Msg>) {
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+/// The trace file: whole records only. A failed write (a full disk) is said once at warn, the
+/// file is cut back to the last whole record, and tracing stops; the program goes on.
+struct Out {
+    path: String,
+    file: std::fs::File,
+    /// Whole records not yet written, each ending with its newline.
+    buf: Vec<u8>,
+    /// Bytes in the file, all of them whole records, and how many records.
+    written: u64,
+    records: u64,
+    failed: bool,
+}
+
+impl Out {
+    fn new(path: String, file: std::fs::File) -> Out {
+        Out {
+            path,
+            file,
+            buf: Vec::with_capacity(1 << 16),
+            written: 0,
+            records: 0,
+            failed: false,
+        }
+    }
+
+    fn push(&mut self, r: &Record) {
+        if self.failed {
+            return;
+        }
+        let at = self.buf.len();
+        if serde_json::to_writer(&mut self.buf, r).is_ok() {
+            self.buf.push(b'\n');
+        } else {
+            self.buf.truncate(at);
+        }
+        if self.buf.len() >= 1 << 16 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.failed || self.buf.is_empty() {
+            return;
+        }
+        let mut done = 0;
+        while done < self.buf.len() {
+            match self.file.write(&self.buf[done..]) {
+                Ok(0) => return self.fail(done, std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail(done, e),
+            }
+        }
+        self.written += done as u64;
+        self.records += self.buf.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.buf.clear();
+    }
+
+    /// `done` bytes of the buffer reached the file before `e`.
+    fn fail(&mut self, done: usize, e: std::io::Error) {
+        let whole = self.buf[..done]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        self.records += self.buf[..whole].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.written += whole as u64;
+        // Cut the record that was half written (not possible on every file, /dev/full), then
+        // say so in the file if it still takes one short line (the end of a block often does),
+        // so readers know the trace was cut (planner::trace::read_with_cut).
+        if done > whole {
+            let _ = self.file.set_len(self.written);
+        }
+        let mark =
+            serde_json::json!({"trace_cut": {"records": self.records, "error": e.to_string()}});
+        let line = format!("{mark}\n");
+        if self
+            .file
+            .seek(std::io::SeekFrom::Start(self.written))
+            .is_ok()
+            && self.file.write_all(line.as_bytes()).is_err()
+        {
+            let _ = self.file.set_len(self.written);
+        }
+        self.failed = true;
+        self.buf = Vec::new();
+        ON.store(false, Ordering::Release);
+        crate::state::log(
+            crate::config::Level::Warn,
+            &format!(
+                "writing the trace {} failed ({e}); tracing stops after {} whole records, the program goes on",
+                self.path, self.records
+            ),
+        );
+    }
+}
+
+fn writer(mut out: Out, rx: Receiver<Msg>) {
     loop {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Msg::Record(r)) => {
-                if serde_json::to_writer(&mut out, &*r).is_ok() {
-                    let _ = out.write_all(b"\n");
-                }
-            }
+            Ok(Msg::Record(r)) => out.push(&r),
             Ok(Msg::Flush(reply)) => {
-                let _ = out.flush();
+                out.flush();
                 let _ = reply.send(());
             }
-            Err(RecvTimeoutError::Timeout) => {
-                let _ = out.flush();
-            }
+            Err(RecvTimeoutError::Timeout) => out.flush(),
             Err(RecvTimeoutError::Disconnected) => {
-                let _ = out.flush();
+                out.flush();
                 return;
             }
         }

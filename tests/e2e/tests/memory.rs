@@ -299,3 +299,86 @@ fn host_staging_memory_is_bounded() {
     );
     ok(&o);
 }
+
+/// The first copy number whose injected failure hits a restore of `mem_probe random 200`.
+fn a_restore_copy() -> String {
+    for n in 1..=60 {
+        let n = n.to_string();
+        let (o, _) = run_shim(
+            &[
+                ("MARMOSET_POLICY", "lru"),
+                ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+                ("MARMOSET_LOG", "info"),
+                ("SIMGPU_FAIL", &format!("copy:{n}")),
+            ],
+            "mem_probe",
+            &["random", "200"],
+        );
+        if stderr(&o).contains("restoring allocation") {
+            return n;
+        }
+    }
+    panic!("no restore among the first 60 copies");
+}
+
+#[test]
+fn a_failed_restore_is_retried_from_the_host_copy_then_reported_with_the_drivers_error() {
+    let n: u64 = a_restore_copy().parse().unwrap();
+    let env = |fail: String, log: &'static str| {
+        vec![
+            ("MARMOSET_POLICY", "lru".to_string()),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB".to_string()),
+            ("MARMOSET_LOG", log.to_string()),
+            ("SIMGPU_FAIL", fail),
+        ]
+    };
+    let run = |e: Vec<(&str, String)>| {
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        run_shim(&e, "mem_probe", &["random", "200"]).0
+    };
+    // Once: the retry copies the same host bytes in, and every byte still matches the shadow.
+    let o = run(env(format!("copy:{n}"), "info"));
+    ok(&o);
+    assert!(stdout(&o).contains("random=ok"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("trying once more"), "{}", stderr(&o));
+    let o = run(env(format!("copy:{n}"), "warn"));
+    ok(&o);
+    assert!(
+        !stderr(&o).contains("marmoset:"),
+        "a retry that works is not a warning: {}",
+        stderr(&o)
+    );
+    // Twice: one warning naming the tensor and the driver's error, and the operation fails.
+    let o = run(env(format!("copy:{n},copy:{}", n + 1), "warn"));
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("marmoset:")).collect();
+    assert_eq!(ours.len(), 1, "{err}");
+    assert!(
+        ours[0].contains("restoring allocation")
+            && ours[0].contains("failed twice")
+            && ours[0].contains("CUDA_ERROR_UNKNOWN (999)"),
+        "{err}"
+    );
+    assert!(!stdout(&o).contains("random=ok"), "{}", stdout(&o));
+}
+
+#[test]
+fn out_of_memory_names_the_host_limit_when_that_is_what_stopped_eviction() {
+    let (o, _) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "16MiB"),
+            ("MARMOSET_HOST_LIMIT", "2MiB"),
+        ],
+        "mem_probe",
+        &["random", "200"],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("out of memory") && err.contains("MARMOSET_HOST_LIMIT (2097152 B"),
+        "{err}"
+    );
+    assert!(!err.contains("nothing left to evict"), "{err}");
+}

@@ -292,3 +292,90 @@ fn the_offline_command_agrees_with_the_planner() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("--workspace"));
 }
+
+/// One layer (AlexNet's conv2), written where the tests can find it without ../shared.
+fn conv2_csv() -> std::path::PathBuf {
+    let csv = temp_path("conv2-only.csv");
+    std::fs::write(
+        &csv,
+        "source,W,H,C_in,N,C_out,kernel_w,kernel_h,pad_w,pad_h,stride_w,stride_h\nconv2,27,27,64,256,192,5,5,2,2,1,1\n",
+    )
+    .unwrap();
+    csv
+}
+
+#[test]
+fn an_unwritable_cache_dir_is_said_once_and_the_run_goes_on() {
+    let csv = conv2_csv();
+    let args = [csv.to_str().unwrap(), "64"];
+    let file = temp_path("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let under_a_file = file.join("cache");
+    let env = |dir: &str| {
+        vec![
+            ("SIMGPU_MODE", "shape".to_string()),
+            ("MARMOSET_WORKSPACE_LIMIT", "64MiB".to_string()),
+            ("MARMOSET_LOG", "warn".to_string()),
+            ("MARMOSET_CACHE_DIR", dir.to_string()),
+        ]
+    };
+    let good = cache_dir("mb-writable");
+    let e = env(good.to_str().unwrap());
+    let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let reference = shim("p100", &e, "conv_layers", &args);
+    ok(&reference);
+    let e = env(under_a_file.to_str().unwrap());
+    let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let o = shim("p100", &e, "conv_layers", &args);
+    ok(&o);
+    assert_eq!(
+        stdout(&o),
+        stdout(&reference),
+        "the same plans, kept in memory"
+    );
+    let warned: Vec<String> = stderr(&o)
+        .lines()
+        .filter(|l| l.contains("cannot write the benchmark cache"))
+        .map(String::from)
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", stderr(&o));
+    assert!(warned[0].contains("MARMOSET_CACHE_DIR"), "{}", warned[0]);
+}
+
+#[test]
+fn an_entry_after_a_line_cut_short_starts_on_its_own_line() {
+    let csv = conv2_csv();
+    let args = [csv.to_str().unwrap(), "64"];
+    let dir = cache_dir("mb-partial");
+    let run = |limit: &str| {
+        shim(
+            "p100",
+            &[
+                ("SIMGPU_MODE", "shape"),
+                ("MARMOSET_WORKSPACE_LIMIT", limit),
+                ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
+            ],
+            "conv_layers",
+            &args,
+        )
+    };
+    ok(&run("64MiB"));
+    let db = dir.join("mucudnn.jsonl");
+    let mut text = std::fs::read_to_string(&db).unwrap();
+    let whole = text.lines().count();
+    text.push_str("{\"key\": \"half a li");
+    std::fs::write(&db, &text).unwrap();
+    // New measurements (another limit) are appended after the cut line, then read back.
+    ok(&run("32MiB"));
+    let after = std::fs::read_to_string(&db).unwrap();
+    assert_eq!(after.lines().count(), whole + 1 + 3, "{after}");
+    let again = run("32MiB");
+    ok(&again);
+    let err = stderr(&again);
+    assert!(err.contains("ignoring 1 corrupt line"), "{err}");
+    let from_cache = planned(&again)
+        .iter()
+        .filter(|l| l.contains("from the cache"))
+        .count();
+    assert_eq!(from_cache, 3, "all three directions read back: {err}");
+}

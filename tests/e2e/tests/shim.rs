@@ -4,6 +4,7 @@
 use marmoset_e2e::*;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::process::Command;
 
 /// The trainer's own call counts ("calls alloc=.. free=.. ...").
 fn own_counts(out: &str) -> HashMap<String, u64> {
@@ -418,4 +419,59 @@ fn hook_overhead_benchmark_runs() {
     }
     let plain = run_sim("h100", &[], "hook_bench", &["20000"]);
     assert!(stdout(&plain).contains("shim=absent"));
+}
+
+#[test]
+fn a_failed_trace_write_is_one_warning_and_the_trace_ends_with_a_whole_record() {
+    let plain = run_sim("h100", &[], "trainer", &["2"]);
+    ok(&plain);
+    let trace = temp_path("cut-by-limit.jsonl");
+    let _ = std::fs::remove_file(&trace);
+    // A 20 KiB file size limit (SIGXFSZ ignored, so writes fail with EFBIG): the disk is full
+    // in the middle of the run. And /dev/full: every write fails.
+    let full = std::path::PathBuf::from("/dev/full");
+    for path in [&trace, &full] {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("ulimit -f 40; trap '' XFSZ; exec \"$0\" \"$@\"")
+            .arg(marmoset())
+            .args(["run", "--sim", "--trace"])
+            .arg(path)
+            .arg("--")
+            .arg(workloads().join("trainer"))
+            .arg("2");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
+                c.env_remove(k);
+            }
+        }
+        let o = c.output().unwrap();
+        ok(&o);
+        assert_eq!(stdout(&o), stdout(&plain), "the program is unchanged");
+        let err = stderr(&o);
+        let ours: Vec<&str> = err.lines().filter(|l| l.contains("marmoset")).collect();
+        assert_eq!(ours.len(), 1, "{err}");
+        assert!(
+            ours[0].contains("writing the trace") && ours[0].contains(&path.display().to_string()),
+            "{err}"
+        );
+    }
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.len() > 1000 && text.len() <= 20480, "{}", text.len());
+    assert!(text.ends_with('\n'), "ends with a whole line");
+    for l in text.lines() {
+        serde_json::from_str::<serde_json::Value>(l).expect("whole JSON lines only");
+    }
+    let o = Command::new(marmoset())
+        .arg("inspect")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(
+        stderr(&o).contains("cut: writing it failed"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_file(&trace).ok();
 }

@@ -3,7 +3,10 @@
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
+
+mod run;
+use run::{RunArgs, run};
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +25,8 @@ enum Cmd {
     /// libcudart.so.13, libcudnn.so.9).
     SimPath,
     /// Run a command under Marmoset (or without it, --no-shim), on the simulated GPU with --sim.
+    /// Its exit status is the command's (127: not found, 126: not runnable); SIGINT, SIGTERM and
+    /// SIGHUP go on to it, and marmoset ends as it does. Sizes are at most 16 EiB.
     Run(RunArgs),
     /// μ-cuDNN offline: the best configuration and the desirable front of a convolution from its
     /// measured micro-configurations (CSV: batch,algo,time_ms,workspace_bytes); with --wd, one
@@ -30,7 +35,7 @@ enum Cmd {
         /// Micro-configuration tables (several with --wd).
         #[arg(long = "table", required = true, value_name = "FILE.csv")]
         tables: Vec<PathBuf>,
-        /// The mini-batch size N.
+        /// The mini-batch size N, 1 to 65536.
         #[arg(long)]
         batch: u64,
         /// Workspace limit per kernel (WR) or in total (--wd), e.g. 64MiB.
@@ -62,7 +67,8 @@ enum Cmd {
         /// The budget: a size, or a fraction of the trace's peak (0.5).
         #[arg(long)]
         budget: Option<String>,
-        /// One of: capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv, autoswap, hybrid, smartpool.
+        /// One of: capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv, autoswap, hybrid, smartpool
+        /// (SmartPool lays tensors out in one pool; --budget is optional with it).
         #[arg(long, default_value = "capuchin")]
         policy: String,
         /// Device profile for the PCIe links: h100, p100 or a profile .json.
@@ -85,37 +91,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-}
-
-#[derive(clap::Args)]
-struct RunArgs {
-    /// Run on the simulated GPU with this device profile (h100, p100, or a profile .json).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "h100", value_name = "PROFILE")]
-    sim: Option<String>,
-    /// Run without libmarmoset.so (plain CUDA, or the plain simulated GPU).
-    #[arg(long)]
-    no_shim: bool,
-    /// Marmoset's policy (MARMOSET_POLICY): none.
-    #[arg(long, value_name = "P")]
-    policy: Option<String>,
-    /// Write a trace of every call (MARMOSET_TRACE).
-    #[arg(long, value_name = "FILE")]
-    trace: Option<PathBuf>,
-    /// Memory budget, a size or a fraction of the device (MARMOSET_MEMORY_LIMIT).
-    #[arg(long, value_name = "SIZE")]
-    memory_limit: Option<String>,
-    /// μ-cuDNN WR: workspace limit per convolution kernel (MARMOSET_WORKSPACE_LIMIT).
-    #[arg(long, value_name = "SIZE")]
-    workspace_limit: Option<String>,
-    /// μ-cuDNN WD: one workspace of this size shared by all kernels (MARMOSET_WORKSPACE_TOTAL).
-    #[arg(long, value_name = "SIZE")]
-    workspace_total: Option<String>,
-    /// Micro-batch sizes benchmarked: all, pow2, undivided (MARMOSET_BATCH_SIZES).
-    #[arg(long, value_name = "SIZES")]
-    batch_sizes: Option<String>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    cmd: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -221,82 +196,6 @@ fn sim_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn run(a: RunArgs) -> Result<ExitCode> {
-    let mut cmd = Command::new(&a.cmd[0]);
-    cmd.args(&a.cmd[1..]);
-    if a.no_shim {
-        if a.policy.is_some()
-            || a.trace.is_some()
-            || a.memory_limit.is_some()
-            || a.workspace_limit.is_some()
-        {
-            bail!(
-                "--policy, --trace, --memory-limit and --workspace-limit need the shim: drop --no-shim"
-            );
-        }
-    } else {
-        let lib = build_dir()?.join("libmarmoset.so");
-        if !lib.is_file() {
-            bail!(
-                "{} is missing (build it with `cargo build --release --workspace`)",
-                lib.display()
-            );
-        }
-        let mut preload = lib.into_os_string();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-            preload.push(":");
-            preload.push(old);
-        }
-        cmd.env("LD_PRELOAD", preload);
-        if let Some(p) = &a.policy {
-            cmd.env("MARMOSET_POLICY", p);
-        }
-        if let Some(t) = &a.trace {
-            cmd.env("MARMOSET_TRACE", t);
-        }
-        for (flag, var, value) in [
-            ("--memory-limit", "MARMOSET_MEMORY_LIMIT", &a.memory_limit),
-            (
-                "--workspace-limit",
-                "MARMOSET_WORKSPACE_LIMIT",
-                &a.workspace_limit,
-            ),
-        ] {
-            if let Some(v) = value {
-                let fraction = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|f| *f > 0.0 && *f <= 1.0 && v.contains('.'));
-                if fraction.is_none() || var == "MARMOSET_WORKSPACE_LIMIT" {
-                    planner::parse_size(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
-                }
-                cmd.env(var, v);
-            }
-        }
-    }
-    if let Some(profile) = &a.sim {
-        let known = planner::sim::profiles();
-        if !known.contains(&profile.as_str()) && !profile.ends_with(".json") {
-            bail!(
-                "unknown profile {profile:?}: accepted are {} or a profile .json",
-                known.join(", ")
-            );
-        }
-        let dir = sim_dir()?;
-        let mut path = dir.into_os_string();
-        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
-            path.push(":");
-            path.push(old);
-        }
-        cmd.env("LD_LIBRARY_PATH", path)
-            .env("SIMGPU_PROFILE", profile);
-    }
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot run {}", a.cmd[0]))?;
-    Ok(exit_code(status))
-}
-
 fn config_json(c: &planner::microbatch::Configuration) -> serde_json::Value {
     serde_json::json!({
         "time_ms": c.time_ms,
@@ -333,7 +232,13 @@ fn microbatch(
     let sizes = Sizes::parse(sizes)
         .with_context(|| format!("--sizes {sizes:?}: accepted are {}", Sizes::ACCEPTED))?;
     if batch == 0 {
-        bail!("--batch must be at least 1");
+        bail!("--batch: at least 1");
+    }
+    if batch > planner::microbatch::MAX_BATCH {
+        bail!(
+            "--batch {batch}: at most {}",
+            planner::microbatch::MAX_BATCH
+        );
     }
     let mut loaded = Vec::new();
     for t in tables {
@@ -438,13 +343,22 @@ fn microbatch(
     Ok(ExitCode::SUCCESS)
 }
 
+/// A Marmoset trace's records, up to its last complete one; a cut is said on stderr.
+fn read_trace(path: &Path, text: &str) -> Result<Vec<planner::trace::Record>> {
+    let (records, cut) = planner::trace::read_with_cut(text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if let Some(note) = cut {
+        eprintln!("marmoset: {}: {note}", path.display());
+    }
+    Ok(records)
+}
+
 fn load_model(path: &Path) -> Result<planner::model::Trace> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.contains("\"kind\":\"header\"") {
-        let records =
-            planner::trace::read(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let records = read_trace(path, &text)?;
         return planner::model::from_marmoset(&records)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
     }
@@ -467,6 +381,16 @@ fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
     if format != "dtr" {
         bail!("unknown format {format:?}: accepted is dtr");
     }
+    // Writing the output over the log (the same file, by any name) would lose the log.
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(a), Ok(b)) = (std::fs::metadata(log), std::fs::metadata(output))
+        && (a.dev(), a.ino()) == (b.dev(), b.ino())
+    {
+        bail!(
+            "-o {}: that is the log being imported; name another file",
+            output.display()
+        );
+    }
     let text =
         std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
     let t =
@@ -479,7 +403,7 @@ fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
         t.ops.len(),
         t.storages.len(),
         t.peak(),
-        t.compute_time()
+        t.compute_time() + 0.0
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -501,6 +425,29 @@ fn plan(
     let link = Link::from_profile(&prof);
     let peak = t.peak();
     let base = t.compute_time();
+    // Slowdowns and fractions of the peak are ratios: an empty trace has none to give.
+    if t.ops.is_empty() || peak == 0 {
+        bail!(
+            "{}: no operations or no memory: nothing to plan",
+            path.display()
+        );
+    }
+    if base <= 0.0 {
+        bail!(
+            "{}: its operations take no time: no slowdown to plan against",
+            path.display()
+        );
+    }
+    let parse_budget = |budget: &str| -> Result<u64> {
+        Ok(match budget.parse::<f64>() {
+            Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => (peak as f64 * f) as u64,
+            _ => planner::parse_size(budget)
+                .map_err(|e| anyhow::anyhow!("--budget: {e} (or a fraction of the peak, 0.5)"))?,
+        })
+    };
+    if policy == "smartpool" && !sweep {
+        return smartpool(&t, budget.map(parse_budget).transpose()?, explain, json);
+    }
     // One plan's figures, as `--json` prints them.
     let summary = |policy: &str, budget_bytes: u64, o: &planner::timeline::Outcome| {
         serde_json::json!({
@@ -617,14 +564,10 @@ fn plan(
     let Some(budget) = budget else {
         bail!("--budget is needed (or --sweep)")
     };
-    let budget_bytes = match budget.parse::<f64>() {
-        Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => (peak as f64 * f) as u64,
-        _ => planner::parse_size(budget)
-            .map_err(|e| anyhow::anyhow!("--budget: {e} (or a fraction of the peak, 0.5)"))?,
-    };
+    let budget_bytes = parse_budget(budget)?;
     let Some((plan, o)) = run(policy, &t, budget_bytes, link) else {
         bail!(
-            "unknown policy {policy:?}: accepted are {}",
+            "--policy: unknown policy {policy:?}: accepted are {}, smartpool",
             POLICIES.join(", ")
         );
     };
@@ -708,11 +651,53 @@ fn plan(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `plan --policy smartpool`: SmartPool lays every tensor out in one pool (it swaps and
+/// recomputes nothing): the pool's size against the peak load, and against the budget if given.
+fn smartpool(
+    t: &planner::model::Trace,
+    budget: Option<u64>,
+    explain: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let pool = planner::pool::smartpool(t);
+    if json {
+        let v = serde_json::json!({
+            "policy": "smartpool",
+            "pool_bytes": pool.size,
+            "peak_load_bytes": pool.peak_load,
+            "competitive_ratio": pool.ratio(),
+            "budget_bytes": budget,
+            "feasible": budget.map(|b| pool.size <= b),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "smartpool: a pool of {} B for a peak load of {} B (competitive ratio {:.4}){}",
+            pool.size,
+            pool.peak_load,
+            pool.ratio(),
+            match budget {
+                Some(b) if pool.size <= b => format!(", within the budget of {b} B"),
+                Some(b) => format!(", NOT within the budget of {b} B"),
+                None => String::new(),
+            }
+        );
+    }
+    if explain {
+        for (s, off) in pool.offsets.iter().enumerate() {
+            let size = t.storages[s].size;
+            if size > 0 {
+                println!("  storage {s} ({size} B): offset {off}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let records =
-        planner::trace::read(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let records = read_trace(path, &text)?;
     let s = planner::inspect::summarize(&records);
     if json {
         let v = serde_json::json!({
@@ -735,14 +720,4 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
         print!("{s}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The command's own exit status; a signal becomes 128 + its number, as shells report it.
-fn exit_code(s: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
-        _ => ExitCode::FAILURE,
-    }
 }

@@ -137,11 +137,12 @@ pub struct Kernel {
     pub sizes: Vec<usize>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+/// Which allocations, copies and launches fail (their numbers, counted from 1).
+#[derive(Debug, Default, Clone)]
 struct FailSpec {
-    alloc: Option<u64>,
-    copy: Option<u64>,
-    launch: Option<u64>,
+    alloc: Vec<u64>,
+    copy: Vec<u64>,
+    launch: Vec<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -310,7 +311,7 @@ impl Device {
     fn count_alloc(&mut self) -> Result<(), i32> {
         injected(
             &mut self.counters.allocs,
-            self.fail.alloc,
+            &self.fail.alloc,
             "allocation",
             OUT_OF_MEMORY,
         )
@@ -914,14 +915,14 @@ impl Device {
 
     pub fn count_copy(&mut self) -> Result<(), i32> {
         self.check_sticky()?;
-        injected(&mut self.counters.copies, self.fail.copy, "copy", UNKNOWN)
+        injected(&mut self.counters.copies, &self.fail.copy, "copy", UNKNOWN)
     }
 
     pub fn count_launch(&mut self) -> Result<(), i32> {
         self.check_sticky()?;
         injected(
             &mut self.counters.launches,
-            self.fail.launch,
+            &self.fail.launch,
             "launch",
             LAUNCH_FAILED,
         )
@@ -1003,9 +1004,9 @@ fn parse_fail(v: &str) -> Result<FailSpec, String> {
             return Err(bad());
         }
         match what.trim() {
-            "alloc" => f.alloc = Some(n),
-            "copy" => f.copy = Some(n),
-            "launch" => f.launch = Some(n),
+            "alloc" => f.alloc.push(n),
+            "copy" => f.copy.push(n),
+            "launch" => f.launch.push(n),
             _ => return Err(bad()),
         }
     }
@@ -1013,9 +1014,9 @@ fn parse_fail(v: &str) -> Result<FailSpec, String> {
 }
 
 /// Counts one more `what` and fails it with `code` when it is the one SIMGPU_FAIL names.
-fn injected(count: &mut u64, fail_at: Option<u64>, what: &str, code: i32) -> Result<(), i32> {
+fn injected(count: &mut u64, fail_at: &[u64], what: &str, code: i32) -> Result<(), i32> {
     *count += 1;
-    if fail_at == Some(*count) {
+    if fail_at.contains(count) {
         eprintln!("simgpu: injected failure: {what} #{count} (SIMGPU_FAIL)");
         return Err(code);
     }
@@ -1105,7 +1106,14 @@ mod tests {
     #[test]
     fn fail_spec() {
         let f = parse_fail("alloc:3,launch:2").unwrap();
-        assert_eq!((f.alloc, f.copy, f.launch), (Some(3), None, Some(2)));
+        assert_eq!((f.alloc, f.copy, f.launch), (vec![3], vec![], vec![2]));
+        // Every entry of a kind fires, not only the last one.
+        let f = parse_fail("copy:45,copy:46,alloc:1").unwrap();
+        assert_eq!(f.copy, [45, 46]);
+        let mut d = dev(8 << 20, Mode::Data);
+        d.fail = f;
+        let fired: Vec<u64> = (1..=50).filter(|_| d.count_copy().is_err()).collect();
+        assert_eq!(fired, [45, 46]);
         assert!(parse_fail("alloc:0").is_err());
         assert!(parse_fail("free:1").is_err());
     }

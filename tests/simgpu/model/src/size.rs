@@ -23,12 +23,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "tb" => 1e12,
         _ => return Err(format!("{text:?} is not a size: expected {ACCEPTED}")),
     };
+    let out_of_range = || format!("{text:?} is out of range: at most {} B (16 EiB)", u64::MAX);
+    // Whole numbers exactly (an f64 rounds above 2^53), others through f64.
+    if !num.contains('.') && !num.is_empty() {
+        let n: u64 = num.parse().map_err(|_| out_of_range())?;
+        return n.checked_mul(mult as u64).ok_or_else(out_of_range);
+    }
     let value: f64 = num
         .parse()
         .map_err(|_| format!("{text:?} is not a size: expected {ACCEPTED}"))?;
     let bytes = value * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("{text:?} is out of range"));
+    // u64::MAX as f64 is 2^64, itself out of range.
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return Err(out_of_range());
     }
     if unit.is_empty() && num.contains('.') {
         return Err(format!("{text:?}: a byte count must be a whole number"));
@@ -55,5 +62,25 @@ mod tests {
         for bad in ["", "abc", "12XB", "-5", "1.5", "MiB", "1e400GiB"] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn the_range_ends_at_u64_max_exactly_instead_of_clamping() {
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert_eq!(parse_size("18446744073709551614").unwrap(), u64::MAX - 1);
+        for bad in [
+            "18446744073709551616",
+            "99999999999999999999999",
+            "16777216TiB",
+            "16777216.0TiB",
+            "18446744073709551616.0",
+        ] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(
+                e.contains("out of range") && e.contains("at most"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(parse_size("16777215TiB").unwrap(), 16777215u64 << 40);
     }
 }

@@ -1,0 +1,310 @@
+//! `marmoset run`: a command under Marmoset (LD_PRELOAD and its settings) or on the simulated GPU.
+//!
+//! Every flag that configures libmarmoset.so is one row of [`RunArgs::settings`]: its variable
+//! and the check of its value (the library's own rules, from `planner::settings`), so a flag
+//! cannot be accepted and then lost. SIGINT, SIGTERM and SIGHUP sent to marmoset go on to the
+//! program, and marmoset ends as the program does.
+
+use crate::{build_dir, sim_dir};
+use anyhow::{Result, bail};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Run on the simulated GPU with this device profile (h100, p100, or a profile .json).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "h100", value_name = "PROFILE")]
+    sim: Option<String>,
+    /// Run without libmarmoset.so (plain CUDA, or the plain simulated GPU).
+    #[arg(long)]
+    no_shim: bool,
+    /// Marmoset's policy (MARMOSET_POLICY): none, lru.
+    #[arg(long, value_name = "P")]
+    policy: Option<String>,
+    /// Write a trace of every call (MARMOSET_TRACE).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Memory budget, a size (at most 16 EiB) or a fraction of the device in (0, 1]
+    /// (MARMOSET_MEMORY_LIMIT).
+    #[arg(long, value_name = "SIZE")]
+    memory_limit: Option<String>,
+    /// μ-cuDNN WR: workspace limit per convolution kernel, a size (MARMOSET_WORKSPACE_LIMIT).
+    #[arg(long, value_name = "SIZE")]
+    workspace_limit: Option<String>,
+    /// μ-cuDNN WD: one workspace of this size shared by all kernels (MARMOSET_WORKSPACE_TOTAL).
+    #[arg(long, value_name = "SIZE")]
+    workspace_total: Option<String>,
+    /// Micro-batch sizes benchmarked: all, pow2, undivided (MARMOSET_BATCH_SIZES).
+    #[arg(long, value_name = "SIZES")]
+    batch_sizes: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<String>,
+}
+
+/// A value's check: Err is what is accepted.
+type Check = fn(&str) -> Result<(), String>;
+
+fn size(v: &str) -> Result<(), String> {
+    planner::parse_size(v).map(|_| ())
+}
+
+fn limit(v: &str) -> Result<(), String> {
+    planner::settings::parse_limit(v)
+        .map(|_| ())
+        .ok_or_else(|| format!("{v:?}: accepted is {}", planner::settings::limit_accepted()))
+}
+
+fn policy(v: &str) -> Result<(), String> {
+    if planner::settings::RUNTIME_POLICIES.contains(&v) {
+        return Ok(());
+    }
+    Err(format!(
+        "unknown policy {v:?}: accepted are {}",
+        planner::settings::RUNTIME_POLICIES.join(", ")
+    ))
+}
+
+fn batch_sizes(v: &str) -> Result<(), String> {
+    use planner::microbatch::Sizes;
+    Sizes::parse(v)
+        .map(|_| ())
+        .ok_or_else(|| format!("{v:?}: accepted are {}", Sizes::ACCEPTED))
+}
+
+fn path(v: &str) -> Result<(), String> {
+    if v.is_empty() {
+        return Err("an empty path".into());
+    }
+    Ok(())
+}
+
+impl RunArgs {
+    /// (flag, variable, value, check) of every flag that configures libmarmoset.so.
+    fn settings(&self) -> [(&'static str, &'static str, Option<String>, Check); 6] {
+        [
+            ("--policy", "MARMOSET_POLICY", self.policy.clone(), policy),
+            (
+                "--trace",
+                "MARMOSET_TRACE",
+                self.trace
+                    .as_ref()
+                    .map(|t| t.to_string_lossy().into_owned()),
+                path,
+            ),
+            (
+                "--memory-limit",
+                "MARMOSET_MEMORY_LIMIT",
+                self.memory_limit.clone(),
+                limit,
+            ),
+            (
+                "--workspace-limit",
+                "MARMOSET_WORKSPACE_LIMIT",
+                self.workspace_limit.clone(),
+                size,
+            ),
+            (
+                "--workspace-total",
+                "MARMOSET_WORKSPACE_TOTAL",
+                self.workspace_total.clone(),
+                size,
+            ),
+            (
+                "--batch-sizes",
+                "MARMOSET_BATCH_SIZES",
+                self.batch_sizes.clone(),
+                batch_sizes,
+            ),
+        ]
+    }
+}
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..]);
+    let settings = a.settings();
+    for (flag, _, value, check) in &settings {
+        if let Some(v) = value {
+            check(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        }
+    }
+    if a.no_shim {
+        let given: Vec<&str> = settings
+            .iter()
+            .filter(|s| s.2.is_some())
+            .map(|s| s.0)
+            .collect();
+        if !given.is_empty() {
+            bail!("{} need(s) the shim: drop --no-shim", given.join(", "));
+        }
+    } else {
+        let lib = build_dir()?.join("libmarmoset.so");
+        if !lib.is_file() {
+            bail!(
+                "{} is missing (build it with `cargo build --release --workspace`)",
+                lib.display()
+            );
+        }
+        let mut preload = lib.into_os_string();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload);
+        for (_, var, value, _) in &settings {
+            if let Some(v) = value {
+                cmd.env(var, v);
+            }
+        }
+        // The trace's own path as given (it may not be valid UTF-8).
+        if let Some(t) = &a.trace {
+            cmd.env("MARMOSET_TRACE", t);
+        }
+    }
+    if let Some(profile) = &a.sim {
+        let known = planner::sim::profiles();
+        if !known.contains(&profile.as_str()) && !profile.ends_with(".json") {
+            bail!(
+                "unknown profile {profile:?}: accepted are {} or a profile .json",
+                known.join(", ")
+            );
+        }
+        let dir = sim_dir()?;
+        let mut path = dir.into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", path)
+            .env("SIMGPU_PROFILE", profile);
+    }
+    signals::run(cmd, &a.cmd[0])
+}
+
+/// Running the program with SIGINT, SIGTERM and SIGHUP forwarded to it.
+mod signals {
+    use std::process::{Command, ExitCode};
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+    /// The program's pid once it runs (0 before).
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // A signal the terminal sent to the whole foreground group reached the program too;
+        // only what a process sent to marmoset alone goes on (as sudo does).
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        if !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL {
+            return;
+        }
+        let pid = CHILD.load(Ordering::Acquire);
+        if pid > 0 {
+            // SAFETY: kill is async-signal-safe; pid is our own child's.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
+    /// Blocks (true) or unblocks the forwarded signals in this thread (async-signal-safe: it
+    /// runs in the child between fork and exec too).
+    fn mask(block: bool) {
+        // SAFETY: a sigset_t built with sigemptyset/sigaddset, for this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in FORWARDED {
+                libc::sigaddset(&mut set, s);
+            }
+            let how = if block {
+                libc::SIG_BLOCK
+            } else {
+                libc::SIG_UNBLOCK
+            };
+            libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+        }
+    }
+
+    pub fn run(mut cmd: Command, name: &str) -> anyhow::Result<ExitCode> {
+        use std::os::unix::process::CommandExt;
+        // Blocked until the pid is known, so none is lost in between; the program itself starts
+        // with them unblocked.
+        mask(true);
+        // SAFETY: the closure only calls pthread_sigmask, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                mask(false);
+                Ok(())
+            })
+        };
+        let child = cmd.spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                mask(false);
+                eprintln!("marmoset: cannot run {name}: {e}");
+                // As shells: 127 not found, 126 found but not runnable.
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
+                return Ok(ExitCode::from(code));
+            }
+        };
+        CHILD.store(child.id() as i32, Ordering::Release);
+        for s in FORWARDED {
+            // SAFETY: installing an SA_SIGINFO handler that only calls kill.
+            unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = forward as *const () as usize;
+                act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut act.sa_mask);
+                libc::sigaction(s, &act, std::ptr::null_mut());
+            }
+        }
+        mask(false);
+        let status = child.wait();
+        let status = match status {
+            Ok(s) => s,
+            Err(e) => anyhow::bail!("waiting for {name}: {e}"),
+        };
+        Ok(end_as(status))
+    }
+
+    /// Ends as the program did: its exit status, or killed by the same signal (a signal that
+    /// would dump marmoset's core instead gives 128 + its number, as shells report it).
+    fn end_as(s: std::process::ExitStatus) -> ExitCode {
+        use std::os::unix::process::ExitStatusExt;
+        match (s.code(), s.signal()) {
+            (Some(c), _) => ExitCode::from(c as u8),
+            (None, Some(sig)) => {
+                let dumps = [
+                    libc::SIGQUIT,
+                    libc::SIGILL,
+                    libc::SIGTRAP,
+                    libc::SIGABRT,
+                    libc::SIGBUS,
+                    libc::SIGFPE,
+                    libc::SIGSEGV,
+                    libc::SIGXCPU,
+                    libc::SIGXFSZ,
+                    libc::SIGSYS,
+                ];
+                if !dumps.contains(&sig) {
+                    // SAFETY: restoring the default action and raising the signal on ourselves.
+                    unsafe {
+                        libc::signal(sig, libc::SIG_DFL);
+                        let mut set: libc::sigset_t = std::mem::zeroed();
+                        libc::sigemptyset(&mut set);
+                        libc::sigaddset(&mut set, sig);
+                        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                        libc::raise(sig);
+                    }
+                }
+                ExitCode::from((128 + sig) as u8)
+            }
+            _ => ExitCode::FAILURE,
+        }
+    }
+}
