@@ -1466,3 +1466,5 @@ mod abi_crosscheck {
         );
     }
 }
+
+include!(concat!(env!("OUT_DIR"), "/stubs.rs"));
