@@ -11,6 +11,8 @@
 
 mod context;
 mod device;
+mod fatbin;
+mod modules;
 mod props;
 
 use device::*;
@@ -887,15 +889,45 @@ const LAUNCH_PARAM_END: usize = 0;
 const LAUNCH_PARAM_BUFFER_POINTER: usize = 1;
 const LAUNCH_PARAM_BUFFER_SIZE: usize = 2;
 
-/// Runs one launch of a registered kernel on `stream`.
+/// The packed argument buffer and its size from a launch's `extra` list.
+fn extra_buffer(extra: *mut *mut c_void) -> Result<(*mut u8, usize), CUresult> {
+    let (mut buf, mut size) = (std::ptr::null_mut::<u8>(), None);
+    let mut i = 0;
+    loop {
+        // SAFETY: extra is a LAUNCH_PARAM_END-terminated list of (key, value) pairs.
+        let key = unsafe { *extra.add(i) } as usize;
+        if key == LAUNCH_PARAM_END {
+            break;
+        }
+        // SAFETY: as above; each key is followed by its value.
+        let val = unsafe { *extra.add(i + 1) };
+        match key {
+            LAUNCH_PARAM_BUFFER_POINTER => buf = val as *mut u8,
+            // SAFETY: the BUFFER_SIZE value points to a size_t.
+            LAUNCH_PARAM_BUFFER_SIZE if !val.is_null() => {
+                size = Some(unsafe { *(val as *const usize) })
+            }
+            _ => return Err(INVALID_VALUE),
+        }
+        i += 2;
+    }
+    Ok((buf, size.ok_or(INVALID_VALUE)?))
+}
+
+/// Runs one launch of a registered kernel on `stream`: a host-implemented one
+/// (`simgpuRegisterKernel`) or a fatbin kernel (`modules`).
 fn launch(
     f: Handle,
     grid: [c_uint; 3],
     block: [c_uint; 3],
+    shared: c_uint,
     stream: Handle,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    if let Some(r) = modules::launch(f as usize, grid, block, shared, stream, params, extra) {
+        return r;
+    }
     let prep = (|| -> Result<(KernelFn, Vec<*mut c_void>, bool), CUresult> {
         let mut d = lock()?;
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
@@ -909,32 +941,13 @@ fn launch(
             // SAFETY: kernelParams holds one pointer per parameter (API contract).
             args.extend((0..k.offsets.len()).map(|i| unsafe { *params.add(i) }));
         } else if !extra.is_null() {
-            let (mut buf, mut size) = (std::ptr::null_mut::<u8>(), None);
-            let mut i = 0;
-            loop {
-                // SAFETY: extra is a LAUNCH_PARAM_END-terminated list of (key, value) pairs.
-                let key = unsafe { *extra.add(i) } as usize;
-                if key == LAUNCH_PARAM_END {
-                    break;
-                }
-                // SAFETY: as above; each key is followed by its value.
-                let val = unsafe { *extra.add(i + 1) };
-                match key {
-                    LAUNCH_PARAM_BUFFER_POINTER => buf = val as *mut u8,
-                    // SAFETY: the BUFFER_SIZE value points to a size_t.
-                    LAUNCH_PARAM_BUFFER_SIZE if !val.is_null() => {
-                        size = Some(unsafe { *(val as *const usize) })
-                    }
-                    _ => return Err(INVALID_VALUE),
-                }
-                i += 2;
-            }
+            let (buf, size) = extra_buffer(extra)?;
             let need = k
                 .offsets
                 .last()
                 .map(|o| o + k.sizes.last().unwrap())
                 .unwrap_or(0);
-            if buf.is_null() || size.is_none_or(|s| s < need) {
+            if buf.is_null() || size < need {
                 return Err(INVALID_VALUE);
             }
             // SAFETY: buf holds `size` >= need bytes, so each offset is inside it.
@@ -998,12 +1011,12 @@ pub extern "C" fn cuLaunchKernel(
     bx: c_uint,
     by: c_uint,
     bz: c_uint,
-    _shared: c_uint,
+    shared: c_uint,
     stream: Handle,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    launch(f, [gx, gy, gz], [bx, by, bz], stream, params, extra)
+    launch(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
 }
 
 /// CUlaunchConfig (cuda.h).
@@ -1028,7 +1041,7 @@ pub extern "C" fn cuLaunchKernelEx(
     let Some(c) = (unsafe { config.as_ref() }) else {
         return INVALID_VALUE;
     };
-    launch(f, c.grid, c.block, c.stream, params, extra)
+    launch(f, c.grid, c.block, c.shared, c.stream, params, extra)
 }
 
 #[unsafe(no_mangle)]
@@ -1038,6 +1051,18 @@ pub extern "C" fn cuFuncGetParamInfo(
     offset: *mut usize,
     size: *mut usize,
 ) -> CUresult {
+    if modules::is_registered(f as usize) {
+        return match modules::params(f as usize) {
+            Ok(k) => match k.params.get(index) {
+                Some(&(o, s)) => out(offset, o)
+                    .and_then(|_| out(size, s))
+                    .err()
+                    .unwrap_or(SUCCESS),
+                None => INVALID_VALUE,
+            },
+            Err(e) => e,
+        };
+    }
     with(|d| {
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
         let (o, s) = (*k.offsets.get(index).ok_or(INVALID_VALUE)?, k.sizes[index]);
@@ -1048,6 +1073,13 @@ pub extern "C" fn cuFuncGetParamInfo(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: Handle) -> CUresult {
+    if let Some(n) = modules::name(f as usize) {
+        let c = std::ffi::CString::new(n).unwrap_or_default();
+        // Names live as long as the process, like a module's.
+        return out(name, c.into_raw() as *const c_char)
+            .err()
+            .unwrap_or(SUCCESS);
+    }
     with(|d| {
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
         let c = std::ffi::CString::new(k.name.clone()).map_err(|_| UNKNOWN)?;
