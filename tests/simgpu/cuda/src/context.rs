@@ -499,8 +499,10 @@ fn kernel_resources(_d: &Device, _f: u64) -> (c_int, c_int) {
     (32, 0)
 }
 
-fn known_kernel(d: &Device, f: Handle) -> Result<u64, CUresult> {
-    if d.kernels.contains_key(&(f as u64)) {
+/// `f` as a kernel: one registered with a host implementation or from a fatbin. `fatbin` is
+/// `modules::is_registered(f)`, asked before the device lock is taken (lock order).
+fn known_kernel(d: &Device, f: Handle, fatbin: bool) -> Result<u64, CUresult> {
+    if fatbin || d.kernels.contains_key(&(f as u64)) {
         Ok(f as u64)
     } else {
         Err(INVALID_HANDLE)
@@ -509,8 +511,9 @@ fn known_kernel(d: &Device, f: Handle) -> Result<u64, CUresult> {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) -> CUresult {
+    let fatbin = crate::modules::is_registered(f as usize);
     with(|d| {
-        let k = known_kernel(d, f)?;
+        let k = known_kernel(d, f, fatbin)?;
         let (regs, shared) = kernel_resources(d, k);
         let cc = d.profile.compute_capability;
         let optin = crate::props::arch(cc).shared_per_block_optin;
@@ -539,8 +542,9 @@ pub extern "C" fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) -> C
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuFuncSetAttribute(f: Handle, attr: c_int, value: c_int) -> CUresult {
+    let fatbin = crate::modules::is_registered(f as usize);
     with(|d| {
-        let k = known_kernel(d, f)?;
+        let k = known_kernel(d, f, fatbin)?;
         let optin = crate::props::arch(d.profile.compute_capability).shared_per_block_optin;
         match attr {
             8 => {
@@ -564,8 +568,9 @@ pub extern "C" fn cuFuncSetAttribute(f: Handle, attr: c_int, value: c_int) -> CU
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuFuncSetCacheConfig(f: Handle, config: c_int) -> CUresult {
+    let fatbin = crate::modules::is_registered(f as usize);
     with(|d| {
-        known_kernel(d, f)?;
+        known_kernel(d, f, fatbin)?;
         // CU_FUNC_CACHE_PREFER_NONE .. PREFER_EQUAL (0..=3): a hint.
         if (0..=3).contains(&config) {
             Ok(())
@@ -614,12 +619,13 @@ pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     dyn_shared: usize,
     flags: c_uint,
 ) -> CUresult {
+    let fatbin = crate::modules::is_registered(f as usize);
     with(|d| {
         // CU_OCCUPANCY_DEFAULT 0, CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE 1.
         if flags > 1 {
             return Err(INVALID_VALUE);
         }
-        let k = known_kernel(d, f)?;
+        let k = known_kernel(d, f, fatbin)?;
         let v = occupancy(d, k, block, dyn_shared)?;
         out(n, v)
     })
@@ -802,4 +808,21 @@ pub fn procs() -> &'static [(&'static str, c_int, usize)] {
             ]
         });
     &T
+}
+
+// ==================================================================== module data
+
+/// Device memory for a module's variable (`__cudaRegisterVar`): it takes device memory like the
+/// program's allocations but is not one (no allocation is counted or injected).
+#[unsafe(no_mangle)]
+pub extern "C" fn simgpuAllocModuleData(size: usize, dptr: *mut CUdeviceptr) -> CUresult {
+    with(|d| {
+        let p = d.alloc_mapped(size as u64)?;
+        out(dptr, p)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn simgpuFreeModuleData(dptr: CUdeviceptr) -> CUresult {
+    with(|d| d.free(dptr))
 }
