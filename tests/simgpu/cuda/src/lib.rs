@@ -10,6 +10,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod device;
+mod library;
 
 use device::*;
 use simgpu_model::CopyDir;
