@@ -171,8 +171,11 @@ pub struct Gemm {
     pub alpha: Option<f64>,
     pub beta: Option<f64>,
     pub epilogue: Epilogue,
-    /// Workspace the call may use (bounds split-k).
+    /// Workspace the call may use (bounds split-k), and where it is (0: the library's own).
     pub workspace: u64,
+    pub workspace_ptr: u64,
+    /// The (tile, k split) an algorithm fixed; None: the fastest the workspace allows.
+    pub config: Option<([u32; 2], u32)>,
 }
 
 fn round_in(r: Round, v: f64) -> f64 {
@@ -235,14 +238,28 @@ impl Gemm {
 
     /// The model's estimate for this call.
     pub fn estimate(&self, s: &Sim) -> GemmEstimate {
-        s.profile
-            .gemm_time(&self.shape(), self.compute.math, self.workspace)
+        match self.config {
+            Some((tile, split)) => {
+                s.profile
+                    .gemm_option(&self.shape(), self.compute.math, tile, split)
+            }
+            None => s
+                .profile
+                .gemm_time(&self.shape(), self.compute.math, self.workspace),
+        }
     }
 
     /// Runs the call on `stream`: arithmetic in data mode, range checks in shape mode, then the
     /// kernel's simulated time.
     pub fn run(&self, s: &Sim, stream: *mut c_void, what: &CStr) -> Result<GemmEstimate, Status> {
         let est = self.estimate(s);
+        if est.workspace > self.workspace {
+            return Err(INVALID_VALUE);
+        }
+        if est.workspace > 0 && self.workspace_ptr != 0 {
+            // The split's partial sums go to the workspace: it must be mapped.
+            s.check(self.workspace_ptr, est.workspace as usize, what)?;
+        }
         if self.m > 0 && self.n > 0 {
             for bi in 0..self.batch {
                 if s.data_mode() {

@@ -7,6 +7,9 @@
 //! touches an unmapped range traps there, as a kernel would; time goes on the stream through
 //! `simgpu_submit_kernel`, from the tile-and-wave model in `simgpu_model::gemm`.
 
+// The pointers it takes are the C API's arguments, passed on by the libraries' entry points.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 pub mod driver;
 pub mod epilogue;
 pub mod gemm;

@@ -97,18 +97,29 @@ impl Profile {
         }
     }
 
-    /// The time of a GEMM with at most `max_workspace` bytes of workspace.
-    pub fn gemm_time(&self, s: &GemmShape, math: Math, max_workspace: u64) -> GemmEstimate {
+    fn gemm_tiles(&self) -> Vec<[u32; 2]> {
+        match &self.gemm {
+            Some(g) if !g.tiles.is_empty() => g.tiles.clone(),
+            _ => vec![[128, 128], [128, 64], [64, 64]],
+        }
+    }
+
+    /// The time of a GEMM run with output tile `tile` and k split `split` ways (the split's
+    /// partial sums need `split * m * n * batch * 4` bytes of workspace).
+    pub fn gemm_option(
+        &self,
+        s: &GemmShape,
+        math: Math,
+        tile: [u32; 2],
+        split: u32,
+    ) -> GemmEstimate {
         let (tflops, eff) = self.gemm_rate(math);
         let sms = self.sm_count.max(1) as f64;
         let per_sm = tflops * 1e12 * eff / sms;
-        let default_tiles = [[128, 128], [128, 64], [64, 64]];
-        let tiles: &[[u32; 2]] = self
-            .gemm
-            .as_ref()
-            .map_or(&default_tiles[..], |g| &g.tiles[..]);
         let k_step = self.gemm.as_ref().map_or(32, |g| g.k_step.max(1)) as u64;
         let (m, n, k, batch) = (s.m.max(1), s.n.max(1), s.k, s.batch.max(1));
+        let split = split.max(1);
+        let [tm, tn] = [tile[0].max(1), tile[1].max(1)];
         let bytes = (batch
             * ((m * k + k * n) * s.in_bytes + m * n * s.out_bytes * (1 + s.reads_c as u64)))
             as f64;
@@ -117,47 +128,53 @@ impl Profile {
         } else {
             0.0
         };
-        let floor = self.kernel_min_us * 1e-6;
-        let mut best: Option<GemmEstimate> = None;
-        for &[tm, tn] in tiles {
-            let blocks = m.div_ceil(tm as u64) * n.div_ceil(tn as u64) * batch;
+        let workspace = if split > 1 {
+            split as u64 * m * n * batch * 4
+        } else {
+            0
+        };
+        let blocks = m.div_ceil(tm as u64) * n.div_ceil(tn as u64) * batch;
+        let kpart = k.div_ceil(split as u64).div_ceil(k_step).max(1) * k_step;
+        let total = blocks * split as u64;
+        let waves = total.div_ceil(self.sm_count.max(1) as u64);
+        let tile_flops = 2.0 * tm as f64 * tn as f64 * kpart as f64;
+        let mut t = waves as f64 * tile_flops / per_sm;
+        if split > 1 {
+            // The partial sums are written, read back and reduced.
+            t += 2.0 * workspace as f64 / (self.mem_bw_gbs * 1e9);
+        }
+        GemmEstimate {
+            seconds: t.max(mem).max(self.kernel_min_us * 1e-6),
+            tile: [tm, tn],
+            split_k: split,
+            workspace,
+            waves: (total as f64 / sms) as f32,
+        }
+    }
+
+    /// Every (tile, split) the library would consider with at most `max_workspace` bytes of
+    /// workspace, fastest first. Splits are only considered when the tiles alone leave SMs idle.
+    pub fn gemm_options(&self, s: &GemmShape, math: Math, max_workspace: u64) -> Vec<GemmEstimate> {
+        let mut v = Vec::new();
+        let (m, n, batch) = (s.m.max(1), s.n.max(1), s.batch.max(1));
+        for tile in self.gemm_tiles() {
+            let blocks =
+                m.div_ceil(tile[0].max(1) as u64) * n.div_ceil(tile[1].max(1) as u64) * batch;
             for split in SPLITS {
-                let workspace = if split > 1 {
-                    split as u64 * m * n * batch * 4
-                } else {
-                    0
-                };
-                if split > 1 && (workspace > max_workspace || blocks >= self.sm_count as u64) {
+                let e = self.gemm_option(s, math, tile, split);
+                if split > 1 && (e.workspace > max_workspace || blocks >= self.sm_count as u64) {
                     continue;
                 }
-                let kpart = k.div_ceil(split as u64).div_ceil(k_step).max(1) * k_step;
-                let total = blocks * split as u64;
-                let waves = total.div_ceil(self.sm_count.max(1) as u64);
-                let tile_flops = 2.0 * tm as f64 * tn as f64 * kpart as f64;
-                let mut t = waves as f64 * tile_flops / per_sm;
-                if split > 1 {
-                    // The partial sums are written, read back and reduced.
-                    t += 2.0 * workspace as f64 / (self.mem_bw_gbs * 1e9);
-                }
-                let e = GemmEstimate {
-                    seconds: t.max(mem).max(floor),
-                    tile: [tm, tn],
-                    split_k: split,
-                    workspace,
-                    waves: (total as f64 / sms) as f32,
-                };
-                if best.is_none_or(|b| e.seconds < b.seconds) {
-                    best = Some(e);
-                }
+                v.push(e);
             }
         }
-        best.unwrap_or(GemmEstimate {
-            seconds: floor.max(mem),
-            tile: [0, 0],
-            split_k: 1,
-            workspace: 0,
-            waves: 0.0,
-        })
+        v.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        v
+    }
+
+    /// The time of a GEMM with at most `max_workspace` bytes of workspace: its fastest option.
+    pub fn gemm_time(&self, s: &GemmShape, math: Math, max_workspace: u64) -> GemmEstimate {
+        self.gemm_options(s, math, max_workspace)[0]
     }
 }
 
