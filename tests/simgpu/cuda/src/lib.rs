@@ -12,6 +12,7 @@
 mod context;
 mod device;
 mod fatbin;
+mod library;
 mod modules;
 mod props;
 
