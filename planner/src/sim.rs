@@ -7,8 +7,12 @@ pub const LIBRARIES: &[(&str, &str)] = &[
     ("libcudart.so.12", "libsimgpu_cudart12.so"),
     ("libcudart.so.13", "libsimgpu_cudart13.so"),
     ("libcudart.so", "libsimgpu_cudart13.so"),
+    // cuDNN 9 as NVIDIA ships it: a dispatcher and the sub-libraries it opens by soname.
     ("libcudnn.so.9", "libsimgpu_cudnn.so"),
     ("libcudnn.so", "libsimgpu_cudnn.so"),
+    ("libcudnn_graph.so.9", "libsimgpu_cudnn_graph.so"),
+    ("libcudnn_ops.so.9", "libsimgpu_cudnn_ops.so"),
+    ("libcudnn_cnn.so.9", "libsimgpu_cudnn_cnn.so"),
 ];
 
 /// The built files a simulated-GPU directory needs, each once.
@@ -35,10 +39,13 @@ mod tests {
             "libcudart.so.12",
             "libcudart.so.13",
             "libcudnn.so.9",
+            "libcudnn_graph.so.9",
+            "libcudnn_ops.so.9",
+            "libcudnn_cnn.so.9",
         ] {
             assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
         }
-        assert_eq!(built_files().len(), 4);
+        assert_eq!(built_files().len(), 7);
         assert!(profiles().contains(&"h100"));
     }
 }

@@ -162,7 +162,7 @@ fn driver_entry_points_follow_the_requested_version() {
     assert_eq!(v["runtime_entry_point_same"], "1");
     assert_eq!(v["runtime_entry_point_default_same"], "1");
     assert_eq!(v["runtime_version"], "13020");
-    assert_eq!(v["cudnn_version"], "90501");
+    assert_eq!(v["cudnn_version"], "92600");
     let cu12 = run_sim("h100", &[], "sim_probe-cu12", &["entry"]);
     assert_eq!(values(&cu12)["runtime_version"], "12080");
 }
