@@ -6,6 +6,7 @@ use crate::*;
 // ==================================================================== convolutions
 
 /// Everything a convolution call needs, checked.
+#[derive(Clone)]
 pub struct ConvCall {
     pub geom: Geom,
     pub flip: bool,
