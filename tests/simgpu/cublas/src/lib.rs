@@ -214,7 +214,7 @@ pub extern "C" fn cublasGetStream_v2(h: Handle, stream: *mut *mut c_void) -> Sta
 pub extern "C" fn cublasSetWorkspace_v2(h: Handle, ws: *mut c_void, bytes: usize) -> Status {
     update(h, |s| {
         // The workspace must be 256-byte aligned; none (NULL) with size 0 restores the default.
-        if (ws as usize) % 256 != 0 || (ws.is_null() && bytes > 0) {
+        if !(ws as usize).is_multiple_of(256) || (ws.is_null() && bytes > 0) {
             return Err(INVALID_VALUE);
         }
         s.workspace = ws as usize;
