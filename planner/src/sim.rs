@@ -7,8 +7,12 @@ pub const LIBRARIES: &[(&str, &str)] = &[
     ("libcudart.so.12", "libsimgpu_cudart12.so"),
     ("libcudart.so.13", "libsimgpu_cudart13.so"),
     ("libcudart.so", "libsimgpu_cudart13.so"),
+    // cuDNN 9 as NVIDIA ships it: a dispatcher and the sub-libraries it opens by soname.
     ("libcudnn.so.9", "libsimgpu_cudnn.so"),
     ("libcudnn.so", "libsimgpu_cudnn.so"),
+    ("libcudnn_graph.so.9", "libsimgpu_cudnn_graph.so"),
+    ("libcudnn_ops.so.9", "libsimgpu_cudnn_ops.so"),
+    ("libcudnn_cnn.so.9", "libsimgpu_cudnn_cnn.so"),
     ("libcublas.so.13", "libsimgpu_cublas.so"),
     ("libcublas.so", "libsimgpu_cublas.so"),
     ("libcublasLt.so.13", "libsimgpu_cublaslt.so"),
@@ -53,6 +57,9 @@ mod tests {
             "libcublasLt.so.13",
             "libcufft.so.12",
             "libnvshmem_host.so.3",
+            "libcudnn_graph.so.9",
+            "libcudnn_ops.so.9",
+            "libcudnn_cnn.so.9",
         ] {
             assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
         }
@@ -66,7 +73,7 @@ mod tests {
                 "{so} is not served"
             );
         }
-        assert_eq!(built_files().len(), 15);
+        assert_eq!(built_files().len(), 18);
         assert!(profiles().contains(&"h100"));
     }
 }
