@@ -20,6 +20,7 @@
 //!   Winograd counts the reduced multiplies of its tile transform.
 
 pub mod conv;
+pub mod kernels;
 pub mod size;
 
 use serde::Deserialize;
@@ -54,6 +55,8 @@ pub struct Profile {
     pub half_util_flops: f64,
     pub half_util_bytes: f64,
     pub algo_efficiency: AlgoEfficiency,
+    /// The cost model of the kernels in a framework's fatbins ([`kernels`]).
+    pub torch_kernels: kernels::TorchKernelModel,
     pub sources: BTreeMap<String, String>,
 }
 
@@ -127,6 +130,7 @@ impl Profile {
                 self.name
             ));
         }
+        self.torch_kernels.validate(&self.name)?;
         if self.memory_bytes == 0 {
             return Err(format!("profile {}: memory_bytes is 0", self.name));
         }
