@@ -1,4 +1,6 @@
-// The simulated driver answers to the real driver's soname.
+// The simulated driver answers to the real driver's soname, and exports every name torch imports
+// from it (what src/ does not define answers CUDA_ERROR_NOT_SUPPORTED: simgpu-stubgen).
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1");
+    simgpu_stubgen::generate("libcuda.so.1", std::path::Path::new("src"));
 }

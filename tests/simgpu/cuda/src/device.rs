@@ -371,6 +371,16 @@ impl Device {
             return Err(INVALID_VALUE);
         }
         self.count_alloc()?;
+        self.alloc_mapped(size)
+    }
+
+    /// A plain, mapped, accessible allocation that is not the program's own (a module's
+    /// variables): it takes memory but is not counted as an allocation.
+    pub fn alloc_mapped(&mut self, size: u64) -> Result<u64, i32> {
+        self.check_sticky()?;
+        if size == 0 {
+            return Err(INVALID_VALUE);
+        }
         let rounded = size.div_ceil(SMALL_ALIGN) * SMALL_ALIGN;
         let align = if rounded >= GRANULARITY / 2 {
             GRANULARITY
@@ -1020,6 +1030,27 @@ impl Device {
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| "null".into()),
         )
+    }
+}
+
+/// What the driver's pointer and attribute queries need to know about addresses.
+impl Device {
+    /// The accessible device mapping holding `addr`: (start, length).
+    pub fn device_range(&self, addr: u64) -> Option<(u64, u64)> {
+        self.mappings
+            .range(..=addr)
+            .next_back()
+            .filter(|(s, m)| m.access && addr < *s + m.len)
+            .map(|(s, m)| (*s, m.len))
+    }
+
+    /// The pinned (page-locked or registered) host range holding `p`: (start, length).
+    pub fn pinned_range(&self, p: usize) -> Option<(usize, usize)> {
+        self.pinned
+            .range(..=p)
+            .next_back()
+            .filter(|(s, l)| p < *s + *l)
+            .map(|(s, l)| (*s, *l))
     }
 }
 

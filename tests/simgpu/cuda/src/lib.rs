@@ -9,9 +9,12 @@
 // Exported C entry points: their callers are C programs and the pointer contracts are the API's.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod context;
 mod device;
 mod fatbin;
+mod library;
 mod modules;
+mod props;
 
 use device::*;
 use simgpu_model::CopyDir;
@@ -145,16 +148,7 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attrib: c_int, dev: c_int)
         if dev != 0 {
             return Err(101);
         }
-        let value = match attrib {
-            1 => 1024,                             // MAX_THREADS_PER_BLOCK
-            16 => d.profile.sm_count as c_int,     // MULTIPROCESSOR_COUNT
-            41 => 1,                               // UNIFIED_ADDRESSING
-            75 => d.profile.compute_capability[0], // COMPUTE_CAPABILITY_MAJOR
-            76 => d.profile.compute_capability[1], // COMPUTE_CAPABILITY_MINOR
-            102 => 1,                              // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-            115 => 1,                              // MEMORY_POOLS_SUPPORTED
-            _ => return Err(INVALID_VALUE),
-        };
+        let value = props::attribute(d, attrib)?;
         out(v, value)
     })
 }
@@ -168,14 +162,22 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, dev: c_int) -> CUre
         if dev != 0 {
             Err(101)
         } else {
-            out(ctx, CONTEXT as Handle)
+            out(ctx, CONTEXT as Handle)?;
+            context::primary_retained();
+            Ok(())
         }
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
-    with(|_| if dev != 0 { Err(101) } else { Ok(()) })
+    with(|_| {
+        if dev != 0 {
+            Err(101)
+        } else {
+            context::primary_released()
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -201,6 +203,7 @@ pub extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    context::drain_host_functions();
     with(|d| d.device_sync())
 }
 
@@ -674,9 +677,18 @@ pub extern "C" fn cuStreamCreate(s: *mut Handle, flags: c_uint) -> CUresult {
 pub extern "C" fn cuStreamCreateWithPriority(
     s: *mut Handle,
     flags: c_uint,
-    _prio: c_int,
+    prio: c_int,
 ) -> CUresult {
-    cuStreamCreate(s, flags)
+    let r = cuStreamCreate(s, flags);
+    if r == SUCCESS {
+        // SAFETY: cuStreamCreate succeeded, so s is a valid pointer holding the new stream.
+        let h = unsafe { *s } as u64;
+        with(|d| {
+            context::set_priority(d, h, prio);
+            Ok(())
+        });
+    }
+    r
 }
 
 #[unsafe(no_mangle)]
@@ -686,6 +698,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(s: Handle) -> CUresult {
+    context::drain_host_functions();
     with(|d| d.stream_sync(s as u64))
 }
 
@@ -735,6 +748,7 @@ pub extern "C" fn cuEventRecord(e: Handle, s: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(e: Handle) -> CUresult {
+    context::drain_host_functions();
     with(|d| d.event_sync(e as u64))
 }
 
@@ -1210,7 +1224,8 @@ fn lookup(symbol: &CStr, version: c_int) -> (Option<usize>, c_int) {
     };
     let mut found = false;
     let mut best: Option<(c_int, usize)> = None;
-    for &(base, ver, _, f) in proc_table() {
+    let more = context::procs().iter().map(|&(b, v, f)| (b, v, "", f));
+    for (base, ver, _, f) in proc_table().iter().copied().chain(more) {
         if base != name {
             continue;
         }
@@ -1240,6 +1255,9 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: symbol is a NUL-terminated string (API contract).
     let name = unsafe { CStr::from_ptr(symbol) };
     let (f, st) = lookup(name, version);
+    if f.is_none() {
+        log_miss(name, version);
+    }
     if !status.is_null() {
         // SAFETY: non-null status pointer supplied by the caller.
         unsafe { *status = st };
@@ -1247,6 +1265,22 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: pfn is non-null (checked).
     unsafe { *pfn = f.map(|f| f as *mut c_void).unwrap_or(std::ptr::null_mut()) };
     if f.is_some() { SUCCESS } else { NOT_FOUND }
+}
+
+/// At SIMGPU_LOG=debug, names a function a program asked for and did not get, once.
+fn log_miss(name: &CStr, version: c_int) {
+    static SEEN: Mutex<Vec<std::ffi::CString>> = Mutex::new(Vec::new());
+    if !std::env::var("SIMGPU_LOG").is_ok_and(|v| v == "debug") {
+        return;
+    }
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.iter().any(|s| s.as_c_str() == name) {
+        seen.push(name.to_owned());
+        eprintln!(
+            "simgpu: libcuda.so.1: cuGetProcAddress({}, {version}) is not simulated; CUDA_ERROR_NOT_FOUND",
+            name.to_string_lossy()
+        );
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -1498,3 +1532,5 @@ mod abi_crosscheck {
         );
     }
 }
+
+include!(concat!(env!("OUT_DIR"), "/stubs.rs"));

@@ -301,8 +301,9 @@ pub fn cost(p: &Profile, m: &TorchKernelModel, l: &KernelLaunch) -> KernelCost {
     } else {
         0.0
     };
-    let peak = match (half_precision(l.name), p.tensor_tflops) {
-        (true, Some(tc)) => tc * 1e12,
+    // Half-precision arithmetic at the device's FP16 rate (tensor cores where it has them).
+    let peak = match (half_precision(l.name), &p.gemm) {
+        (true, Some(g)) => g.fp16_tflops * 1e12,
         _ => p.fp32_tflops * 1e12,
     };
     let flops = match family {

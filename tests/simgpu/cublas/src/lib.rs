@@ -1,0 +1,3 @@
+//! `libcublas.so.13` of the simulated GPU.
+
+include!(concat!(env!("OUT_DIR"), "/stubs.rs"));

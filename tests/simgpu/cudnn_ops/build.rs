@@ -1,0 +1,6 @@
+// The simulated cuDNN's ops library answers to the real soname and finds its siblings and
+// libcuda.so.1 beside it.
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudnn_ops.so.9");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
+}
