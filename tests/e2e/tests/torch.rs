@@ -34,6 +34,9 @@ fn small_cnn(marmoset_args: &[&str], name: &str) -> (Output, Value) {
         }
     }
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
+    // The legacy cuDNN convolution API: the simulated cuDNN's backend (v8) path does not yet
+    // find an engine for torch's graphs ("GET was unable to find an engine").
+    c.env("TORCH_CUDNN_V8_API_DISABLED", "1");
     let out = c.output().expect("run marmoset");
     ok(&out);
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
@@ -84,17 +87,31 @@ fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     std::fs::remove_file(&trace).ok();
-    for (kind, counter) in [
-        ("launch", "kernels"),
-        ("cudnn", "cudnn_calls"),
-        ("alloc", "allocations"),
-    ] {
-        assert_eq!(
-            of_kind(&records, kind).len() as u64,
-            report[counter].as_u64().unwrap(),
-            "traced {kind} records vs the simulator's {counter}"
-        );
-    }
+    // The program's launches are torch's fatbin kernels; the report's `kernels` also counts the
+    // kernels cuBLAS launches inside its own calls, which a trace of the program's calls does not
+    // hold as launches.
+    let fatbin_launches: u64 = report["fatbin_kernels"]
+        .as_object()
+        .expect("fatbin_kernels in the report")
+        .values()
+        .map(|f| f["launches"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        of_kind(&records, "launch").len() as u64,
+        fatbin_launches,
+        "traced launches vs the simulator's launches of torch's kernels"
+    );
+    // cuDNN calls that compute (the simulator counts those), not the queries.
+    let computing = of_kind(&records, "cudnn")
+        .iter()
+        .filter(|r| !r["api"].as_str().unwrap().contains("Get"))
+        .count() as u64;
+    assert_eq!(computing, report["cudnn_calls"].as_u64().unwrap(), "cuDNN calls");
+    assert_eq!(
+        of_kind(&records, "alloc").len() as u64,
+        report["allocations"].as_u64().unwrap(),
+        "allocations"
+    );
     // Every launch names the allocations its pointer arguments fall in.
     for r in of_kind(&records, "launch") {
         let touches = r["touches"].as_array().map(Vec::len).unwrap_or(0);
