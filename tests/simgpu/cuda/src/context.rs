@@ -593,11 +593,9 @@ pub fn occupancy(d: &Device, f: u64, block: c_int, dyn_shared: usize) -> Result<
     let regs_per_warp = (regs * 32 + 255) / 256 * 256;
     let by_regs = 65536 / (regs_per_warp * warps).max(1);
     let smem = shared as usize + dyn_shared + a.reserved_shared_per_block as usize;
-    let by_smem = if smem == 0 {
-        c_int::MAX
-    } else {
-        (a.shared_per_sm as usize / smem) as c_int
-    };
+    let by_smem = (a.shared_per_sm as usize)
+        .checked_div(smem)
+        .map_or(c_int::MAX, |n| n as c_int);
     Ok(32.min(by_threads).min(by_regs).min(by_smem))
 }
 
