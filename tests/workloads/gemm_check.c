@@ -327,6 +327,65 @@ static void statuses(cublasHandle_t h, void *ws, size_t ws_size) {
   CHECK_CUDA(cudaFree(d));
 }
 
+/* Max relative error of an m x n FP32 result against the reference. */
+static double rel_error(const float *got, const double *ref, int m, int n) {
+  double maxref = 1.0, maxerr = 0.0;
+  for (int i = 0; i < m * n; i++) {
+    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    double e = fabs(got[i] - ref[i]);
+    if (!(e <= maxerr)) maxerr = isnan(e) ? INFINITY : e;
+  }
+  return maxerr / maxref;
+}
+
+/* Reduced precisions: BF16 inputs (the upper half of an FP32), and TF32 tensor-core math, which
+ * rounds FP32 inputs to 10 mantissa bits: exact on values that fit, visibly rounded on others. */
+static void precisions(cublasHandle_t h) {
+  int m = 24, n = 20, k = 48;
+  float one = 1.0f, zero = 0.0f;
+  float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *c = malloc(m * n * 4);
+  uint16_t *a16 = malloc(m * k * 2), *b16 = malloc(k * n * 2);
+  double *ref = malloc((size_t)m * n * sizeof(double));
+  /* Multiples of 1/64 in [-1, 1]: exact in BF16 and TF32. */
+  for (int i = 0; i < m * k; i++) a[i] = (float)rnd(-64, 64) / 64.0f;
+  for (int i = 0; i < k * n; i++) b[i] = (float)rnd(-64, 64) / 64.0f;
+  for (int i = 0; i < m * k; i++) { uint32_t u; memcpy(&u, &a[i], 4); a16[i] = (uint16_t)(u >> 16); }
+  for (int i = 0; i < k * n; i++) { uint32_t u; memcpy(&u, &b[i], 4); b16[i] = (uint16_t)(u >> 16); }
+  reference(m, n, k, 0, 0, 1.0, a, m, b, k, 0.0, NULL, m, ref);
+  void *da = dev_copy(a16, m * k * 2), *db = dev_copy(b16, k * n * 2), *dc = dev_copy(c, m * n * 4);
+  CHECK_BLAS(cublasGemmEx(h, 0, 0, m, n, k, &one, da, CUDA_R_16BF, m, db, CUDA_R_16BF, k, &zero, dc, CUDA_R_32F, m,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  host_copy(c, dc, m * n * 4);
+  expect("bf16 inputs, fp32 output: exact", rel_error(c, ref, m, n) < 1e-6, 1);
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db));
+  da = dev_copy(a, m * k * 4); db = dev_copy(b, k * n * 4);
+  CHECK_BLAS(cublasGemmEx(h, 0, 0, m, n, k, &one, da, CUDA_R_32F, m, db, CUDA_R_32F, k, &zero, dc, CUDA_R_32F, m,
+                          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+  host_copy(c, dc, m * n * 4);
+  expect("tf32 on values that fit in tf32: exact", rel_error(c, ref, m, n) < 1e-6, 1);
+  /* Full FP32 mantissas: FP32 math stays within FP32 rounding, TF32 math does not (on a device
+   * with tensor cores; on one without, TF32 runs as FP32). */
+  for (int i = 0; i < m * k; i++) a[i] = frand();
+  for (int i = 0; i < k * n; i++) b[i] = frand();
+  reference(m, n, k, 0, 0, 1.0, a, m, b, k, 0.0, NULL, m, ref);
+  CHECK_CUDA(cudaMemcpy(da, a, m * k * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(db, b, k * n * 4, cudaMemcpyHostToDevice));
+  CHECK_BLAS(cublasGemmEx(h, 0, 0, m, n, k, &one, da, CUDA_R_32F, m, db, CUDA_R_32F, k, &zero, dc, CUDA_R_32F, m,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  host_copy(c, dc, m * n * 4);
+  double fp32 = rel_error(c, ref, m, n);
+  CHECK_BLAS(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+  CHECK_BLAS(cublasSgemm_v2(h, 0, 0, m, n, k, &one, da, m, db, k, &zero, dc, m));
+  CHECK_BLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  host_copy(c, dc, m * n * 4);
+  double tf32 = rel_error(c, ref, m, n);
+  printf("fp32_error=%.3g tf32_error=%.3g\n", fp32, tf32);
+  expect("fp32 math within fp32 rounding", fp32 < 1e-5, 1);
+  expect("tf32 math mode within tf32 rounding", tf32 < 5e-3, 1);
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db)); CHECK_CUDA(cudaFree(dc));
+  free(a); free(b); free(c); free(a16); free(b16); free(ref);
+}
+
 /* Simulated milliseconds of one GEMM, from events around it on the handle's stream. */
 static double time_gemm(cublasHandle_t h, int m, int n, int k, int type, int compute, void *buf) {
   cudaEvent_t e0, e1;
@@ -394,6 +453,7 @@ int main(int argc, char **argv) {
     }
   }
   statuses(h, ws, ws_size);
+  precisions(h);
   CHECK_BLAS(cublasDestroy_v2(h));
   CHECK_CUDA(cudaFree(ws));
   CHECK_CUDA(cudaStreamDestroy(stream));
