@@ -234,6 +234,91 @@ static int lt_case(cublasHandle_t h, void *ws, size_t ws_size, int epilogue, int
   return ok;
 }
 
+/* D = epilogue(A B) with A m x k, B k x n, D m x n, all packed column-major, on the device. */
+static void lt_plain(cublasHandle_t h, void *ws, size_t ws_size, int epilogue, int m, int n, int k, const float *a,
+                     const float *b, float *d, float *bias, void *aux, int64_t aux_ld) {
+  float one = 1.0f, zero = 0.0f;
+  cublasLtMatmulDesc_t desc;
+  CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  uint32_t epi = (uint32_t)epilogue;
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (aux) {
+    CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  CHECK_BLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m));
+  CHECK_BLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k));
+  CHECK_BLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m));
+  CHECK_BLAS(cublasLtMatmul((cublasLtHandle_t)h, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, NULL, ws, ws_size,
+                            stream));
+  CHECK_BLAS(cublasLtMatrixLayoutDestroy(la));
+  CHECK_BLAS(cublasLtMatrixLayoutDestroy(lb));
+  CHECK_BLAS(cublasLtMatrixLayoutDestroy(ld));
+  CHECK_BLAS(cublasLtMatmulDescDestroy(desc));
+}
+
+static double gelu_grad(double x) {
+  double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* Training through Lt epilogues: a forward GEMM saves the activation's input (GELU) or its
+ * bit-mask (ReLU) in the aux buffer; the backward GEMM multiplies its product by the activation's
+ * derivative read back from it and reduces the bias gradient over the columns. BGRADA reduces
+ * op(A) over k. Each checked against the reference. */
+static int lt_backward(cublasHandle_t h, void *ws, size_t ws_size, int relu, int id) {
+  int m = rnd(1, 40), n = rnd(1, 40), k = rnd(1, 40), k2 = rnd(1, 40);
+  int64_t aux_ld = relu ? (m + 127) / 128 * 128 : (m + 7) / 8 * 8;
+  size_t aux_bytes = relu ? (size_t)(aux_ld * n + 7) / 8 : (size_t)aux_ld * n * 4;
+  float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *g1 = malloc(m * k2 * 4), *g2 = malloc(k2 * n * 4);
+  float *bias = malloc(m * 4), *d = malloc(m * n * 4), *grad = malloc(m * 4);
+  double *z = malloc((size_t)m * n * sizeof(double)), *dref = malloc((size_t)m * n * sizeof(double));
+  double *bref = calloc(m, sizeof(double));
+  for (int i = 0; i < m * k; i++) a[i] = frand();
+  for (int i = 0; i < k * n; i++) b[i] = frand();
+  for (int i = 0; i < m * k2; i++) g1[i] = frand();
+  for (int i = 0; i < k2 * n; i++) g2[i] = frand();
+  for (int i = 0; i < m; i++) bias[i] = frand();
+  float *da = dev_copy(a, m * k * 4), *db = dev_copy(b, k * n * 4), *dg1 = dev_copy(g1, m * k2 * 4);
+  float *dg2 = dev_copy(g2, k2 * n * 4), *dbias = dev_copy(bias, m * 4), *dd = dev_copy(d, m * n * 4);
+  void *daux;
+  CHECK_CUDA(cudaMalloc(&daux, aux_bytes));
+  lt_plain(h, ws, ws_size, relu ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS, m, n, k, da, db,
+           dd, dbias, daux, aux_ld);
+  reference(m, n, k, 0, 0, 1.0, a, m, b, k, 0.0, NULL, m, z);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) z[i + j * m] += bias[i];
+  lt_plain(h, ws, ws_size, relu ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DGELU_BGRAD, m, n, k2, dg1, dg2,
+           dd, dbias, daux, aux_ld);
+  host_copy(d, dd, m * n * 4);
+  host_copy(grad, dbias, m * 4);
+  reference(m, n, k2, 0, 0, 1.0, g1, m, g2, k2, 0.0, NULL, m, dref);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      double zz = z[i + j * m];
+      dref[i + j * m] *= relu ? (zz > 0 ? 1.0 : 0.0) : gelu_grad(zz);
+      bref[i] += dref[i + j * m];
+    }
+  int ok = compare("backward D", d, m, m, n, dref, GAP);
+  ok &= compare("bias gradient", grad, 1, 1, m, bref, GAP);
+  /* BGRADA: the bias gradient is op(A) summed over k, one per row of D. */
+  lt_plain(h, ws, ws_size, CUBLASLT_EPILOGUE_BGRADA, m, n, k, da, db, dd, dbias, NULL, 0);
+  host_copy(grad, dbias, m * 4);
+  for (int i = 0; i < m; i++) {
+    bref[i] = 0;
+    for (int l = 0; l < k; l++) bref[i] += a[i + l * m];
+  }
+  ok &= compare("BGRADA bias gradient", grad, 1, 1, m, bref, GAP);
+  printf("lt backward case %d: %s m=%d n=%d k=%d,%d aux_ld=%lld: %s\n", id, relu ? "relu" : "gelu", m, n, k, k2,
+         (long long)aux_ld, ok ? "ok" : "FAIL");
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db)); CHECK_CUDA(cudaFree(dg1)); CHECK_CUDA(cudaFree(dg2));
+  CHECK_CUDA(cudaFree(dbias)); CHECK_CUDA(cudaFree(dd)); CHECK_CUDA(cudaFree(daux));
+  free(a); free(b); free(g1); free(g2); free(bias); free(d); free(grad); free(z); free(dref); free(bref);
+  return ok;
+}
+
 static void expect(const char *what, int got, int want) {
   int ok = got == want;
   printf("status %s: %d (want %d): %s\n", what, got, want, ok ? "ok" : "FAIL");
@@ -451,6 +536,9 @@ int main(int argc, char **argv) {
     for (size_t e = 0; e < sizeof epilogues / sizeof *epilogues; e++) {
       if (lt_case(h, ws, ws_size, epilogues[e], i)) passed++; else failed++;
     }
+  }
+  for (int i = 0; i < cases; i++) {
+    if (lt_backward(h, ws, ws_size, i & 1, i)) passed++; else failed++;
   }
   statuses(h, ws, ws_size);
   precisions(h);
