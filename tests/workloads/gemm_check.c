@@ -319,6 +319,59 @@ static int lt_backward(cublasHandle_t h, void *ws, size_t ws_size, int relu, int
   return ok;
 }
 
+/* A strided batch through Lt layouts (BATCH_COUNT, STRIDED_BATCH_OFFSET) with a bias per
+ * batch (BIAS_BATCH_STRIDE), as a batched linear layer would. */
+static int lt_batched(cublasHandle_t h, void *ws, size_t ws_size, int id) {
+  int m = rnd(1, 30), n = rnd(1, 30), k = rnd(1, 30);
+  int32_t batch = rnd(2, 4);
+  int64_t sa = (int64_t)m * k + rnd(0, 4), sb = (int64_t)k * n + rnd(0, 4), sd = (int64_t)m * n + rnd(0, 4);
+  int64_t sbias = m + rnd(0, 3);
+  float *a = malloc(sa * batch * 4), *b = malloc(sb * batch * 4), *d = malloc(sd * batch * 4);
+  float *bias = malloc(sbias * batch * 4);
+  double *ref = malloc((size_t)m * n * sizeof(double));
+  for (int64_t i = 0; i < sa * batch; i++) a[i] = frand();
+  for (int64_t i = 0; i < sb * batch; i++) b[i] = frand();
+  for (int64_t i = 0; i < sd * batch; i++) d[i] = GAP;
+  for (int64_t i = 0; i < sbias * batch; i++) bias[i] = frand();
+  float *da = dev_copy(a, sa * batch * 4), *db = dev_copy(b, sb * batch * 4), *dd = dev_copy(d, sd * batch * 4);
+  float *dbias = dev_copy(bias, sbias * batch * 4);
+  cublasLtMatmulDesc_t desc;
+  CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &sbias, sizeof sbias));
+  cublasLtMatrixLayout_t l[3];
+  int rows[3] = {m, k, m}, cols[3] = {k, n, n};
+  int64_t strides[3] = {sa, sb, sd};
+  for (int i = 0; i < 3; i++) {
+    CHECK_BLAS(cublasLtMatrixLayoutCreate(&l[i], CUDA_R_32F, rows[i], cols[i], rows[i]));
+    CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+    CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                sizeof strides[i]));
+  }
+  float alpha = frand(), beta = 0.0f;
+  CHECK_BLAS(cublasLtMatmul((cublasLtHandle_t)h, desc, &alpha, da, l[0], db, l[1], &beta, dd, l[2], dd, l[2], NULL, ws,
+                            ws_size, stream));
+  host_copy(d, dd, sd * batch * 4);
+  int ok = 1;
+  for (int bi = 0; bi < batch; bi++) {
+    reference(m, n, k, 0, 0, alpha, a + bi * sa, m, b + bi * sb, k, 0.0, NULL, m, ref);
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) ref[i + j * m] += bias[bi * sbias + i];
+    ok &= compare("batched cublasLtMatmul", d + bi * sd, m, m, n, ref, GAP);
+  }
+  /* Between the matrices of the batch, nothing is written. */
+  for (int bi = 0; bi < batch; bi++)
+    for (int64_t i = (int64_t)m * n; i < sd; i++) ok &= d[bi * sd + i] == GAP;
+  printf("lt batched case %d: m=%d n=%d k=%d batch=%d: %s\n", id, m, n, k, batch, ok ? "ok" : "FAIL");
+  for (int i = 0; i < 3; i++) CHECK_BLAS(cublasLtMatrixLayoutDestroy(l[i]));
+  CHECK_BLAS(cublasLtMatmulDescDestroy(desc));
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db)); CHECK_CUDA(cudaFree(dd)); CHECK_CUDA(cudaFree(dbias));
+  free(a); free(b); free(d); free(bias); free(ref);
+  return ok;
+}
+
 static void expect(const char *what, int got, int want) {
   int ok = got == want;
   printf("status %s: %d (want %d): %s\n", what, got, want, ok ? "ok" : "FAIL");
@@ -539,6 +592,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < cases; i++) {
     if (lt_backward(h, ws, ws_size, i & 1, i)) passed++; else failed++;
+    if (lt_batched(h, ws, ws_size, i)) passed++; else failed++;
   }
   statuses(h, ws, ws_size);
   precisions(h);
