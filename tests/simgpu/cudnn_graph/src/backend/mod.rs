@@ -11,6 +11,7 @@
 
 mod attrs;
 mod engines;
+mod fused;
 mod ops;
 
 pub use attrs::*;
@@ -355,25 +356,29 @@ pub extern "C" fn cudnnBackendExecute(h: Handle, plan: Handle, pack: Handle) -> 
         let op = plans().get(&(plan as usize)).cloned().ok_or(BAD_PARAM)?;
         let ids = attr(&v, ATTR_VARIANT_PACK_UNIQUE_IDS)?.i64s();
         let ptrs = attr(&v, ATTR_VARIANT_PACK_DATA_POINTERS)?.i64s();
-        let ptr = |i: usize| -> Result<*const c_void, Status> {
-            let (uid, align) = (op.uids[i], op.aligns[i]);
+        // A pointer less aligned than its tensor promised is refused, as the real engines do.
+        let by_uid = |uid: i64, align: usize| -> Result<*const c_void, Status> {
             let p = ids
                 .iter()
                 .position(|&u| u == uid)
                 .map(|k| ptrs[k] as usize)
                 .ok_or(BAD_PARAM)?;
-            // A pointer less aligned than its tensor promised is refused, as the real engines do.
             if p == 0 || p % align != 0 {
                 return Err(BAD_PARAM);
             }
             Ok(p as *const c_void)
         };
-        let bufs = [ptr(0)?, ptr(1)?, ptr(2)?];
         let ws = v
             .attrs
             .get(&ATTR_VARIANT_PACK_WORKSPACE)
             .and_then(|a| a.i64s().first().copied())
             .unwrap_or(0);
+        if !op.pointwise.is_empty() {
+            let ws = (ws as usize as *mut c_void, op.workspace);
+            return fused::execute(s, h, &op, ws, by_uid);
+        }
+        let ptr = |i: usize| by_uid(op.uids[i], op.aligns[i]);
+        let bufs = [ptr(0)?, ptr(1)?, ptr(2)?];
         execute_conv_scaled(
             s,
             h,
