@@ -8,6 +8,7 @@
 //! happens until the first CUDA call. `unsafe` is confined to the FFI edge.
 #![allow(clippy::missing_safety_doc)]
 
+mod caller;
 mod config;
 mod hooks;
 mod memory;

@@ -196,7 +196,13 @@ impl Manager {
     fn new() -> Option<Manager> {
         let cfg = config();
         let (mut free, mut total) = (0usize, 0usize);
-        cu!(c"cuMemGetInfo_v2" (*mut usize, *mut usize) (&mut free, &mut total)).ok()?;
+        if cu!(c"cuMemGetInfo_v2" (*mut usize, *mut usize) (&mut free, &mut total)).is_err() {
+            // A program's first call (cudaMemGetInfo, cudaMalloc) can reach us before the runtime
+            // has loaded the driver and made its context: have it do so, as programs do, with
+            // cudaFree(NULL). The runtime reaches the driver directly, not through our hooks.
+            init_runtime();
+            cu!(c"cuMemGetInfo_v2" (*mut usize, *mut usize) (&mut free, &mut total)).ok()?;
+        }
         let budget = match cfg.memory_limit {
             Some(crate::config::Limit::Bytes(b)) => b,
             Some(crate::config::Limit::Fraction(f)) => (total as f64 * f) as u64,
@@ -585,6 +591,17 @@ impl Manager {
 
 fn alloc_of(va: u64) -> u64 {
     crate::state::points_into(va).map(|(id, _)| id).unwrap_or(0)
+}
+
+/// The runtime's own initialisation (`cudaFree(NULL)`), when a runtime is loaded.
+fn init_runtime() {
+    let p = resolve(crate::real::CUDART, c"cudaFree");
+    if p != 0 {
+        // SAFETY: the real cudaFree(void*); freeing NULL only initialises the runtime.
+        let free: unsafe extern "C" fn(P) -> c_int = unsafe { std::mem::transmute(p) };
+        // SAFETY: as above.
+        let _ = unsafe { free(std::ptr::null_mut()) };
+    }
 }
 
 fn with<R>(f: impl FnOnce(&mut Manager) -> R) -> Option<R> {

@@ -218,8 +218,8 @@ int main(void) {
 
     void *ws = NULL;
     if (ws_size > 0) CHECK(cudaMalloc(&ws, (size_t)ws_size));
-    void *ptrs[3] = {x, y, w};
-    int64_t uids[3] = {'x', 'y', 'w'};
+    void *ptrs[3] = {x, w, y};
+    int64_t uids[3] = {'x', 'w', 'y'};
     pack = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
     CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));

@@ -187,6 +187,36 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, cudnnTensorDesc
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t dyd,
     const void *dy, const void *beta, cudnnTensorDescriptor_t dbd, void *db);
 
+/* batch normalisation */
+enum { CUDNN_BATCHNORM_PER_ACTIVATION = 0, CUDNN_BATCHNORM_SPATIAL = 1, CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2,
+       CUDNN_BATCHNORM_OPS_BN = 0, CUDNN_BATCHNORM_OPS_BN_ACTIVATION = 1 };
+cudnnStatus_t cudnnGetTensorNdDescriptor(cudnnTensorDescriptor_t d, int requested, int *dtype, int *nb, int *dims,
+                                         int *strides);
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derived, cudnnTensorDescriptor_t x, int mode);
+cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnnHandle_t h, int mode, int ops,
+    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t z, cudnnTensorDescriptor_t y, cudnnTensorDescriptor_t p,
+    cudnnActivationDescriptor_t act, size_t *size);
+cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t h, int mode, int ops,
+    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y, cudnnTensorDescriptor_t dy, cudnnTensorDescriptor_t dz,
+    cudnnTensorDescriptor_t dx, cudnnTensorDescriptor_t p, cudnnActivationDescriptor_t act, size_t *size);
+cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t h, int mode, int ops,
+    cudnnActivationDescriptor_t act, cudnnTensorDescriptor_t x, size_t *size);
+cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(cudnnHandle_t h, int mode, int ops, const void *alpha,
+    const void *beta, cudnnTensorDescriptor_t xd, const void *x, cudnnTensorDescriptor_t zd, const void *z,
+    cudnnTensorDescriptor_t yd, void *y, cudnnTensorDescriptor_t pd, const void *scale, const void *bias,
+    double factor, void *run_mean, void *run_var, double eps, void *save_mean, void *save_inv,
+    cudnnActivationDescriptor_t act, void *ws, size_t ws_size, void *reserve, size_t reserve_size);
+cudnnStatus_t cudnnBatchNormalizationBackwardEx(cudnnHandle_t h, int mode, int ops, const void *alpha_d,
+    const void *beta_d, const void *alpha_p, const void *beta_p, cudnnTensorDescriptor_t xd, const void *x,
+    cudnnTensorDescriptor_t yd, const void *y, cudnnTensorDescriptor_t dyd, const void *dy,
+    cudnnTensorDescriptor_t dzd, void *dz, cudnnTensorDescriptor_t dxd, void *dx, cudnnTensorDescriptor_t pd,
+    const void *scale, const void *bias, void *dscale, void *dbias, double eps, const void *save_mean,
+    const void *save_inv, cudnnActivationDescriptor_t act, void *ws, size_t ws_size, void *reserve,
+    size_t reserve_size);
+cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t h, int mode, const void *alpha,
+    const void *beta, cudnnTensorDescriptor_t xd, const void *x, cudnnTensorDescriptor_t yd, void *y,
+    cudnnTensorDescriptor_t pd, const void *scale, const void *bias, const void *mean, const void *var, double eps);
+
 /* cuDNN backend (graph) API: what cuDNN's frontend uses for convolutions */
 typedef void *cudnnBackendDescriptor_t;
 enum { CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR = 1, CUDNN_BACKEND_ENGINE_DESCRIPTOR = 2,

@@ -4,6 +4,7 @@
 //! and teaches that hook where its real function is. `_exit` flushes the trace first.
 
 use super::{Entry, driver_variant, find};
+use crate::caller;
 use crate::real::{CUDA, CUDART, dlsym_fn};
 use crate::state;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -44,9 +45,10 @@ pub static TABLE: [Entry; 4] = [
 ];
 
 /// Replaces a real driver function the caller obtained by our hook of the same ABI variant;
-/// anything we do not hook (or an unknown variant) is returned unchanged.
-fn swap_driver_pointer(symbol: *const c_char, pfn: *mut *mut c_void) {
-    if symbol.is_null() || pfn.is_null() || state::config().disable {
+/// anything we do not hook (or an unknown variant) is returned unchanged. Callers inside the
+/// CUDA-family libraries keep the real function (see [`crate::caller`]).
+fn swap_driver_pointer(symbol: *const c_char, pfn: *mut *mut c_void, caller: usize) {
+    if symbol.is_null() || pfn.is_null() || state::config().disable || caller::in_family(caller) {
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -65,13 +67,45 @@ fn swap_driver_pointer(symbol: *const c_char, pfn: *mut *mut c_void) {
     }));
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
+/// Defines an exported function whose body receives, as one extra last argument, the address
+/// its caller returns to: the first free argument register is loaded from the return address
+/// (x86-64: the word at the stack pointer on entry; AArch64: the link register), then the body
+/// is tail-called, so the stack and every argument stay as the caller left them.
+macro_rules! with_caller {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) -> $r:ty = $body:ident, x86 $x86:literal, arm $arm:literal) => {
+        $(#[$m])*
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!(concat!("mov ", $x86, ", [rsp]"), "jmp {body}", body = sym $body);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!(concat!("mov ", $arm, ", x30"), "b {body}", body = sym $body);
+        }
+
+        $(#[$m])*
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            // Elsewhere the caller is unknown (0): every caller is treated as a program's.
+            $body($($a,)* 0)
+        }
+    };
+}
+
+with_caller!(
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int
+        = get_proc_v2, x86 "r9", arm "x5"
+);
+
+extern "C" fn get_proc_v2(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
     status: *mut c_int,
+    caller: usize,
 ) -> c_int {
     let p = TABLE[1].real();
     if p == 0 {
@@ -82,17 +116,22 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(symbol, pfn, version, flags, status) };
     if r == 0 {
-        swap_driver_pointer(symbol, pfn);
+        swap_driver_pointer(symbol, pfn, caller);
     }
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetProcAddress(
+with_caller!(
+    fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int
+        = get_proc, x86 "r8", arm "x4"
+);
+
+extern "C" fn get_proc(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
+    caller: usize,
 ) -> c_int {
     let p = TABLE[0].real();
     if p == 0 {
@@ -103,17 +142,22 @@ pub unsafe extern "C" fn cuGetProcAddress(
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(symbol, pfn, version, flags) };
     if r == 0 {
-        swap_driver_pointer(symbol, pfn);
+        swap_driver_pointer(symbol, pfn, caller);
     }
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaGetDriverEntryPoint(
+with_caller!(
+    fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int) -> c_int
+        = entry_point, x86 "r8", arm "x4"
+);
+
+extern "C" fn entry_point(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     flags: u64,
     status: *mut c_int,
+    caller: usize,
 ) -> c_int {
     let p = TABLE[2].real();
     if p == 0 {
@@ -124,18 +168,23 @@ pub unsafe extern "C" fn cudaGetDriverEntryPoint(
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(symbol, pfn, flags, status) };
     if r == 0 {
-        swap_driver_pointer(symbol, pfn);
+        swap_driver_pointer(symbol, pfn, caller);
     }
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
+with_caller!(
+    fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, status: *mut c_int) -> c_int
+        = entry_point_by_version, x86 "r9", arm "x5"
+);
+
+extern "C" fn entry_point_by_version(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_uint,
     flags: u64,
     status: *mut c_int,
+    caller: usize,
 ) -> c_int {
     let p = TABLE[3].real();
     if p == 0 {
@@ -146,19 +195,93 @@ pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(symbol, pfn, version, flags, status) };
     if r == 0 {
-        swap_driver_pointer(symbol, pfn);
+        swap_driver_pointer(symbol, pfn, caller);
     }
     r
 }
 
-/// The `dlsym` interposer. Exact names only; the real `dlsym` is always asked first, and a NULL
-/// answer is returned as it is.
+/// The `dlsym` interposer. `dlsym(RTLD_NEXT, name)` means "the next definition after the
+/// *caller*", which glibc works out from its own return address: that look-up jumps straight
+/// into glibc's `dlsym` with the caller's return address still in place, and its answer is
+/// never replaced (a preload tool stacked after us gets the function after itself, not our
+/// hook, and cannot loop through us). Every other look-up goes to [`dlsym_from`] with the
+/// caller's address.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmp rdi, -1", // RTLD_NEXT
+        "jne 2f",
+        // Keep the arguments and a 16-byte aligned stack across the look-up of glibc's dlsym.
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {glibc}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 3f",
+        "jmp rax",
+        "3:",
+        "ret", // rax = 0: NULL, as dlsym answers a failed look-up
+        "2:",
+        "mov rdx, [rsp]",
+        "jmp {from}",
+        glibc = sym glibc_dlsym,
+        from = sym dlsym_from,
+    )
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmn x0, #1", // RTLD_NEXT
+        "b.ne 2f",
+        "stp x29, x30, [sp, #-32]!",
+        "mov x29, sp",
+        "stp x0, x1, [sp, #16]",
+        "bl {glibc}",
+        "mov x16, x0",
+        "ldp x0, x1, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "cbz x16, 3f",
+        "br x16",
+        "3:",
+        "mov x0, #0",
+        "ret",
+        "2:",
+        "mov x2, x30",
+        "b {from}",
+        glibc = sym glibc_dlsym,
+        from = sym dlsym_from,
+    )
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // Elsewhere the caller is unknown: every caller is treated as a program's.
+    dlsym_from(handle, symbol, 0)
+}
+
+/// glibc's `dlsym` (0 when it cannot be found).
+extern "C" fn glibc_dlsym() -> usize {
+    dlsym_fn().map_or(0, |f| f as usize)
+}
+
+/// A look-up by handle (or RTLD_DEFAULT). The real `dlsym` answers first, and a NULL answer is
+/// returned as it is. Our hook replaces the answer only for exact names we hook, only when the
+/// real function lies in a CUDA-family library, and never for a caller inside one.
+extern "C" fn dlsym_from(handle: *mut c_void, symbol: *const c_char, caller: usize) -> *mut c_void {
     let Some(real) = dlsym_fn() else {
         return std::ptr::null_mut();
     };
-    // SAFETY: forwarding the caller's arguments to glibc's dlsym.
+    // SAFETY: forwarding the caller's arguments to glibc's dlsym; for a handle (not RTLD_NEXT)
+    // the answer does not depend on who asks.
     let p = unsafe { real(handle, symbol) };
     if p.is_null() || symbol.is_null() || state::config().disable {
         return p;
@@ -166,13 +289,15 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: symbol is a NUL-terminated name (dlsym's contract).
         let name = unsafe { CStr::from_ptr(symbol) };
-        match find(name) {
-            Some(e) => {
-                e.learn(p as usize);
-                (e.hook)() as *mut c_void
-            }
-            None => p,
+        let Some(e) = find(name) else { return p };
+        if p as usize == (e.hook)() {
+            return p;
         }
+        if caller::in_family(caller) || !caller::in_family(p as usize) {
+            return p;
+        }
+        e.learn(p as usize);
+        (e.hook)() as *mut c_void
     }))
     .unwrap_or(p)
 }

@@ -374,3 +374,39 @@ fn the_cudnn_dispatcher_finds_functions_in_sub_libraries_by_exact_name() {
         1
     );
 }
+
+#[test]
+fn batch_normalisation_matches_a_double_precision_reference() {
+    let o = run_sim("h100", &[], "batchnorm", &[]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["spatial_param_dims"], "1x4x1x1");
+    assert_eq!(v["per_activation_param_dims"], "1x4x5x6");
+    for mode in ["spatial", "per_activation"] {
+        for q in [
+            "y",
+            "running_mean",
+            "running_var",
+            "saved_mean",
+            "saved_inv",
+            "dx",
+            "dscale",
+            "dbias",
+            "infer",
+        ] {
+            let e: f64 = v[&format!("{mode}_{q}_err")].parse().unwrap();
+            assert!(e < 1e-4, "{mode} {q}: {e}");
+        }
+        for q in ["workspace", "reserve", "backward_workspace"] {
+            assert_eq!(v[&format!("{mode}_{q}")], "0", "{mode} {q}");
+        }
+    }
+    assert_eq!(v["fused_status"], "3000");
+    // Shape mode: the same calls run (no arithmetic) without a trap.
+    ok(&run_sim(
+        "h100",
+        &[("SIMGPU_MODE", "shape")],
+        "batchnorm",
+        &[],
+    ));
+}

@@ -86,6 +86,10 @@ fn exports(src: &str) -> Vec<Export> {
 }
 
 fn main() {
+    // Like NVIDIA's libraries, it binds its own functions internally (-Bsymbolic): the
+    // addresses it hands out (cuGetProcAddress, dispatch tables) are its own, never a preloaded
+    // interposer's definition of the same name.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudnn.so.9");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
     println!("cargo:rerun-if-changed={NAMES}");

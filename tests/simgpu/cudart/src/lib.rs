@@ -352,7 +352,13 @@ pub extern "C" fn cudaMalloc(p: *mut *mut c_void, size: usize) -> Err {
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaFree(p: *mut c_void) -> Err {
     if p.is_null() {
-        return SUCCESS;
+        // cudaFree(NULL) is how programs initialise the runtime: it loads the driver and makes
+        // the context, as the real one does.
+        return if driver().is_some() {
+            SUCCESS
+        } else {
+            ret(NO_DEVICE)
+        };
     }
     drv!("cuMemFree" (*mut c_void) (p))
 }

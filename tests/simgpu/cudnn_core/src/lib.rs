@@ -3,7 +3,7 @@
 //! (tests/simgpu/cudnn), and this crate is what the sub-libraries have in common: the object
 //! registry they share (`shared`), handles and legacy descriptors (`state`), the simulated
 //! driver (`driver`), moving tensors and timing (`tensor`), convolutions with cuDNN's support
-//! rules and workspaces (`convolution`), and the float32
+//! rules and workspaces (`convolution`), batch normalisation (`batchnorm`), and the float32
 //! arithmetic (`math`). It exports no C symbol: each sub-library exports its own part of the API.
 //!
 //! Bytes move through the simulated driver (`simgpu_read` / `simgpu_write`), so an operation that
@@ -14,6 +14,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 #![allow(clippy::too_many_arguments)]
 
+pub mod batchnorm;
 pub mod convolution;
 pub mod driver;
 pub mod math;

@@ -6,6 +6,8 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 #![allow(clippy::too_many_arguments)]
 
+mod batchnorm;
+
 use simgpu_cudnn_core::*;
 
 // ==================================================================== tensor descriptors
