@@ -58,11 +58,7 @@ fn trained(out: &Output, report: &Value) {
         .count();
     assert_eq!(steps, 3, "{}{}", stdout(out), stderr(out));
     assert!(report["sticky_error"].is_null(), "a trap: {report}");
-    assert!(
-        !stderr(out).contains("illegal address"),
-        "{}",
-        stderr(out)
-    );
+    assert!(!stderr(out).contains("illegal address"), "{}", stderr(out));
     assert!(report["kernels"].as_u64().unwrap() > 10, "{report}");
     assert!(report["cudnn_calls"].as_u64().unwrap() > 0, "{report}");
     assert!(report["allocations"].as_u64().unwrap() > 0, "{report}");
@@ -106,7 +102,11 @@ fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
         .iter()
         .filter(|r| !r["api"].as_str().unwrap().contains("Get"))
         .count() as u64;
-    assert_eq!(computing, report["cudnn_calls"].as_u64().unwrap(), "cuDNN calls");
+    assert_eq!(
+        computing,
+        report["cudnn_calls"].as_u64().unwrap(),
+        "cuDNN calls"
+    );
     assert_eq!(
         of_kind(&records, "alloc").len() as u64,
         report["allocations"].as_u64().unwrap(),
