@@ -46,6 +46,10 @@ struct Registry {
     said: HashSet<String>,
 }
 
+/// SIMGPU_LOG=debug: one line per fatbin launch with its cost.
+static DEBUG: LazyLock<bool> =
+    LazyLock::new(|| std::env::var("SIMGPU_LOG").is_ok_and(|v| v == "debug"));
+
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
 
 fn registry() -> MutexGuard<'static, Registry> {
@@ -405,6 +409,16 @@ fn launch_inner(
             );
         }
         let c = estimate(d, &k, &pblock, &name, grid, block, shared);
+        if *DEBUG {
+            eprintln!(
+                "simgpu: kernel {name} grid {grid:?} block {block:?}: {} family, {:.0} bytes, \
+                 {:.0} flops, {:.2} us (simulated)",
+                c.family.name(),
+                c.bytes,
+                c.flops,
+                c.seconds * 1e6
+            );
+        }
         let fam = d.fatbin_families.entry(c.family.name()).or_default();
         fam.0 += 1;
         fam.1 += c.seconds;
@@ -582,8 +596,8 @@ mod tests {
         // The same allocation twice is counted once.
         let same = run(a, a, 4096);
         assert!((full / same - 2.0).abs() < 0.1, "{full} vs {same}");
-        // A handful of blocks cannot stream at the full rate.
-        assert!(run(a, b, 4) > 10.0 * full);
+        // A handful of blocks of a kernel that does not stride over its grid cannot touch 512 MiB.
+        assert!(run(a, b, 4) < full / 10.0);
         assert_eq!(crate::cuMemFree_v2(a), 0);
         assert_eq!(crate::cuMemFree_v2(b), 0);
     }

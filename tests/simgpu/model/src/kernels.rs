@@ -3,13 +3,16 @@
 //! name, grid, block, shared memory, its first integer parameter, and the bytes of the device
 //! memory its pointer parameters reach.
 //!
-//! Most such kernels are memory-bound: `bytes / (bandwidth * efficiency * u_b * occupancy)`,
-//! floored at `kernel_min`, where `u_b = b / (b + half_util_bytes)` (the same small-launch curve
-//! as every simulated kernel) and `occupancy = min(1, threads / (SMs * saturating threads))`
-//! (too few threads cannot keep enough loads in flight). Named families differ:
+//! Most such kernels are memory-bound: `(half_util_bytes + bytes / occupancy) / (bandwidth *
+//! efficiency)`, floored at `kernel_min`: the profile's small-launch curve (a latency's worth of
+//! bytes), and an occupancy that says whether the threads can keep enough bytes in flight
+//! (Little's law): `min(1, threads * min(bytes per thread, max in flight per thread) / (SMs *
+//! bytes in flight per SM))`. Named families differ:
 //!
-//! * element-wise kernels (`int N` first): `N * arrays * element size` bytes, not the
-//!   allocations (which the caching allocator makes larger than the tensors);
+//! * element-wise kernels (`int N` or `int64 numel` first): `N * arrays * element size` bytes,
+//!   not the allocations (which the caching allocator makes larger than the tensors);
+//! * other kernels: the bytes their pointers reach, at most `max_bytes_per_thread` per thread
+//!   (unless the name says the kernel strides over its grid);
 //! * reductions, softmax and normalisations: memory-bound at a lower efficiency (tree
 //!   reductions, several passes over a row, a second pass for the statistics);
 //! * multi-tensor optimizer kernels: at most `blocks * 65536 elements * depth` bytes per launch
@@ -34,8 +37,12 @@ pub struct TorchKernelModel {
     pub reduction_efficiency: f64,
     pub softmax_efficiency: f64,
     pub norm_efficiency: f64,
-    /// Threads per SM needed to saturate memory bandwidth.
-    pub saturating_threads_per_sm: f64,
+    /// Bytes in flight per SM that saturate memory bandwidth (latency x bandwidth / SMs).
+    pub bytes_in_flight_per_sm: f64,
+    /// Most bytes one thread keeps in flight (vector loads, unrolling).
+    pub max_bytes_in_flight_per_thread: f64,
+    /// Most bytes one thread of a kernel that does not stride over its grid touches.
+    pub max_bytes_per_thread: f64,
     /// Fraction of the tensor-core (half precision) or FP32 peak attention kernels reach.
     pub attention_efficiency: f64,
     /// Fraction of peak torch's own GEMM-like kernels reach.
@@ -65,14 +72,20 @@ impl TorchKernelModel {
                 ));
             }
         }
-        let threads = self.saturating_threads_per_sm;
-        if !threads.is_finite()
-            || threads <= 0.0
-            || !self.sources.contains_key("saturating_threads_per_sm")
-        {
-            return Err(format!(
-                "profile {profile}: torch_kernels.saturating_threads_per_sm must be positive and sourced"
-            ));
+        let positive = [
+            ("bytes_in_flight_per_sm", self.bytes_in_flight_per_sm),
+            (
+                "max_bytes_in_flight_per_thread",
+                self.max_bytes_in_flight_per_thread,
+            ),
+            ("max_bytes_per_thread", self.max_bytes_per_thread),
+        ];
+        for (n, v) in positive {
+            if !v.is_finite() || v <= 0.0 || !self.sources.contains_key(n) {
+                return Err(format!(
+                    "profile {profile}: torch_kernels.{n} must be positive and sourced, is {v}"
+                ));
+            }
         }
         Ok(())
     }
@@ -185,7 +198,7 @@ pub fn classify(name: &str) -> Family {
         Family::Reduction
     } else if lower.contains("gemm") && !lower.contains("gemv") || has("cutlass::Kernel") {
         Family::Gemm
-    } else if has("elementwise_kernel") {
+    } else if has("elementwise") {
         Family::Elementwise
     } else {
         Family::Memory
@@ -267,7 +280,6 @@ pub fn cost(p: &Profile, m: &TorchKernelModel, l: &KernelLaunch) -> KernelCost {
         .chain(&l.block)
         .map(|&x| x as f64)
         .product::<f64>();
-    let occupancy = (threads / (p.sm_count as f64 * m.saturating_threads_per_sm)).min(1.0);
     let elem = element_size(l.name);
     let reach = l.pointed_bytes.max(0.0);
     let (bytes, eff) = match family {
@@ -291,8 +303,14 @@ pub fn cost(p: &Profile, m: &TorchKernelModel, l: &KernelLaunch) -> KernelCost {
         Family::Reduction => (reach, m.reduction_efficiency),
         Family::Softmax => (reach, m.softmax_efficiency),
         Family::Norm => (reach, m.norm_efficiency),
+        Family::Memory if !l.name.contains("grid_stride") => {
+            (reach.min(threads * m.max_bytes_per_thread), 1.0)
+        }
         Family::Attention | Family::Gemm | Family::Memory => (reach, 1.0),
     };
+    let per_thread = (bytes / threads.max(1.0)).min(m.max_bytes_in_flight_per_thread);
+    let occupancy =
+        (threads * per_thread / (p.sm_count as f64 * m.bytes_in_flight_per_sm)).min(1.0);
     // (bytes + half_util_bytes) / bw is the profile's small-launch curve; too few threads
     // slow the streaming part only.
     let bw = p.mem_bw_gbs * 1e9 * m.stream_efficiency * eff;
@@ -457,7 +475,7 @@ mod tests {
                 &p,
                 &m,
                 &KernelLaunch {
-                    name: "void at::native::(anonymous namespace)::some_copy_kernel<float>(float*, float const*)",
+                    name: "void at::native::(anonymous namespace)::copy_grid_stride_kernel<float>(float*, float const*)",
                     grid: [grid, 1, 1],
                     block: [256, 1, 1],
                     pointed_bytes: 1e9,
@@ -468,6 +486,20 @@ mod tests {
         };
         // 8 blocks of 256 threads cannot keep 132 SMs' worth of loads in flight.
         assert!(big(8) > 10.0 * big(100_000));
+        // A kernel that does not stride over its grid touches at most its threads' share of a
+        // large allocation its pointer sits in (a tensor inside a caching-allocator segment).
+        let one_block = cost(
+            &p,
+            &m,
+            &KernelLaunch {
+                name: "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, int>(int, float const*)",
+                grid: [1, 1, 1],
+                block: [256, 1, 1],
+                pointed_bytes: 2e6,
+                ..Default::default()
+            },
+        );
+        assert_eq!(one_block.bytes, 256.0 * m.max_bytes_per_thread);
     }
 
     #[test]
