@@ -7,8 +7,26 @@ pub const LIBRARIES: &[(&str, &str)] = &[
     ("libcudart.so.12", "libsimgpu_cudart12.so"),
     ("libcudart.so.13", "libsimgpu_cudart13.so"),
     ("libcudart.so", "libsimgpu_cudart13.so"),
+    // cuDNN 9 as NVIDIA ships it: a dispatcher and the sub-libraries it opens by soname.
     ("libcudnn.so.9", "libsimgpu_cudnn.so"),
     ("libcudnn.so", "libsimgpu_cudnn.so"),
+    ("libcudnn_graph.so.9", "libsimgpu_cudnn_graph.so"),
+    ("libcudnn_ops.so.9", "libsimgpu_cudnn_ops.so"),
+    ("libcudnn_cnn.so.9", "libsimgpu_cudnn_cnn.so"),
+    ("libcublas.so.13", "libsimgpu_cublas.so"),
+    ("libcublas.so", "libsimgpu_cublas.so"),
+    ("libcublasLt.so.13", "libsimgpu_cublaslt.so"),
+    ("libcublasLt.so", "libsimgpu_cublaslt.so"),
+    // Not simulated: they exist so that torch loads, and answer not-supported (simgpu-stubgen).
+    ("libcufft.so.12", "libsimgpu_cufft.so"),
+    ("libcufile.so.0", "libsimgpu_cufile.so"),
+    ("libcupti.so.13", "libsimgpu_cupti.so"),
+    ("libcusolver.so.12", "libsimgpu_cusolver.so"),
+    ("libcusparse.so.12", "libsimgpu_cusparse.so"),
+    ("libcusparseLt.so.0", "libsimgpu_cusparselt.so"),
+    ("libnccl.so.2", "libsimgpu_nccl.so"),
+    ("libnvrtc.so.13", "libsimgpu_nvrtc.so"),
+    ("libnvshmem_host.so.3", "libsimgpu_nvshmem.so"),
 ];
 
 /// The built files a simulated-GPU directory needs, each once.
@@ -35,10 +53,27 @@ mod tests {
             "libcudart.so.12",
             "libcudart.so.13",
             "libcudnn.so.9",
+            "libcublas.so.13",
+            "libcublasLt.so.13",
+            "libcufft.so.12",
+            "libnvshmem_host.so.3",
+            "libcudnn_graph.so.9",
+            "libcudnn_ops.so.9",
+            "libcudnn_cnn.so.9",
         ] {
             assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
         }
-        assert_eq!(built_files().len(), 4);
+        // Every list of names torch imports (tests/simgpu/names) has a library that serves it.
+        let names = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/simgpu/names");
+        for e in std::fs::read_dir(names).unwrap().flatten() {
+            let file = e.file_name().into_string().unwrap();
+            let so = file.strip_suffix(".txt").unwrap();
+            assert!(
+                LIBRARIES.iter().any(|(n, _)| *n == so),
+                "{so} is not served"
+            );
+        }
+        assert_eq!(built_files().len(), 18);
         assert!(profiles().contains(&"h100"));
     }
 }

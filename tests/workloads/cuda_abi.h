@@ -187,33 +187,92 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, cudnnTensorDesc
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t dyd,
     const void *dy, const void *beta, cudnnTensorDescriptor_t dbd, void *db);
 
-/* cuDNN backend (graph) API: the subset frameworks use for convolutions */
+/* batch normalisation */
+enum { CUDNN_BATCHNORM_PER_ACTIVATION = 0, CUDNN_BATCHNORM_SPATIAL = 1, CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2,
+       CUDNN_BATCHNORM_OPS_BN = 0, CUDNN_BATCHNORM_OPS_BN_ACTIVATION = 1 };
+cudnnStatus_t cudnnGetTensorNdDescriptor(cudnnTensorDescriptor_t d, int requested, int *dtype, int *nb, int *dims,
+                                         int *strides);
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derived, cudnnTensorDescriptor_t x, int mode);
+cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnnHandle_t h, int mode, int ops,
+    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t z, cudnnTensorDescriptor_t y, cudnnTensorDescriptor_t p,
+    cudnnActivationDescriptor_t act, size_t *size);
+cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t h, int mode, int ops,
+    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y, cudnnTensorDescriptor_t dy, cudnnTensorDescriptor_t dz,
+    cudnnTensorDescriptor_t dx, cudnnTensorDescriptor_t p, cudnnActivationDescriptor_t act, size_t *size);
+cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t h, int mode, int ops,
+    cudnnActivationDescriptor_t act, cudnnTensorDescriptor_t x, size_t *size);
+cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(cudnnHandle_t h, int mode, int ops, const void *alpha,
+    const void *beta, cudnnTensorDescriptor_t xd, const void *x, cudnnTensorDescriptor_t zd, const void *z,
+    cudnnTensorDescriptor_t yd, void *y, cudnnTensorDescriptor_t pd, const void *scale, const void *bias,
+    double factor, void *run_mean, void *run_var, double eps, void *save_mean, void *save_inv,
+    cudnnActivationDescriptor_t act, void *ws, size_t ws_size, void *reserve, size_t reserve_size);
+cudnnStatus_t cudnnBatchNormalizationBackwardEx(cudnnHandle_t h, int mode, int ops, const void *alpha_d,
+    const void *beta_d, const void *alpha_p, const void *beta_p, cudnnTensorDescriptor_t xd, const void *x,
+    cudnnTensorDescriptor_t yd, const void *y, cudnnTensorDescriptor_t dyd, const void *dy,
+    cudnnTensorDescriptor_t dzd, void *dz, cudnnTensorDescriptor_t dxd, void *dx, cudnnTensorDescriptor_t pd,
+    const void *scale, const void *bias, void *dscale, void *dbias, double eps, const void *save_mean,
+    const void *save_inv, cudnnActivationDescriptor_t act, void *ws, size_t ws_size, void *reserve,
+    size_t reserve_size);
+cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t h, int mode, const void *alpha,
+    const void *beta, cudnnTensorDescriptor_t xd, const void *x, cudnnTensorDescriptor_t yd, void *y,
+    cudnnTensorDescriptor_t pd, const void *scale, const void *bias, const void *mean, const void *var, double eps);
+
+/* cuDNN backend (graph) API: what cuDNN's frontend uses for convolutions */
 typedef void *cudnnBackendDescriptor_t;
 enum { CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR = 1, CUDNN_BACKEND_ENGINE_DESCRIPTOR = 2,
-       CUDNN_BACKEND_ENGINECFG_DESCRIPTOR = 3, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR = 5,
+       CUDNN_BACKEND_ENGINECFG_DESCRIPTOR = 3, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR = 4,
+       CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR = 5, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR = 7,
+       CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR = 8,
        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR = 10,
        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR = 11,
        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR = 12,
+       CUDNN_BACKEND_POINTWISE_DESCRIPTOR = 0, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR = 13,
        CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR = 15, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR = 16,
        CUDNN_BACKEND_TENSOR_DESCRIPTOR = 17 };
-enum { CUDNN_TYPE_HANDLE = 0, CUDNN_TYPE_DATA_TYPE = 1, CUDNN_TYPE_INT64 = 3, CUDNN_TYPE_FLOAT = 4,
-       CUDNN_TYPE_DOUBLE = 5, CUDNN_TYPE_VOID_PTR = 6, CUDNN_TYPE_CONVOLUTION_MODE = 7,
-       CUDNN_TYPE_BACKEND_DESCRIPTOR = 15 };
+enum { CUDNN_TYPE_HANDLE = 0, CUDNN_TYPE_DATA_TYPE = 1, CUDNN_TYPE_BOOLEAN = 2, CUDNN_TYPE_INT64 = 3,
+       CUDNN_TYPE_FLOAT = 4, CUDNN_TYPE_DOUBLE = 5, CUDNN_TYPE_VOID_PTR = 6, CUDNN_TYPE_CONVOLUTION_MODE = 7,
+       CUDNN_TYPE_HEUR_MODE = 8, CUDNN_TYPE_POINTWISE_MODE = 14, CUDNN_TYPE_KNOB_TYPE = 9, CUDNN_TYPE_NUMERICAL_NOTE = 11,
+       CUDNN_TYPE_BACKEND_DESCRIPTOR = 15, CUDNN_TYPE_BEHAVIOR_NOTE = 19, CUDNN_TYPE_INT32 = 23,
+       CUDNN_TYPE_CHAR = 24 };
+enum { CUDNN_HEUR_MODE_INSTANT = 0, CUDNN_HEUR_MODE_B = 1, CUDNN_HEUR_MODE_FALLBACK = 2, CUDNN_HEUR_MODE_A = 3 };
+enum { CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0, CUDNN_NUMERICAL_NOTE_FFT = 3,
+       CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC = 4, CUDNN_NUMERICAL_NOTE_WINOGRAD = 5,
+       CUDNN_NUMERICAL_NOTE_TYPE_COUNT = 10, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT = 5, CUDNN_KNOB_TYPE_COUNTS = 44 };
+enum { CUDNN_POINTWISE_ADD = 0, CUDNN_POINTWISE_RELU_FWD = 100 };
+enum { CUDNN_ATTR_POINTWISE_MODE = 0, CUDNN_ATTR_POINTWISE_MATH_PREC = 1,
+       CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR = 750, CUDNN_ATTR_OPERATION_POINTWISE_XDESC = 751,
+       CUDNN_ATTR_OPERATION_POINTWISE_BDESC = 752, CUDNN_ATTR_OPERATION_POINTWISE_YDESC = 753,
+       CUDNN_ATTR_TENSOR_IS_VIRTUAL = 907 };
 enum { CUDNN_ATTR_CONVOLUTION_COMP_TYPE = 100, CUDNN_ATTR_CONVOLUTION_CONV_MODE = 101,
        CUDNN_ATTR_CONVOLUTION_DILATIONS = 102, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES = 103,
        CUDNN_ATTR_CONVOLUTION_POST_PADDINGS = 104, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS = 105,
-       CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS = 106, CUDNN_ATTR_ENGINECFG_ENGINE = 300,
+       CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS = 106,
+       CUDNN_ATTR_ENGINEHEUR_MODE = 200, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH = 201,
+       CUDNN_ATTR_ENGINEHEUR_RESULTS = 202, CUDNN_ATTR_ENGINECFG_ENGINE = 300,
+       CUDNN_ATTR_ENGINECFG_KNOB_CHOICES = 302, CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE = 303,
        CUDNN_ATTR_EXECUTION_PLAN_HANDLE = 400, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG = 401,
-       CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402,
+       CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION = 405,
+       CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE = 600, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE = 601,
        CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA = 700, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA = 701,
        CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC = 702, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W = 703,
        CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X = 704, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y = 705,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA = 706, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA = 707,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC = 708, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W = 709,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX = 710, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY = 711,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA = 712, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA = 713,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC = 714, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW = 715,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X = 716, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY = 717,
        CUDNN_ATTR_OPERATIONGRAPH_HANDLE = 800, CUDNN_ATTR_OPERATIONGRAPH_OPS = 801,
+       CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT = 802,
        CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT = 900, CUDNN_ATTR_TENSOR_DATA_TYPE = 901,
        CUDNN_ATTR_TENSOR_DIMENSIONS = 902, CUDNN_ATTR_TENSOR_STRIDES = 903, CUDNN_ATTR_TENSOR_UNIQUE_ID = 906,
        CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
-       CUDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003, CUDNN_ATTR_ENGINE_OPERATION_GRAPH = 1300,
-       CUDNN_ATTR_ENGINE_GLOBAL_INDEX = 1301 };
+       CUDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003,
+       CUDNN_ATTR_KNOB_INFO_TYPE = 1200, CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE = 1201,
+       CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE = 1202, CUDNN_ATTR_KNOB_INFO_STRIDE = 1203,
+       CUDNN_ATTR_ENGINE_OPERATION_GRAPH = 1300, CUDNN_ATTR_ENGINE_GLOBAL_INDEX = 1301,
+       CUDNN_ATTR_ENGINE_KNOB_INFO = 1302, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE = 1303,
+       CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE = 1305 };
 cudnnStatus_t cudnnBackendCreateDescriptor(int type, cudnnBackendDescriptor_t *d);
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d);
 cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, int name, int type, int64_t count, const void *values);

@@ -162,7 +162,7 @@ fn driver_entry_points_follow_the_requested_version() {
     assert_eq!(v["runtime_entry_point_same"], "1");
     assert_eq!(v["runtime_entry_point_default_same"], "1");
     assert_eq!(v["runtime_version"], "13020");
-    assert_eq!(v["cudnn_version"], "90501");
+    assert_eq!(v["cudnn_version"], "92600");
     let cu12 = run_sim("h100", &[], "sim_probe-cu12", &["entry"]);
     assert_eq!(values(&cu12)["runtime_version"], "12080");
 }
@@ -306,4 +306,121 @@ fn marmoset_run_passes_the_exit_status_and_rejects_unknown_profiles() {
             "{so}: {text}"
         );
     }
+}
+
+#[test]
+fn backend_graph_api_runs_all_three_directions_as_the_cudnn_frontend_builds_them() {
+    let o = run_sim("h100", &[], "backend_conv", &[]);
+    ok(&o);
+    let v = values(&o);
+    // Engines are the legacy algorithms of each direction (counts as cuDNN 9 numbers them).
+    for (dir, engines) in [("fwd", "8"), ("bwd_data", "6"), ("bwd_filter", "7")] {
+        assert_eq!(v[&format!("{dir}_engines")], engines, "{dir}");
+        let results: usize = v[&format!("{dir}_results")].parse().unwrap();
+        assert!(results > 0, "{dir}");
+        assert_eq!(v[&format!("{dir}_matches_legacy")], "ok", "{dir}");
+        assert_eq!(
+            v[&format!("{dir}_knob0")],
+            "2:0:0:1",
+            "{dir}: TILE_SIZE, one choice"
+        );
+        assert_eq!(v[&format!("{dir}_choices")], "1", "{dir}");
+        assert_eq!(v[&format!("{dir}_json_ok")], "1", "{dir}");
+        // float32 engines never claim tensor cores or down-conversion (torch filters on those).
+        for (k, notes) in &v {
+            if k.starts_with(&format!("{dir}_notes_")) {
+                assert!(
+                    !notes.split(',').any(|n| n == "0" || n == "1"),
+                    "{k}={notes}"
+                );
+            }
+        }
+    }
+    // Honest notes: FFT (3), Winograd (5), nondeterministic accumulation (4).
+    assert_eq!(v["fwd_notes_4"], "3");
+    assert_eq!(v["fwd_notes_6"], "5");
+    assert_eq!(v["fwd_notes_0"], "");
+    assert_eq!(v["bwd_data_notes_0"], "4");
+    assert_eq!(v["bwd_filter_notes_3"], "4");
+    // Misuse: a wrong attribute type, a NULL descriptor to fill, a read before finalizing.
+    assert_eq!(v["bad_type_status"], "2000");
+    assert_eq!(v["null_element_status"], "2000");
+    assert_eq!(v["unfinalized_status"], "2004");
+}
+
+#[test]
+fn the_cudnn_dispatcher_finds_functions_in_sub_libraries_by_exact_name() {
+    let o = run_sim("h100", &[("SIMGPU_LOG", "debug")], "dl_cudnn_dispatch", &[]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["create_status"], "0");
+    for k in [
+        "create_looked_up_in_graph",
+        "execute_looked_up_in_graph",
+        "conv_looked_up_in_cnn",
+        "tensor_looked_up_in_ops",
+        "version_same",
+        "error_string_same",
+        "dispatcher_is_not_graph",
+    ] {
+        assert_eq!(v[k], "1", "{k}");
+    }
+    // Imported by torch, simulated by nobody: NOT_SUPPORTED, named once at SIMGPU_LOG=debug.
+    assert_eq!(v["ctc_status"], "3000");
+    assert_eq!(v["ctc_again_status"], "3000");
+    assert_eq!(v["ctc_in_graph"], "0");
+    assert_eq!(
+        stderr(&o).matches("cudnnCTCLoss is not simulated").count(),
+        1
+    );
+}
+
+#[test]
+fn batch_normalisation_matches_a_double_precision_reference() {
+    let o = run_sim("h100", &[], "batchnorm", &[]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["spatial_param_dims"], "1x4x1x1");
+    assert_eq!(v["per_activation_param_dims"], "1x4x5x6");
+    for mode in ["spatial", "per_activation"] {
+        for q in [
+            "y",
+            "running_mean",
+            "running_var",
+            "saved_mean",
+            "saved_inv",
+            "dx",
+            "dscale",
+            "dbias",
+            "infer",
+        ] {
+            let e: f64 = v[&format!("{mode}_{q}_err")].parse().unwrap();
+            assert!(e < 1e-4, "{mode} {q}: {e}");
+        }
+        for q in ["workspace", "reserve", "backward_workspace"] {
+            assert_eq!(v[&format!("{mode}_{q}")], "0", "{mode} {q}");
+        }
+    }
+    assert_eq!(v["fused_status"], "3000");
+    // Shape mode: the same calls run (no arithmetic) without a trap.
+    ok(&run_sim(
+        "h100",
+        &[("SIMGPU_MODE", "shape")],
+        "batchnorm",
+        &[],
+    ));
+}
+
+#[test]
+fn a_convolution_bias_relu_graph_runs_with_virtual_intermediates() {
+    let o = run_sim("h100", &[], "backend_fused", &[]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["engines"], "8");
+    assert!(v["results"].parse::<u32>().unwrap() > 0);
+    let err: f64 = v["max_err"].parse().unwrap();
+    assert!(err < 1e-5, "{err}");
+    // The data exercise both sides of the ReLU.
+    assert!(v["nonzero"].parse::<u32>().unwrap() > 50, "{v:?}");
+    assert!(v["zeros"].parse::<u32>().unwrap() > 50, "{v:?}");
 }

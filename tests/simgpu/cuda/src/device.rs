@@ -184,6 +184,8 @@ pub struct Device {
     pub kernels: HashMap<u64, Kernel>,
     pub report: Option<String>,
     pub pools: Vec<u64>,
+    /// Fatbin kernels by cost-model family: launches, simulated seconds, bytes counted.
+    pub fatbin_families: BTreeMap<&'static str, (u64, f64, f64)>,
 }
 
 /// Where a trap happened, for the message.
@@ -274,6 +276,7 @@ impl Device {
             kernels: HashMap::new(),
             report,
             pools: Vec::new(),
+            fatbin_families: BTreeMap::new(),
         }
     }
 
@@ -369,6 +372,16 @@ impl Device {
             return Err(INVALID_VALUE);
         }
         self.count_alloc()?;
+        self.alloc_mapped(size)
+    }
+
+    /// A plain, mapped, accessible allocation that is not the program's own (a module's
+    /// variables): it takes memory but is not counted as an allocation.
+    pub fn alloc_mapped(&mut self, size: u64) -> Result<u64, i32> {
+        self.check_sticky()?;
+        if size == 0 {
+            return Err(INVALID_VALUE);
+        }
         let rounded = size.div_ceil(SMALL_ALIGN) * SMALL_ALIGN;
         let align = if rounded >= GRANULARITY / 2 {
             GRANULARITY
@@ -413,6 +426,29 @@ impl Device {
         }
         self.drop_phys_if_unused(phys);
         Ok(())
+    }
+
+    /// Bytes reachable from device addresses: each address up to the end of the mapped range
+    /// holding it, overlaps counted once (a kernel's pointer parameters, conservatively: a view
+    /// or a block inside a caching allocator's segment counts the rest of the segment).
+    pub fn reach(&self, addrs: &[u64]) -> u64 {
+        let mut spans: Vec<(u64, u64)> = addrs
+            .iter()
+            .filter_map(|&a| {
+                let (&s, m) = self.mappings.range(..=a).next_back()?;
+                (a < s + m.len).then_some((a, s + m.len))
+            })
+            .collect();
+        spans.sort_unstable();
+        let (mut total, mut covered) = (0, 0);
+        for (a, e) in spans {
+            let from = a.max(covered);
+            if e > from {
+                total += e - from;
+                covered = e;
+            }
+        }
+        total
     }
 
     pub fn mem_info(&self) -> (u64, u64) {
@@ -964,6 +1000,7 @@ impl Device {
                 "  \"virtual_time_s\": {:e},\n  \"peak_bytes\": {},\n  \"capacity_bytes\": {},\n",
                 "  \"in_use_bytes\": {},\n  \"h2d_bytes\": {},\n  \"d2h_bytes\": {},\n  \"d2d_bytes\": {},\n",
                 "  \"kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
+                "  \"fatbin_kernels\": {{{}}},\n",
                 "  \"sticky_error\": {}\n}}\n"
             ),
             self.profile.name,
@@ -983,10 +1020,45 @@ impl Device {
             c.cudnn_calls,
             c.allocs,
             c.copies,
+            self.fatbin_families
+                .iter()
+                .map(|(f, (n, t, b))| format!(
+                    "{f:?}: {{\"launches\": {n}, \"seconds\": {t:e}, \"bytes\": {b:e}}}"
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.sticky
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| "null".into()),
         )
+    }
+}
+
+/// What the driver's pointer and attribute queries need to know about addresses.
+impl Device {
+    /// The accessible device mapping holding `addr`: (start, length).
+    pub fn device_range(&self, addr: u64) -> Option<(u64, u64)> {
+        self.mappings
+            .range(..=addr)
+            .next_back()
+            .filter(|(s, m)| m.access && addr < *s + m.len)
+            .map(|(s, m)| (*s, m.len))
+    }
+
+    /// A device of a built-in profile, in shape mode, for tests of the driver's other modules.
+    #[cfg(test)]
+    pub fn for_test(profile: &str) -> Device {
+        let (p, j) = Profile::load(profile).unwrap();
+        Device::new(p, j, 1 << 30, Mode::Shape, FailSpec::default(), None)
+    }
+
+    /// The pinned (page-locked or registered) host range holding `p`: (start, length).
+    pub fn pinned_range(&self, p: usize) -> Option<(usize, usize)> {
+        self.pinned
+            .range(..=p)
+            .next_back()
+            .filter(|(s, l)| p < *s + *l)
+            .map(|(s, l)| (*s, *l))
     }
 }
 

@@ -9,7 +9,12 @@
 // Exported C entry points: their callers are C programs and the pointer contracts are the API's.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod context;
 mod device;
+mod fatbin;
+mod library;
+mod modules;
+mod props;
 
 use device::*;
 use simgpu_model::CopyDir;
@@ -143,16 +148,7 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attrib: c_int, dev: c_int)
         if dev != 0 {
             return Err(101);
         }
-        let value = match attrib {
-            1 => 1024,                             // MAX_THREADS_PER_BLOCK
-            16 => d.profile.sm_count as c_int,     // MULTIPROCESSOR_COUNT
-            41 => 1,                               // UNIFIED_ADDRESSING
-            75 => d.profile.compute_capability[0], // COMPUTE_CAPABILITY_MAJOR
-            76 => d.profile.compute_capability[1], // COMPUTE_CAPABILITY_MINOR
-            102 => 1,                              // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-            115 => 1,                              // MEMORY_POOLS_SUPPORTED
-            _ => return Err(INVALID_VALUE),
-        };
+        let value = props::attribute(d, attrib)?;
         out(v, value)
     })
 }
@@ -166,14 +162,22 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, dev: c_int) -> CUre
         if dev != 0 {
             Err(101)
         } else {
-            out(ctx, CONTEXT as Handle)
+            out(ctx, CONTEXT as Handle)?;
+            context::primary_retained();
+            Ok(())
         }
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
-    with(|_| if dev != 0 { Err(101) } else { Ok(()) })
+    with(|_| {
+        if dev != 0 {
+            Err(101)
+        } else {
+            context::primary_released()
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -199,6 +203,7 @@ pub extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    context::drain_host_functions();
     with(|d| d.device_sync())
 }
 
@@ -672,9 +677,18 @@ pub extern "C" fn cuStreamCreate(s: *mut Handle, flags: c_uint) -> CUresult {
 pub extern "C" fn cuStreamCreateWithPriority(
     s: *mut Handle,
     flags: c_uint,
-    _prio: c_int,
+    prio: c_int,
 ) -> CUresult {
-    cuStreamCreate(s, flags)
+    let r = cuStreamCreate(s, flags);
+    if r == SUCCESS {
+        // SAFETY: cuStreamCreate succeeded, so s is a valid pointer holding the new stream.
+        let h = unsafe { *s } as u64;
+        with(|d| {
+            context::set_priority(d, h, prio);
+            Ok(())
+        });
+    }
+    r
 }
 
 #[unsafe(no_mangle)]
@@ -684,6 +698,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(s: Handle) -> CUresult {
+    context::drain_host_functions();
     with(|d| d.stream_sync(s as u64))
 }
 
@@ -733,6 +748,7 @@ pub extern "C" fn cuEventRecord(e: Handle, s: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(e: Handle) -> CUresult {
+    context::drain_host_functions();
     with(|d| d.event_sync(e as u64))
 }
 
@@ -874,15 +890,45 @@ const LAUNCH_PARAM_END: usize = 0;
 const LAUNCH_PARAM_BUFFER_POINTER: usize = 1;
 const LAUNCH_PARAM_BUFFER_SIZE: usize = 2;
 
-/// Runs one launch of a registered kernel on `stream`.
+/// The packed argument buffer and its size from a launch's `extra` list.
+fn extra_buffer(extra: *mut *mut c_void) -> Result<(*mut u8, usize), CUresult> {
+    let (mut buf, mut size) = (std::ptr::null_mut::<u8>(), None);
+    let mut i = 0;
+    loop {
+        // SAFETY: extra is a LAUNCH_PARAM_END-terminated list of (key, value) pairs.
+        let key = unsafe { *extra.add(i) } as usize;
+        if key == LAUNCH_PARAM_END {
+            break;
+        }
+        // SAFETY: as above; each key is followed by its value.
+        let val = unsafe { *extra.add(i + 1) };
+        match key {
+            LAUNCH_PARAM_BUFFER_POINTER => buf = val as *mut u8,
+            // SAFETY: the BUFFER_SIZE value points to a size_t.
+            LAUNCH_PARAM_BUFFER_SIZE if !val.is_null() => {
+                size = Some(unsafe { *(val as *const usize) })
+            }
+            _ => return Err(INVALID_VALUE),
+        }
+        i += 2;
+    }
+    Ok((buf, size.ok_or(INVALID_VALUE)?))
+}
+
+/// Runs one launch of a registered kernel on `stream`: a host-implemented one
+/// (`simgpuRegisterKernel`) or a fatbin kernel (`modules`).
 fn launch(
     f: Handle,
     grid: [c_uint; 3],
     block: [c_uint; 3],
+    shared: c_uint,
     stream: Handle,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    if let Some(r) = modules::launch(f as usize, grid, block, shared, stream, params, extra) {
+        return r;
+    }
     let prep = (|| -> Result<(KernelFn, Vec<*mut c_void>, bool), CUresult> {
         let mut d = lock()?;
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
@@ -896,32 +942,13 @@ fn launch(
             // SAFETY: kernelParams holds one pointer per parameter (API contract).
             args.extend((0..k.offsets.len()).map(|i| unsafe { *params.add(i) }));
         } else if !extra.is_null() {
-            let (mut buf, mut size) = (std::ptr::null_mut::<u8>(), None);
-            let mut i = 0;
-            loop {
-                // SAFETY: extra is a LAUNCH_PARAM_END-terminated list of (key, value) pairs.
-                let key = unsafe { *extra.add(i) } as usize;
-                if key == LAUNCH_PARAM_END {
-                    break;
-                }
-                // SAFETY: as above; each key is followed by its value.
-                let val = unsafe { *extra.add(i + 1) };
-                match key {
-                    LAUNCH_PARAM_BUFFER_POINTER => buf = val as *mut u8,
-                    // SAFETY: the BUFFER_SIZE value points to a size_t.
-                    LAUNCH_PARAM_BUFFER_SIZE if !val.is_null() => {
-                        size = Some(unsafe { *(val as *const usize) })
-                    }
-                    _ => return Err(INVALID_VALUE),
-                }
-                i += 2;
-            }
+            let (buf, size) = extra_buffer(extra)?;
             let need = k
                 .offsets
                 .last()
                 .map(|o| o + k.sizes.last().unwrap())
                 .unwrap_or(0);
-            if buf.is_null() || size.is_none_or(|s| s < need) {
+            if buf.is_null() || size < need {
                 return Err(INVALID_VALUE);
             }
             // SAFETY: buf holds `size` >= need bytes, so each offset is inside it.
@@ -985,12 +1012,12 @@ pub extern "C" fn cuLaunchKernel(
     bx: c_uint,
     by: c_uint,
     bz: c_uint,
-    _shared: c_uint,
+    shared: c_uint,
     stream: Handle,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    launch(f, [gx, gy, gz], [bx, by, bz], stream, params, extra)
+    launch(f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
 }
 
 /// CUlaunchConfig (cuda.h).
@@ -1015,7 +1042,7 @@ pub extern "C" fn cuLaunchKernelEx(
     let Some(c) = (unsafe { config.as_ref() }) else {
         return INVALID_VALUE;
     };
-    launch(f, c.grid, c.block, c.stream, params, extra)
+    launch(f, c.grid, c.block, c.shared, c.stream, params, extra)
 }
 
 #[unsafe(no_mangle)]
@@ -1025,6 +1052,18 @@ pub extern "C" fn cuFuncGetParamInfo(
     offset: *mut usize,
     size: *mut usize,
 ) -> CUresult {
+    if modules::is_registered(f as usize) {
+        return match modules::params(f as usize) {
+            Ok(k) => match k.params.get(index) {
+                Some(&(o, s)) => out(offset, o)
+                    .and_then(|_| out(size, s))
+                    .err()
+                    .unwrap_or(SUCCESS),
+                None => INVALID_VALUE,
+            },
+            Err(e) => e,
+        };
+    }
     with(|d| {
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
         let (o, s) = (*k.offsets.get(index).ok_or(INVALID_VALUE)?, k.sizes[index]);
@@ -1035,6 +1074,13 @@ pub extern "C" fn cuFuncGetParamInfo(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: Handle) -> CUresult {
+    if let Some(n) = modules::name(f as usize) {
+        let c = std::ffi::CString::new(n).unwrap_or_default();
+        // Names live as long as the process, like a module's.
+        return out(name, c.into_raw() as *const c_char)
+            .err()
+            .unwrap_or(SUCCESS);
+    }
     with(|d| {
         let k = d.kernels.get(&(f as u64)).ok_or(INVALID_HANDLE)?;
         let c = std::ffi::CString::new(k.name.clone()).map_err(|_| UNKNOWN)?;
@@ -1178,7 +1224,8 @@ fn lookup(symbol: &CStr, version: c_int) -> (Option<usize>, c_int) {
     };
     let mut found = false;
     let mut best: Option<(c_int, usize)> = None;
-    for &(base, ver, _, f) in proc_table() {
+    let more = context::procs().iter().map(|&(b, v, f)| (b, v, "", f));
+    for (base, ver, _, f) in proc_table().iter().copied().chain(more) {
         if base != name {
             continue;
         }
@@ -1208,6 +1255,9 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: symbol is a NUL-terminated string (API contract).
     let name = unsafe { CStr::from_ptr(symbol) };
     let (f, st) = lookup(name, version);
+    if f.is_none() {
+        log_miss(name, version);
+    }
     if !status.is_null() {
         // SAFETY: non-null status pointer supplied by the caller.
         unsafe { *status = st };
@@ -1215,6 +1265,22 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: pfn is non-null (checked).
     unsafe { *pfn = f.map(|f| f as *mut c_void).unwrap_or(std::ptr::null_mut()) };
     if f.is_some() { SUCCESS } else { NOT_FOUND }
+}
+
+/// At SIMGPU_LOG=debug, names a function a program asked for and did not get, once.
+fn log_miss(name: &CStr, version: c_int) {
+    static SEEN: Mutex<Vec<std::ffi::CString>> = Mutex::new(Vec::new());
+    if !std::env::var("SIMGPU_LOG").is_ok_and(|v| v == "debug") {
+        return;
+    }
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.iter().any(|s| s.as_c_str() == name) {
+        seen.push(name.to_owned());
+        eprintln!(
+            "simgpu: libcuda.so.1: cuGetProcAddress({}, {version}) is not simulated; CUDA_ERROR_NOT_FOUND",
+            name.to_string_lossy()
+        );
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -1466,3 +1532,5 @@ mod abi_crosscheck {
         );
     }
 }
+
+include!(concat!(env!("OUT_DIR"), "/stubs.rs"));

@@ -21,6 +21,9 @@ pub const INVALID_MEMCPY_DIRECTION: Err = 21;
 pub const INVALID_DEVICE: Err = 101;
 pub const NO_DEVICE: Err = 100;
 pub const SYMBOL_NOT_FOUND: Err = 500;
+pub const INVALID_CONFIGURATION: Err = 9;
+pub const INVALID_PITCH_VALUE: Err = 12;
+pub const INVALID_SYMBOL: Err = 13;
 
 unsafe extern "C" {
     /// Defined by the cdylib that links this crate (12 or 13).
@@ -51,6 +54,8 @@ type GetProc =
 
 /// The driver functions the runtime uses, resolved once.
 struct Driver {
+    /// The libcuda.so.1 handle, for the simulator's own calls (`simgpu*`), found with dlsym.
+    handle: usize,
     get_proc: GetProc,
     fns: std::collections::HashMap<&'static str, usize>,
 }
@@ -91,13 +96,32 @@ const DRIVER_FNS: &[(&str, c_int)] = &[
     ("cuEventElapsedTime", 2000),
     ("cuCtxSynchronize", 2000),
     ("cuLaunchKernel", 4000),
+    ("cuDevicePrimaryCtxRetain", 7000),
+    ("cuCtxSetCurrent", 4000),
+    ("cuDeviceGetName", 2000),
+    ("cuDeviceTotalMem", 3020),
+    ("cuDeviceGetUuid", 11040),
+    ("cuDeviceGetPCIBusId", 4010),
+    ("cuCtxGetStreamPriorityRange", 5050),
+    ("cuStreamGetPriority", 5050),
+    ("cuThreadExchangeStreamCaptureMode", 10010),
+    ("cuStreamIsCapturing", 10000),
+    ("cuLaunchHostFunc", 10000),
+    ("cuStreamAddCallback", 5000),
+    ("cuEventRecordWithFlags", 11010),
+    ("cuPointerGetAttributes", 7000),
+    ("cuFuncGetAttribute", 2020),
+    ("cuFuncSetAttribute", 9000),
+    ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000),
+    ("cuLaunchCooperativeKernel", 9000),
+    ("cuMemcpy2DAsync", 3020),
 ];
 
 fn driver() -> Option<&'static Driver> {
     static D: OnceLock<Option<Driver>> = OnceLock::new();
     D.get_or_init(|| {
         // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is kept for the process.
-        let get_proc = unsafe {
+        let (handle, get_proc) = unsafe {
             let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
             if h.is_null() {
                 eprintln!("simgpu cudart: cannot open libcuda.so.1");
@@ -107,7 +131,7 @@ fn driver() -> Option<&'static Driver> {
             if f.is_null() {
                 return None;
             }
-            std::mem::transmute::<*mut c_void, GetProc>(f)
+            (h as usize, std::mem::transmute::<*mut c_void, GetProc>(f))
         };
         let mut fns = std::collections::HashMap::new();
         for &(name, ver) in DRIVER_FNS {
@@ -128,9 +152,54 @@ fn driver() -> Option<&'static Driver> {
         if unsafe { init(0) } != 0 {
             return None;
         }
-        Some(Driver { get_proc, fns })
+        Some(Driver {
+            handle,
+            get_proc,
+            fns,
+        })
     })
     .as_ref()
+}
+
+/// The simulator's own driver call `name` (`simgpu*`), found with dlsym on the driver's handle as
+/// the runtime finds `cuGetProcAddress_v2`; None when this driver lacks it.
+fn simgpu_sym(name: &CStr) -> Option<usize> {
+    let d = driver()?;
+    // SAFETY: a live handle from dlopen and a NUL-terminated name.
+    let f = unsafe { libc::dlsym(d.handle as *mut c_void, name.as_ptr()) };
+    (!f.is_null()).then_some(f as usize)
+}
+
+/// Like the real runtime, the first call that needs a context makes the primary context current
+/// (device queries do not): afterwards cuDevicePrimaryCtxGetState reports it active.
+fn ensure_context(d: &Driver) {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let mut ctx: Handle = std::ptr::null_mut();
+        // SAFETY: both functions were obtained from the driver for these signatures.
+        unsafe {
+            let retain: unsafe extern "C" fn(*mut Handle, c_int) -> c_int =
+                std::mem::transmute(d.fns["cuDevicePrimaryCtxRetain"]);
+            let set: unsafe extern "C" fn(Handle) -> c_int =
+                std::mem::transmute(d.fns["cuCtxSetCurrent"]);
+            if retain(&mut ctx, 0) == 0 {
+                set(ctx);
+            }
+        }
+    });
+}
+
+/// At SIMGPU_LOG=debug, names a driver call that failed (each name and code once).
+fn debug_failure(name: &'static str, code: c_int) {
+    static SEEN: std::sync::Mutex<Vec<(&'static str, c_int)>> = std::sync::Mutex::new(Vec::new());
+    if !std::env::var("SIMGPU_LOG").is_ok_and(|v| v == "debug") {
+        return;
+    }
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.contains(&(name, code)) {
+        seen.push((name, code));
+        eprintln!("simgpu cudart: {name} failed with {code}");
+    }
 }
 
 /// Calls driver function `$name` with signature `fn($($t),*) -> c_int`.
@@ -139,14 +208,28 @@ macro_rules! drv {
         match driver() {
             None => ret(NO_DEVICE),
             Some(d) => {
+                if !$name.starts_with("cuDevice") && $name != "cuDriverGetVersion" {
+                    ensure_context(d);
+                }
                 // SAFETY: the function was obtained from the driver for exactly this signature.
                 let f: unsafe extern "C" fn($($t),*) -> c_int = unsafe { std::mem::transmute(d.fns[$name]) };
                 // SAFETY: arguments are passed through from the caller, as the runtime API does.
-                ret(unsafe { f($($a),*) })
+                let r = unsafe { f($($a),*) };
+                if r != SUCCESS {
+                    debug_failure($name, r);
+                }
+                ret(r)
             }
         }
     }};
 }
+
+// The runtime by subject (after `drv!`, which they use).
+mod funcs;
+mod pointers;
+mod props;
+mod register;
+mod streams;
 
 // ==================================================================== device and versions
 
@@ -175,12 +258,14 @@ pub extern "C" fn cudaGetDevice(dev: *mut c_int) -> Err {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaSetDevice(dev: c_int) -> Err {
-    if driver().is_none() {
+    let Some(d) = driver() else {
         return ret(NO_DEVICE);
-    }
+    };
     if dev != 0 {
         ret(INVALID_DEVICE)
     } else {
+        // Since CUDA 12, cudaSetDevice initialises the device's primary context.
+        ensure_context(d);
         SUCCESS
     }
 }
@@ -597,12 +682,24 @@ fn entry_point(
     if symbol.is_null() || fp.is_null() {
         return ret(INVALID_VALUE);
     }
-    // SAFETY: valid pointers checked above; the driver writes fp and status.
-    let r = unsafe { (d.get_proc)(symbol, fp, version, flags, status) };
-    if r == 0 {
-        SUCCESS
-    } else {
-        ret(SYMBOL_NOT_FOUND)
+    let mut st: c_int = 0;
+    // SAFETY: valid pointers checked above; the driver writes fp and st.
+    let r = unsafe { (d.get_proc)(symbol, fp, version, flags, &mut st) };
+    if !status.is_null() {
+        // SAFETY: non-null optional output.
+        unsafe { *status = st };
+    }
+    match r {
+        0 => SUCCESS,
+        // CUDA 12+: a function the driver lacks is cudaSuccess with a NULL pointer and the
+        // reason in driverStatus (cudaDriverEntryPointSymbolNotFound / VersionNotSufficent), not
+        // an error the program would find later in cudaGetLastError.
+        500 if st != 0 => {
+            // SAFETY: fp is non-null (checked above).
+            unsafe { *fp = std::ptr::null_mut() };
+            SUCCESS
+        }
+        _ => ret(SYMBOL_NOT_FOUND),
     }
 }
 

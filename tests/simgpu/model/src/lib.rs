@@ -18,8 +18,16 @@
 //!   follows its method ([`conv::cost`]): direct/implicit GEMM count every multiply-add, GEMM adds
 //!   the traffic of its im2col buffer, FFT counts transforms and the frequency-domain products,
 //!   Winograd counts the reduced multiplies of its tile transform.
+//! * **GEMMs** (cuBLAS, cuBLASLt): tiles and waves at the rate of the data type and math mode
+//!   (FP32, TF32, FP16, BF16, FP64), see [`gemm`].
+//! * **A framework's own kernels** (from its fatbins, which the simulator cannot run): memory-bound
+//!   over the bytes their pointer parameters reach, with rules for element-wise, reduction,
+//!   softmax, normalisation, multi-tensor optimizer, attention and GEMM-like kernels, see
+//!   [`kernels`].
 
 pub mod conv;
+pub mod gemm;
+pub mod kernels;
 pub mod size;
 
 use serde::Deserialize;
@@ -54,6 +62,11 @@ pub struct Profile {
     pub half_util_flops: f64,
     pub half_util_bytes: f64,
     pub algo_efficiency: AlgoEfficiency,
+    /// GEMM rates and efficiencies for cuBLAS / cuBLASLt ([`gemm`]); absent in older profiles.
+    #[serde(default)]
+    pub gemm: Option<gemm::GemmRates>,
+    /// The cost model of the kernels in a framework's fatbins ([`kernels`]).
+    pub torch_kernels: kernels::TorchKernelModel,
     pub sources: BTreeMap<String, String>,
 }
 
@@ -127,6 +140,7 @@ impl Profile {
                 self.name
             ));
         }
+        self.torch_kernels.validate(&self.name)?;
         if self.memory_bytes == 0 {
             return Err(format!("profile {}: memory_bytes is 0", self.name));
         }
@@ -203,10 +217,17 @@ mod tests {
                 "pcie_h2d_gbs",
                 "launch_us",
                 "algo_efficiency",
+                "gemm.fp16_tflops",
+                "gemm.bf16_tflops",
+                "gemm.fp64_tflops",
+                "gemm.simt_efficiency",
+                "gemm.tensor_efficiency",
+                "gemm.tiles",
             ] {
                 assert!(p.sources.contains_key(key), "{name}: no source for {key}");
             }
             assert!(p.device_name.contains("simulated"));
+            assert!(p.gemm.is_some(), "{name}: no GEMM rates");
         }
     }
 

@@ -1,0 +1,497 @@
+//! Fatbin containers as `nvcc` embeds them: finding the cubin for the device's architecture,
+//! decompressing it, and reading each kernel's parameter layout from its `.nv.info.<kernel>`
+//! section (what the real driver answers `cuFuncGetParamInfo` from).
+//!
+//! Formats as measured on torch 2.15's `libtorch_cuda.so` (docs/torch-on-simgpu.md of the shared
+//! notes): a 16-byte container header (magic 0xBA55ED50, u16 version, u16 header size, u64 size
+//! of the entries), then entries with their own header (64 bytes: kind, version, header size,
+//! payload size, compressed size, PTX version, arch, name offset/length, flags, decompressed
+//! size). Pure: works on byte slices; the FFI edge is in `modules.rs`.
+
+use std::collections::HashMap;
+
+pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+pub const KIND_CUBIN: u16 = 2;
+/// Entry flags: payload compressed with zstd (CUDA 12.8+) or LZ4 (older toolkits).
+pub const FLAG_ZSTD: u64 = 0x8000;
+pub const FLAG_LZ4: u64 = 0x2000;
+
+/// `.nv.info` attribute formats: no value, byte, half-word, sized blob.
+const EIFMT_NVAL: u8 = 1;
+const EIFMT_BVAL: u8 = 2;
+const EIFMT_HVAL: u8 = 3;
+const EIFMT_SVAL: u8 = 4;
+/// `.nv.info` attributes we read.
+pub const EIATTR_KPARAM_INFO: u8 = 0x17;
+pub const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
+/// The same for kernels with large parameter blocks (over 4 KiB; CUDA 12.1+ allows 32 KiB):
+/// the same record with the size as a plain 32-bit word. Measured on torch's
+/// `multi_tensor_apply_kernel`s (a 26,888-byte metadata struct, ten parameters, 26,960-byte bank).
+pub const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
+
+/// Why a fatbin could not give an answer; maps to the driver's error codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FatbinError {
+    /// Not a fatbin, truncated, or an entry we cannot decode: CUDA_ERROR_INVALID_IMAGE.
+    Invalid(String),
+    /// No cubin in it at all (PTX only): CUDA_ERROR_NO_BINARY_FOR_GPU.
+    NoBinary(String),
+}
+
+impl std::fmt::Display for FatbinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FatbinError::Invalid(s) | FatbinError::NoBinary(s) => f.write_str(s),
+        }
+    }
+}
+
+fn bad(s: impl Into<String>) -> FatbinError {
+    FatbinError::Invalid(s.into())
+}
+
+/// One entry's header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: u16,
+    pub arch: u32,
+    pub flags: u64,
+    /// Offset and length of the payload within the container slice.
+    pub payload: (usize, usize),
+    pub compressed_size: u64,
+    pub decompressed_size: u64,
+}
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
+}
+
+/// The container's total length (header + entries) from its first 16 bytes.
+pub fn container_len(head: &[u8]) -> Result<usize, FatbinError> {
+    let magic = u32_at(head, 0).ok_or_else(|| bad("fatbin header truncated"))?;
+    if magic != FATBIN_MAGIC {
+        return Err(bad(format!(
+            "fatbin magic {magic:#x}, expected {FATBIN_MAGIC:#x}"
+        )));
+    }
+    let hsize = u16_at(head, 6).unwrap_or(0) as usize;
+    let size = u64_at(head, 8).unwrap_or(0) as usize;
+    if hsize < 16 {
+        return Err(bad(format!("fatbin header size {hsize}")));
+    }
+    hsize
+        .checked_add(size)
+        .ok_or_else(|| bad("fatbin size overflows"))
+}
+
+/// The entries of one container (`data` holds exactly the container).
+pub fn entries(data: &[u8]) -> Result<Vec<Entry>, FatbinError> {
+    let total = container_len(data)?;
+    if data.len() < total {
+        return Err(bad(format!(
+            "fatbin says {total} bytes, {} given",
+            data.len()
+        )));
+    }
+    let mut at = u16_at(data, 6).unwrap_or(16) as usize;
+    let mut out = Vec::new();
+    while at + 16 <= total {
+        let e = &data[at..total];
+        let kind = u16_at(e, 0).unwrap_or(0);
+        let hsize = u32_at(e, 4).unwrap_or(0) as usize;
+        let psize = u64_at(e, 8).unwrap_or(0) as usize;
+        if hsize < 64 || hsize > e.len() || psize > e.len() - hsize {
+            return Err(bad(format!(
+                "fatbin entry at {at}: header {hsize} bytes, payload {psize}, {} left",
+                e.len()
+            )));
+        }
+        out.push(Entry {
+            kind,
+            arch: u32_at(e, 28).unwrap_or(0),
+            flags: u64_at(e, 40).unwrap_or(0),
+            payload: (at + hsize, psize),
+            compressed_size: u32_at(e, 16).unwrap_or(0) as u64,
+            decompressed_size: u64_at(e, 56).unwrap_or(0),
+        });
+        at += hsize + psize;
+    }
+    Ok(out)
+}
+
+/// The architectures (e.g. 90 for sm_90) of the cubins to use on a device of compute capability
+/// `cc` (major * 10 + minor), and whether that is a fallback the real driver would refuse.
+///
+/// The real driver runs a cubin built for sm_XY on devices of the same major version and a minor
+/// version of at least Y. When none fits (p100, sm_60, under a build for sm_75+), the simulator still answers from
+/// the lowest cubin, so that shape-mode runs of such builds are possible; the caller says so.
+pub fn choose_arch(entries: &[Entry], cc: u32) -> Result<(u32, bool), FatbinError> {
+    let cubins: Vec<u32> = entries
+        .iter()
+        .filter(|e| e.kind == KIND_CUBIN)
+        .map(|e| e.arch)
+        .collect();
+    if let Some(&a) = cubins
+        .iter()
+        .filter(|&&a| a / 10 == cc / 10 && a <= cc)
+        .max()
+    {
+        return Ok((a, false));
+    }
+    cubins.iter().min().map(|&a| (a, true)).ok_or_else(|| {
+        FatbinError::NoBinary(format!(
+            "fatbin holds no cubin (entries: {:?})",
+            entries.iter().map(|e| (e.kind, e.arch)).collect::<Vec<_>>()
+        ))
+    })
+}
+
+/// The entry's payload, decompressed when flagged so.
+pub fn payload(data: &[u8], e: &Entry) -> Result<Vec<u8>, FatbinError> {
+    let raw = &data[e.payload.0..e.payload.0 + e.payload.1];
+    let want = e.decompressed_size as usize;
+    if e.flags & FLAG_ZSTD != 0 {
+        let n = (e.compressed_size as usize).min(raw.len());
+        let mut out = Vec::with_capacity(want);
+        let mut dec = ruzstd::decoding::StreamingDecoder::new(&raw[..n])
+            .map_err(|err| bad(format!("zstd payload (arch {}): {err}", e.arch)))?;
+        std::io::Read::read_to_end(&mut dec, &mut out)
+            .map_err(|err| bad(format!("zstd payload (arch {}): {err}", e.arch)))?;
+        Ok(out)
+    } else if e.flags & FLAG_LZ4 != 0 {
+        // Older toolkits: an LZ4 block with the decompressed size in the entry header.
+        let n = (e.compressed_size as usize).min(raw.len());
+        lz4_flex::block::decompress(&raw[..n], want)
+            .map_err(|err| bad(format!("LZ4 payload (arch {}): {err}", e.arch)))
+    } else {
+        Ok(raw.to_vec())
+    }
+}
+
+/// One kernel's parameters as the cubin describes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelParams {
+    /// (offset, size) in bytes, by ordinal.
+    pub params: Vec<(usize, usize)>,
+    /// Size of the parameter block in the constant bank, when stated.
+    pub cbank_size: Option<usize>,
+}
+
+impl KernelParams {
+    /// End of the last parameter: what a packed (`extra`) argument buffer must hold.
+    pub fn block_len(&self) -> usize {
+        self.params.iter().map(|(o, s)| o + s).max().unwrap_or(0)
+    }
+}
+
+/// Parses one `.nv.info.<kernel>` section.
+pub fn parse_nv_info(sec: &[u8]) -> Result<KernelParams, FatbinError> {
+    let mut by_ordinal: Vec<Option<(usize, usize)>> = Vec::new();
+    let mut cbank = None;
+    let mut at = 0;
+    while at + 2 <= sec.len() {
+        let (fmt, attr) = (sec[at], sec[at + 1]);
+        let val = u16_at(sec, at + 2).ok_or_else(|| bad(".nv.info record truncated"))?;
+        let body = at + 4;
+        at = match fmt {
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => body,
+            EIFMT_SVAL => body + val as usize,
+            _ => return Err(bad(format!(".nv.info format {fmt} at offset {at}"))),
+        };
+        if at > sec.len() {
+            return Err(bad(".nv.info record runs past the section"));
+        }
+        match (fmt, attr) {
+            (EIFMT_SVAL, EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2) if val >= 12 => {
+                let ordinal = u16_at(sec, body + 4).unwrap_or(0) as usize;
+                let offset = u16_at(sec, body + 6).unwrap_or(0) as usize;
+                let word = u32_at(sec, body + 8).unwrap_or(0) as usize;
+                let size = if attr == EIATTR_KPARAM_INFO {
+                    (word >> 18) & 0x3fff
+                } else {
+                    word
+                };
+                if size > 1 << 20 {
+                    return Err(bad(format!("parameter {ordinal} of {size} bytes")));
+                }
+                if by_ordinal.len() <= ordinal {
+                    by_ordinal.resize(ordinal + 1, None);
+                }
+                by_ordinal[ordinal] = Some((offset, size));
+            }
+            (EIFMT_HVAL, EIATTR_CBANK_PARAM_SIZE) => cbank = Some(val as usize),
+            _ => {}
+        }
+    }
+    let params = by_ordinal
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| p.ok_or_else(|| bad(format!("parameter {i} has no KPARAM_INFO"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(KernelParams {
+        params,
+        cbank_size: cbank,
+    })
+}
+
+/// Every kernel's parameters in one cubin (an ELF), by mangled name.
+pub fn cubin_kernels(elf: &[u8]) -> Result<HashMap<String, KernelParams>, FatbinError> {
+    use object::{Object, ObjectSection};
+    let file = object::File::parse(elf).map_err(|e| bad(format!("cubin ELF: {e}")))?;
+    let mut out = HashMap::new();
+    for s in file.sections() {
+        let Ok(name) = s.name() else { continue };
+        let Some(kernel) = name.strip_prefix(".nv.info.") else {
+            continue;
+        };
+        let data = s
+            .data()
+            .map_err(|e| bad(format!("cubin section {name}: {e}")))?;
+        let p = parse_nv_info(data).map_err(|e| bad(format!("{name}: {e}")))?;
+        out.insert(kernel.to_string(), p);
+    }
+    Ok(out)
+}
+
+/// What one fatbin gives the driver: its kernels' parameters for the chosen architecture.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub arch: u32,
+    pub fallback: bool,
+    pub kernels: HashMap<String, KernelParams>,
+}
+
+/// Reads a whole container for a device of compute capability `cc` (major * 10 + minor).
+pub fn parse(data: &[u8], cc: u32) -> Result<Parsed, FatbinError> {
+    let ents = entries(data)?;
+    let (arch, fallback) = choose_arch(&ents, cc)?;
+    let mut kernels = HashMap::new();
+    // Arch-specific variants (sm_90a) share the arch number: take the union, first wins.
+    for e in ents
+        .iter()
+        .filter(|e| e.kind == KIND_CUBIN && e.arch == arch)
+    {
+        let elf = payload(data, e)?;
+        for (k, p) in cubin_kernels(&elf)? {
+            kernels.entry(k).or_insert(p);
+        }
+    }
+    Ok(Parsed {
+        arch,
+        fallback,
+        kernels,
+    })
+}
+
+/// Builders for tests: a cubin ELF with `.nv.info.<kernel>` sections, and a fatbin around it.
+#[cfg(test)]
+pub mod fixture {
+    /// An `.nv.info` section: one KPARAM_INFO per (offset, size), ordinals in reverse order as
+    /// nvcc writes them, and the constant-bank size.
+    pub fn nv_info(params: &[(u16, u16)], cbank: u16) -> Vec<u8> {
+        let mut s = Vec::new();
+        // An attribute we do not read, to show records are skipped by their format.
+        s.extend_from_slice(&[0x04, 0x0a, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        s.extend_from_slice(&[0x03, 0x19]);
+        s.extend_from_slice(&cbank.to_le_bytes());
+        // Blocks over 4 KiB use the V2 record, as nvcc does.
+        let v2 = params.iter().any(|&(o, s)| o as u32 + s as u32 > 4096);
+        for (i, &(off, size)) in params.iter().enumerate().rev() {
+            s.extend_from_slice(&[0x04, if v2 { 0x45 } else { 0x17 }, 12, 0]);
+            s.extend_from_slice(&0u32.to_le_bytes());
+            s.extend_from_slice(&(i as u16).to_le_bytes());
+            s.extend_from_slice(&off.to_le_bytes());
+            let word = if v2 {
+                size as u32
+            } else {
+                ((size as u32) << 18) | 0x1f000
+            };
+            s.extend_from_slice(&word.to_le_bytes());
+        }
+        s.extend_from_slice(&[0x01, 0x1b, 0, 0]);
+        s
+    }
+
+    /// A minimal ELF64 with the given named sections (plus the null one and .shstrtab).
+    pub fn elf(sections: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut shstr = vec![0u8];
+        let mut names = Vec::new();
+        for (n, _) in sections
+            .iter()
+            .map(|(n, d)| (*n, d))
+            .chain([(".shstrtab", &vec![])])
+        {
+            names.push(shstr.len() as u32);
+            shstr.extend_from_slice(n.as_bytes());
+            shstr.push(0);
+        }
+        let mut body = Vec::new();
+        let mut places = Vec::new();
+        for (_, d) in sections {
+            places.push((64 + body.len(), d.len()));
+            body.extend_from_slice(d);
+        }
+        places.push((64 + body.len(), shstr.len()));
+        body.extend_from_slice(&shstr);
+        while body.len() % 8 != 0 {
+            body.push(0);
+        }
+        let shoff = 64 + body.len();
+        let shnum = sections.len() + 2;
+        let mut out = vec![
+            0x7f, b'E', b'L', b'F', 2, 1, 1, 0x33, 7, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        out.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        out.extend_from_slice(&190u16.to_le_bytes()); // EM_CUDA
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes()); // entry
+        out.extend_from_slice(&0u64.to_le_bytes()); // phoff
+        out.extend_from_slice(&(shoff as u64).to_le_bytes());
+        out.extend_from_slice(&0x5a055au32.to_le_bytes()); // flags
+        out.extend_from_slice(&64u16.to_le_bytes());
+        out.extend_from_slice(&56u16.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&64u16.to_le_bytes());
+        out.extend_from_slice(&(shnum as u16).to_le_bytes());
+        out.extend_from_slice(&((shnum - 1) as u16).to_le_bytes());
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&[0u8; 64]);
+        for (i, (off, len)) in places.iter().enumerate() {
+            let ty: u32 = if i == sections.len() { 3 } else { 0x7000_0000 };
+            out.extend_from_slice(&names[i].to_le_bytes());
+            out.extend_from_slice(&ty.to_le_bytes());
+            out.extend_from_slice(&0u64.to_le_bytes()); // flags
+            out.extend_from_slice(&0u64.to_le_bytes()); // addr
+            out.extend_from_slice(&(*off as u64).to_le_bytes());
+            out.extend_from_slice(&(*len as u64).to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&4u64.to_le_bytes());
+            out.extend_from_slice(&0u64.to_le_bytes());
+        }
+        out
+    }
+
+    /// A fatbin container with one entry per (arch, cubin); zstd-compressed when `zstd`.
+    pub fn fatbin(cubins: &[(u32, Vec<u8>)], zstd: bool) -> Vec<u8> {
+        let mut ents = Vec::new();
+        for (arch, elf) in cubins {
+            let payload = if zstd {
+                ruzstd::encoding::compress_to_vec(
+                    &elf[..],
+                    ruzstd::encoding::CompressionLevel::Fastest,
+                )
+            } else {
+                elf.clone()
+            };
+            let mut padded = payload.clone();
+            while padded.len() % 8 != 0 {
+                padded.push(0);
+            }
+            let flags: u64 = 0x11 | if zstd { super::FLAG_ZSTD } else { 0 };
+            ents.extend_from_slice(&super::KIND_CUBIN.to_le_bytes());
+            ents.extend_from_slice(&0x0101u16.to_le_bytes());
+            ents.extend_from_slice(&64u32.to_le_bytes());
+            ents.extend_from_slice(&(padded.len() as u64).to_le_bytes());
+            ents.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            ents.extend_from_slice(&0u32.to_le_bytes());
+            ents.extend_from_slice(&8u16.to_le_bytes());
+            ents.extend_from_slice(&1u16.to_le_bytes());
+            ents.extend_from_slice(&arch.to_le_bytes());
+            ents.extend_from_slice(&[0u8; 8]);
+            ents.extend_from_slice(&flags.to_le_bytes());
+            ents.extend_from_slice(&0u64.to_le_bytes());
+            ents.extend_from_slice(&(elf.len() as u64).to_le_bytes());
+            ents.extend_from_slice(&padded);
+        }
+        let mut out = Vec::new();
+        out.extend_from_slice(&super::FATBIN_MAGIC.to_le_bytes());
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(&(ents.len() as u64).to_le_bytes());
+        out.extend_from_slice(&ents);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::*;
+    use super::*;
+
+    fn sample() -> (Vec<u8>, Vec<(u16, u16)>) {
+        let params = vec![(0, 4), (4, 8), (16, 16)];
+        let elf = elf(&[
+            (".nv.info", vec![0x04, 0x2f, 0, 0]),
+            (".nv.info._Z3addiPf", nv_info(&params, 32)),
+            (".nv.info._Z4noopv", vec![0x03, 0x19, 0, 0]),
+            (
+                ".nv.info._Z3bigv",
+                nv_info(&[(0, 26888), (26888, 1), (26896, 8)], 26904),
+            ),
+            (".text._Z3addiPf", vec![0; 16]),
+        ]);
+        (elf, params)
+    }
+
+    #[test]
+    fn reads_kernel_params_from_a_compressed_cubin() {
+        let (elf, params) = sample();
+        for zstd in [false, true] {
+            let fb = fatbin(&[(75, b"other".repeat(20)), (90, elf.clone())], zstd);
+            let p = parse(&fb, 90).unwrap();
+            assert_eq!((p.arch, p.fallback), (90, false));
+            let k = &p.kernels["_Z3addiPf"];
+            let want: Vec<(usize, usize)> = params
+                .iter()
+                .map(|&(o, s)| (o as usize, s as usize))
+                .collect();
+            assert_eq!(k.params, want);
+            assert_eq!(k.cbank_size, Some(32));
+            assert_eq!(k.block_len(), 32);
+            assert_eq!(p.kernels["_Z4noopv"].params, vec![]);
+            assert_eq!(
+                p.kernels["_Z3bigv"].params,
+                vec![(0, 26888), (26888, 1), (26896, 8)]
+            );
+            assert!(!p.kernels.contains_key(""));
+        }
+    }
+
+    #[test]
+    fn picks_the_compatible_arch_or_falls_back_to_the_lowest() {
+        let (elf, _) = sample();
+        let fb = fatbin(&[(80, elf.clone()), (86, elf.clone()), (90, elf)], true);
+        let e = entries(&fb).unwrap();
+        assert_eq!(choose_arch(&e, 89).unwrap(), (86, false));
+        assert_eq!(choose_arch(&e, 80).unwrap(), (80, false));
+        assert_eq!(choose_arch(&e, 100).unwrap(), (80, true));
+        assert_eq!(choose_arch(&e, 60).unwrap(), (80, true));
+        assert!(matches!(
+            choose_arch(&[], 90),
+            Err(FatbinError::NoBinary(_))
+        ));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_crash() {
+        let (elf, _) = sample();
+        let fb = fatbin(&[(90, elf)], true);
+        assert!(container_len(b"nope").is_err());
+        for cut in [0, 10, 20, 80, fb.len() / 2, fb.len() - 1] {
+            assert!(parse(&fb[..cut], 90).is_err(), "cut at {cut}");
+        }
+        let mut corrupt = fb.clone();
+        let (start, _) = entries(&fb).unwrap()[0].payload;
+        corrupt[start..start + 4].copy_from_slice(b"junk");
+        assert!(parse(&corrupt, 90).is_err());
+        assert!(parse_nv_info(&[0x09, 0x17, 0, 0]).is_err());
+        assert!(parse_nv_info(&[0x04, 0x17, 200, 0]).is_err());
+    }
+}

@@ -1,0 +1,8 @@
+// The simulated cuDNN's ops library answers to the real soname and finds its siblings and
+// libcuda.so.1 beside it.
+fn main() {
+    // Like NVIDIA's libraries, it binds its own functions internally (-Bsymbolic).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudnn_ops.so.9");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
+}

@@ -1,0 +1,4 @@
+//! `libcufft.so.12` of the simulated GPU. cuFFT is not simulated: the library exists so that torch loads,
+//! and every function it imports answers with cuFFT's not-supported status (see simgpu-stubgen).
+
+include!(concat!(env!("OUT_DIR"), "/stubs.rs"));
