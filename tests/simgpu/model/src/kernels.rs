@@ -244,24 +244,54 @@ pub fn element_size(name: &str) -> f64 {
         .unwrap_or(4.0)
 }
 
+/// Queries per block and head dimension of an attention kernel, from its template arguments:
+/// `Flash_fwd_kernel_traits<D, kBlockM, ...>`, `fmha_cutlassF_..._64x64_k64` or
+/// `AttentionKernel<T, Arch, aligned, queries, keys, max_k, ...>`.
+fn attention_shape(name: &str) -> (f64, Option<f64>) {
+    let nums_after = |key: &str| -> Option<Vec<f64>> {
+        let i = name.find(key)? + key.len();
+        let inner: String = name[i..].chars().take_while(|&c| c != '>').collect();
+        Some(inner.split(',').filter_map(template_number).collect())
+    };
+    if let Some(v) = nums_after("_kernel_traits<")
+        && v.len() >= 2
+    {
+        return (v[1], Some(v[0]));
+    }
+    if let Some(v) = nums_after("AttentionKernel<")
+        && v.len() >= 3
+    {
+        return (v[0], Some(v[2]));
+    }
+    if let Some(v) = nums_after("AttentionBackwardKernel<")
+        && v.len() >= 3
+    {
+        return (v[0], Some(v[2]));
+    }
+    (128.0, None)
+}
+
+/// A template argument as a number, as demanglers write it: `3`, `3ul`, `(unsigned long)3`.
+fn template_number(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let s = match s.strip_prefix('(') {
+        Some(rest) => &rest[rest.find(')')? + 1..],
+        None => s,
+    };
+    let digits: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
 /// The `N` of `std::array<char*, N>` in the name: the element-wise kernel's operands.
 fn operands(name: &str) -> Option<f64> {
     let i = name.find("std::array<char*, ")? + "std::array<char*, ".len();
-    let digits: String = name[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
+    template_number(&name[i..])
 }
 
 /// The depth of a `TensorListMetadata<depth>` (tensors per list entry: params, grads, states).
 fn list_depth(name: &str) -> Option<f64> {
     let i = name.find("TensorListMetadata<")? + "TensorListMetadata<".len();
-    let digits: String = name[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
+    template_number(&name[i..])
 }
 
 fn half_precision(name: &str) -> bool {
@@ -300,7 +330,17 @@ pub fn cost(p: &Profile, m: &TorchKernelModel, l: &KernelLaunch) -> KernelCost {
                 * elem;
             (reach.min(cap), 1.0)
         }
-        Family::Reduction => (reach, m.reduction_efficiency),
+        // torch's reduce_kernel gives a thread up to 16 x 256 values before it splits the
+        // input over more blocks (Reduce.cuh); other reductions (losses, cub's sorts and scans)
+        // get the per-thread cap of kernels that do not stride over their grid.
+        Family::Reduction => {
+            let per_thread = if l.name.contains("reduce_kernel") {
+                16.0 * 256.0 * elem
+            } else {
+                m.max_bytes_per_thread
+            };
+            (reach.min(threads * per_thread), m.reduction_efficiency)
+        }
         Family::Softmax => (reach, m.softmax_efficiency),
         Family::Norm => (reach, m.norm_efficiency),
         Family::Memory if !l.name.contains("grid_stride") => {
@@ -326,13 +366,17 @@ pub fn cost(p: &Profile, m: &TorchKernelModel, l: &KernelLaunch) -> KernelCost {
     };
     let flops = match family {
         Family::Attention => {
-            // Q, K, V and the output: the reach is about four B*H*S*D tensors; S from the
-            // grid's query tiles (128 queries per block, flash's kBlockM; an assumption for
-            // the other kernels). Forward 4*S*(B*H*S*D); backward 2.5 times that (FlashAttention-2).
-            let qkvo = bytes / (4.0 * elem);
-            let s = l.grid[0].max(1) as f64 * 128.0;
-            let bwd = l.name.contains("bwd") || l.name.contains("backward");
-            4.0 * s * qkvo * if bwd { 2.5 } else { 1.0 }
+            // Forward 4*S*S*D per (batch, head); backward 2.5 times that (FlashAttention-2).
+            // Both torch kernels put query tiles on grid.x and batch and heads on y and z
+            // (flash: ceil(S/kBlockM), B, H; memory-efficient: ceil(S/queries), H, B); the
+            // tile and the head dimension are template arguments of the name. Without them:
+            // 128-query tiles and D from the bytes (Q, K, V and the output: four B*H*S*D).
+            let (tile, d) = attention_shape(l.name);
+            let s = l.grid[0].max(1) as f64 * tile;
+            let bh = (l.grid[1].max(1) * l.grid[2].max(1)) as f64;
+            let d = d.unwrap_or_else(|| (bytes / (4.0 * elem * bh * s)).clamp(16.0, 256.0));
+            let bwd = l.name.contains("bwd") || l.name.contains("Backward");
+            4.0 * s * s * d * bh * if bwd { 2.5 } else { 1.0 }
         }
         Family::Gemm => {
             // Square operands assumed: three n*n matrices in the bytes, 2*n^3 multiply-adds.
@@ -411,6 +455,12 @@ mod tests {
         assert_eq!(element_size("void k<c10::Half, float>(int)"), 2.0);
         assert_eq!(element_size("void k<integer_thing, double>(int)"), 8.0);
         assert_eq!(operands(ADD), Some(2.0));
+        // cpp_demangle's spelling of an unsigned long template argument.
+        assert_eq!(
+            operands("k<std::array<char*, (unsigned long)3> >(int)"),
+            Some(3.0)
+        );
+        assert_eq!(template_number("(unsigned int)64"), Some(64.0));
         assert_eq!(
             list_depth("multi_tensor_apply_kernel<TensorListMetadata<4>, F>"),
             Some(4.0)
@@ -500,6 +550,20 @@ mod tests {
             },
         );
         assert_eq!(one_block.bytes, 256.0 * m.max_bytes_per_thread);
+        // A loss that gathers one value per row from a large input does not read all of it.
+        let nll = cost(
+            &p,
+            &m,
+            &KernelLaunch {
+                name: "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
+                grid: [1, 1, 1],
+                block: [256, 1, 1],
+                pointed_bytes: 5e8,
+                ..Default::default()
+            },
+        );
+        assert_eq!(nll.family, Family::Reduction);
+        assert!(nll.seconds < 50e-6, "{}", nll.seconds);
     }
 
     #[test]
@@ -555,6 +619,12 @@ mod tests {
             },
         );
         assert_eq!(att.family, Family::Attention);
+        assert_eq!(
+            attention_shape(
+                "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)"
+            ),
+            (64.0, Some(64.0))
+        );
         // B=32, H=12, S=512, D=64: 4*S*S*D*B*H = 25.8 GFLOP; FlashAttention-2 reaches 35% of
         // the H100's 989 dense FP16 TFLOPS (FlashAttention-3 paper): 74.6 us.
         let want = 4.0 * 512.0 * 512.0 * 64.0 * 32.0 * 12.0;
