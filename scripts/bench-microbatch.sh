@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --release -q
 bin=$(scripts/build-workloads.sh)
 m=target/release/marmoset
-layers=../shared/data/conv-layers
+layers=data/conv-layers
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
 
