@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod locate;
+
 #[derive(Parser)]
 #[command(
     name = "marmoset",
@@ -181,44 +183,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// Where cargo put the built libraries: next to this executable (target/<profile>/), or
-/// MARMOSET_BUILD_DIR.
+/// The directory holding libmarmoset.so (see locate.rs: MARMOSET_LIB_DIR, the build tree, the
+/// installed wheel).
 fn build_dir() -> Result<PathBuf> {
-    if let Some(d) = std::env::var_os("MARMOSET_BUILD_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe().context("cannot find the marmoset executable")?;
-    Ok(exe
-        .parent()
-        .context("the executable has no directory")?
-        .to_path_buf())
+    locate::lib_dir()
 }
 
-/// The simulated-GPU directory: links with the real sonames to the built files, (re)made when
-/// missing or stale.
+/// The simulated-GPU directory (see locate.rs).
 fn sim_dir() -> Result<PathBuf> {
-    let build = build_dir()?;
-    for f in planner::sim::built_files() {
-        if !build.join(f).is_file() {
-            bail!(
-                "the simulated GPU is not built: {} is missing (build it with `cargo build --release --workspace`)",
-                build.join(f).display()
-            );
-        }
-    }
-    let dir = build.join("simgpu");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (name, file) in planner::sim::LIBRARIES {
-        let link = dir.join(name);
-        let target = Path::new("..").join(file);
-        if std::fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
-            continue;
-        }
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&target, &link)
-            .with_context(|| format!("cannot link {}", link.display()))?;
-    }
-    Ok(dir)
+    locate::sim_dir()
 }
 
 fn run(a: RunArgs) -> Result<ExitCode> {
