@@ -5,7 +5,10 @@ use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod export;
 mod locate;
+mod report;
+mod svg;
 
 #[derive(Parser)]
 #[command(
@@ -79,6 +82,40 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// One self-contained HTML page of a run: memory over time against the budget, the largest
+    /// tensors' residency, device time by kind, the plan's decisions.
+    Report {
+        /// A trace written with MARMOSET_TRACE / --trace (MARMOSET_TRACE_TIMING=1 for times and
+        /// a plan).
+        trace: PathBuf,
+        #[arg(short = 'o', long = "output", default_value = "report.html")]
+        output: PathBuf,
+        /// The memory budget: a size, or a fraction of the trace's peak (0.5).
+        #[arg(long)]
+        budget: Option<String>,
+        /// The policy planned when the trace recorded no decisions.
+        #[arg(long, default_value = "capuchin")]
+        policy: String,
+        /// Device profile for the plan's PCIe links: h100, p100 or a profile .json.
+        #[arg(long, default_value = "h100")]
+        profile: String,
+        /// The trace was recorded on the simulated GPU (`marmoset run --sim`): label its device
+        /// times simulated.
+        #[arg(long)]
+        simulated: bool,
+    },
+    /// Convert a trace for other tools: --chrome writes the Chrome trace event format (Perfetto).
+    Export {
+        /// The Chrome trace event format (JSON), for Perfetto and chrome://tracing.
+        #[arg(long, required = true)]
+        chrome: bool,
+        trace: PathBuf,
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        /// The trace was recorded on the simulated GPU: label its device times simulated.
+        #[arg(long)]
+        simulated: bool,
+    },
     /// Summarise a trace: calls by kind and API, allocations, peak memory load, device time.
     Inspect {
         /// A trace written with MARMOSET_TRACE / --trace.
@@ -143,6 +180,27 @@ fn main() -> ExitCode {
         }),
         Cmd::Run(a) => run(a),
         Cmd::Inspect { trace, json } => inspect(&trace, json),
+        Cmd::Report {
+            trace,
+            output,
+            budget,
+            policy,
+            profile,
+            simulated,
+        } => report::report(&report::Options {
+            trace: &trace,
+            output: &output,
+            budget: budget.as_deref(),
+            policy: &policy,
+            profile: &profile,
+            simulated,
+        }),
+        Cmd::Export {
+            chrome: _,
+            trace,
+            output,
+            simulated,
+        } => export::export(&trace, &output, simulated),
         Cmd::Import {
             format,
             log,
