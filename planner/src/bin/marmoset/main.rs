@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod doctor;
 mod export;
 mod locate;
 mod report;
@@ -116,6 +117,19 @@ enum Cmd {
         #[arg(long)]
         simulated: bool,
     },
+    /// Check the environment a program runs in: the CUDA libraries it loads and from where, the
+    /// functions Marmoset hooks in them, settings that defeat a memory policy, the benchmark
+    /// cache. Exit status 1 when it finds a problem.
+    Doctor {
+        /// Run the program on the simulated GPU's libraries.
+        #[arg(long)]
+        sim: bool,
+        #[arg(long)]
+        json: bool,
+        /// The program to check (default: python -c "import torch", .venv/bin/python if present).
+        #[arg(last = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
     /// Summarise a trace: calls by kind and API, allocations, peak memory load, device time.
     Inspect {
         /// A trace written with MARMOSET_TRACE / --trace.
@@ -180,6 +194,7 @@ fn main() -> ExitCode {
         }),
         Cmd::Run(a) => run(a),
         Cmd::Inspect { trace, json } => inspect(&trace, json),
+        Cmd::Doctor { sim, json, cmd } => doctor::doctor(&doctor::Options { sim, json, cmd }),
         Cmd::Report {
             trace,
             output,
