@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
+scripts/setup-chromium.sh   # the report test renders a page in headless Chromium
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
