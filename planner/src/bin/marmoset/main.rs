@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 mod doctor;
 mod export;
 mod locate;
+mod progress;
 mod report;
 mod svg;
 
@@ -575,6 +576,7 @@ fn plan(
         let next = std::sync::atomic::AtomicUsize::new(0);
         let done = std::sync::Mutex::new(vec![None; jobs.len()]);
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let bar = progress::bar(jobs.len() as u64, "planning");
         std::thread::scope(|sc| {
             for _ in 0..workers.min(jobs.len()) {
                 sc.spawn(|| {
@@ -583,10 +585,12 @@ fn plan(
                         let Some(&(p, f)) = jobs.get(i) else { break };
                         let (_, o) = run(p, &t, (peak as f64 * f) as u64, link).unwrap();
                         done.lock().unwrap()[i] = Some(o);
+                        bar.inc(1);
                     }
                 });
             }
         });
+        bar.finish_and_clear();
         let outcomes: Vec<planner::timeline::Outcome> = done
             .into_inner()
             .unwrap()
