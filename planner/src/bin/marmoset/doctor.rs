@@ -126,10 +126,13 @@ fn exported_functions(path: &Path) -> Result<BTreeSet<String>> {
             sym.st_bind(),
             goblin::elf::sym::STB_GLOBAL | goblin::elf::sym::STB_WEAK
         );
-        if sym.is_function() && global && sym.st_shndx != 0 && sym.st_value != 0 {
-            if let Some(name) = elf.dynstrtab.get_at(sym.st_name) {
-                out.insert(name.to_string());
-            }
+        if sym.is_function()
+            && global
+            && sym.st_shndx != 0
+            && sym.st_value != 0
+            && let Some(name) = elf.dynstrtab.get_at(sym.st_name)
+        {
+            out.insert(name.to_string());
         }
     }
     Ok(out)

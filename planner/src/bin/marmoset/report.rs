@@ -704,7 +704,7 @@ pub fn report(o: &Options) -> Result<std::process::ExitCode> {
             }
         }
     }
-    let _ = write!(h, "<script>{SCRIPT}</script></body></html>\n");
+    let _ = writeln!(h, "<script>{SCRIPT}</script></body></html>");
     std::fs::write(o.output, h).with_context(|| format!("cannot write {}", o.output.display()))?;
     eprintln!(
         "{}: {} tensors charted, {} decisions{}",
@@ -774,12 +774,13 @@ mod tests {
 
     #[test]
     fn bad_lines_are_named() {
-        let e = measure("{\"seq\":1}\n").unwrap_err().to_string();
+        let e = measure("{\"seq\":1}\n").err().unwrap().to_string();
         assert!(e.contains("line 1"), "{e}");
         assert!(measure("").is_err());
         assert!(
             measure("nonsense")
-                .unwrap_err()
+                .err()
+                .unwrap()
                 .to_string()
                 .contains("line 1")
         );

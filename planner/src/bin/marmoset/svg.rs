@@ -388,7 +388,7 @@ mod tests {
 
     #[test]
     fn ticks_are_round_and_cover_the_range() {
-        assert_eq!(ticks(10.0, false), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(ticks(10.0, false), [0.0, 2.5, 5.0, 7.5, 10.0]);
         let t = ticks(3.0 * 1024.0 * 1024.0 * 1024.0, true);
         assert_eq!(t[1], 512.0 * 1024.0 * 1024.0);
         assert!(*t.last().unwrap() <= 3.0 * 1024.0 * 1024.0 * 1024.0);
