@@ -15,7 +15,8 @@ fn sh(c: &mut Command) -> std::process::Output {
 
 #[test]
 fn pip_installed_marmoset_runs_c_and_python_programs_on_the_simulated_gpu() {
-    let tmp = temp_path("wheel");
+    // Outside the build tree: nothing of it is on the installed command's way.
+    let tmp = std::env::temp_dir().join(format!("marmoset-wheel-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
     let sim = stdout(&sh(Command::new(marmoset()).arg("sim-path")))
