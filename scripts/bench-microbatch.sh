@@ -11,18 +11,23 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --release -q
 bin=$(scripts/build-workloads.sh)
 m=target/release/marmoset
-layers=../shared/data/conv-layers
+layers=data/conv-layers
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
 
+# Progress on a terminal only (stderr): "[k/n] what", rewritten in place, cleared at the end.
+progress() { if [ -t 2 ]; then printf '\r\033[2K[%s] %s' "$1" "$2" >&2; fi; }
+progress_done() { if [ -t 2 ]; then printf '\r\033[2K' >&2; fi; }
 total_ms() { awk '/ layers: / { print $3 }'; }
 plan_ms() { awk '/marmoset: planned/ { gsub(/[(),;]/, " "); for (i = 1; i <= NF; i++) { if ($i == "measured" || $i == "cache") b += $(i+1); if ($i == "program") d += $(i+1) } } END { printf "%.1f", b + d }'; }
 
 printf '%-9s %-5s %7s | %12s | %19s | %19s | %19s | %s\n' model gpu "MiB" "undivided ms" "WR pow2 ms" "WR all ms" "WD ms" "planning (host ms: pow2/all/WD)"
+k=0
 for model in alexnet resnet18; do
   kernels=$(( ( $(grep -c . "$layers/$model.csv") - 1 ) * 3 ))
   for gpu in p100 h100; do
     for mib in 8 64 512; do
+      k=$((k + 1)); progress "$k/12" "$model on $gpu, $mib MiB per kernel"
       run() { SIMGPU_MODE=shape MARMOSET_LOG=info "$m" run --sim=$gpu "$@" -- "$bin/conv_layers" "$layers/$model.csv" "$mib" 2>&1; }
       base=$(SIMGPU_MODE=shape "$m" run --sim=$gpu --no-shim -- "$bin/conv_layers" "$layers/$model.csv" "$mib" | total_ms)
       p=$(MARMOSET_CACHE_DIR=$cache/p MARMOSET_BATCH_SIZES=pow2 run --workspace-limit ${mib}MiB)
@@ -31,7 +36,7 @@ for model in alexnet resnet18; do
       tp=$(total_ms <<< "$p"); ta=$(total_ms <<< "$a"); tw=$(total_ms <<< "$w")
       printf '%-9s %-5s %7s | %12.2f | %10.2f (%5.2fx) | %10.2f (%5.2fx) | %10.2f (%5.2fx) | %s / %s / %s\n' \
         "$model" "$gpu" "$mib" "$base" "$tp" "$(echo "$base / $tp" | bc -l)" "$ta" "$(echo "$base / $ta" | bc -l)" \
-        "$tw" "$(echo "$base / $tw" | bc -l)" "$(plan_ms <<< "$p")" "$(plan_ms <<< "$a")" "$(plan_ms <<< "$w")"
+        "$tw" "$(echo "$base / $tw" | bc -l)" "$(plan_ms <<< "$p")" "$(plan_ms <<< "$a")" "$(plan_ms <<< "$w")" | { progress_done; cat; }
     done
   done
 done

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --release
 bin=$(scripts/build-workloads.sh)
 m=target/release/marmoset
-layers=../shared/data/conv-layers
+layers=data/conv-layers
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 

@@ -6,9 +6,13 @@ import glob, json, subprocess, sys, os
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 marmoset = os.path.join(root, "target/release/marmoset")
+logs = os.path.join(os.environ.get("MARMOSET_DATA") or os.path.join(root, "../shared/data"), "dtr-logs")
+found = sorted(glob.glob(os.path.join(logs, "*.log")))
+if not found:
+    sys.exit(f"plan-check.py: DTR's logs are not in {logs}: run scripts/fetch-data.sh and set MARMOSET_DATA")
 misses = 0
 for profile in ["h100", "p100"]:
-    for log in sorted(glob.glob(os.path.join(root, "../shared/data/dtr-logs/*.log"))):
+    for log in found:
         out = subprocess.run([marmoset, "plan", log, "--sweep", "--json", "--profile", profile],
                              check=True, capture_output=True, text=True).stdout
         r = json.loads(out)["results"]

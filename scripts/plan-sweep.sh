@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Every memory policy on the four DTR logs in ../shared/data/dtr-logs, at 0.9 ... 0.2 of each
+# Every memory policy on DTR's four logs ($MARMOSET_DATA/dtr-logs, else ../shared/data/dtr-logs;
+# scripts/fetch-data.sh downloads them), at 0.9 ... 0.2 of each
 # log's peak, on the h100 and p100 profiles' PCIe links. Simulated (the timeline simulator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+logs=${MARMOSET_DATA:-../shared/data}/dtr-logs
+if ! ls "$logs"/*.log >/dev/null 2>&1; then
+  echo "plan-sweep.sh: DTR's logs are not in $logs: run scripts/fetch-data.sh and set MARMOSET_DATA" >&2
+  exit 1
+fi
 cargo build -p planner --release -q
 for profile in h100 p100; do
-  for log in ../shared/data/dtr-logs/*.log; do
+  for log in "$logs"/*.log; do
     target/release/marmoset plan "$log" --sweep --profile "$profile"
     echo
   done

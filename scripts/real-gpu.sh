@@ -3,7 +3,7 @@
 #  1. conv_check on the real cuDNN: every algorithm against our double-precision reference (this
 #     validates the reference, our hand-written ABI and the simulator's support rules at once);
 #  2. the same under libmarmoset.so with forced micro-batches (the shim on real cuDNN);
-#  3. real convolution times and workspaces of ../shared/data/conv-layers next to the simulated
+#  3. real convolution times and workspaces of data/conv-layers next to the simulated
 #     h100 profile's (conv_layers, 64 MiB per layer);
 #  4. the hook overhead benchmark against the real driver.
 # Build on the x86-64 dev machine first (cargo build --release --workspace; scripts/build-workloads.sh)
@@ -40,10 +40,10 @@ cache=$(mktemp -d)
 run conv_check-real-microbatched env LD_PRELOAD="$PWD/target/release/libmarmoset.so" MARMOSET_WORKSPACE_LIMIT=64MiB \
   MARMOSET_TEST_MICROBATCH=2 MARMOSET_CACHE_DIR="$cache" MARMOSET_LOG=info "$bin/conv_check" 3 12
 for model in alexnet resnet18; do
-  run "conv_layers-$model-real" "$bin/conv_layers" "../shared/data/conv-layers/$model.csv" 64
-  run "conv_layers-$model-sim-h100" env SIMGPU_MODE=shape "$m" run --sim=h100 --no-shim -- "$bin/conv_layers" "../shared/data/conv-layers/$model.csv" 64
+  run "conv_layers-$model-real" "$bin/conv_layers" "data/conv-layers/$model.csv" 64
+  run "conv_layers-$model-sim-h100" env SIMGPU_MODE=shape "$m" run --sim=h100 --no-shim -- "$bin/conv_layers" "data/conv-layers/$model.csv" 64
   run "conv_layers-$model-real-wr" env LD_PRELOAD="$PWD/target/release/libmarmoset.so" MARMOSET_WORKSPACE_LIMIT=64MiB \
-    MARMOSET_CACHE_DIR="$cache" MARMOSET_LOG=info "$bin/conv_layers" "../shared/data/conv-layers/$model.csv" 64
+    MARMOSET_CACHE_DIR="$cache" MARMOSET_LOG=info "$bin/conv_layers" "data/conv-layers/$model.csv" 64
 done
 run hook_bench-real env LD_PRELOAD="$PWD/target/release/libmarmoset.so" "$bin/hook_bench" 1000000
 rm -rf "$cache"

@@ -9,6 +9,12 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 # PyTorch for the e2e tests that train on the simulated GPU (tests/e2e/tests/torch.rs).
 scripts/setup-torch.sh
+scripts/setup-chromium.sh   # the report test renders a page in headless Chromium
+# The comparisons with DTR's simulator need DTR's logs, which the repository cannot carry.
+data=${MARMOSET_DATA:-../shared/data}
+if ! ls "$data"/dtr-logs/*.log >/dev/null 2>&1; then
+  echo "*** DTR's logs not found ($data/dtr-logs): the comparisons with DTR's simulator do not run; scripts/fetch-data.sh downloads them ***"
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

@@ -3,7 +3,7 @@
  * whose workspace fits the per-layer limit is run and timed with events.
  *
  * Usage: conv_layers LAYERS.csv [WORKSPACE_MIB] [BATCH]
- * The CSV has the columns of ../shared/data/conv-layers (source,W,H,C_in,N,C_out,kernel_w,
+ * The CSV has the columns of data/conv-layers (source,W,H,C_in,N,C_out,kernel_w,
  * kernel_h,pad_w,pad_h,stride_w,stride_h); BATCH overrides N. Times are the device's: on the
  * simulated GPU they are simulated, and every line says so. */
 #include <dlfcn.h>

@@ -81,7 +81,7 @@ fn micro_batched_convolutions_equal_the_reference_in_every_direction() {
 
 #[test]
 fn wr_moves_alexnet_conv2_to_fft_on_micro_batches_within_64_mib() {
-    let csv = root().join("../shared/data/conv-layers/alexnet.csv");
+    let csv = root().join("data/conv-layers/alexnet.csv");
     let args = [csv.to_str().unwrap(), "64"];
     let plain = run_sim("p100", &[("SIMGPU_MODE", "shape")], "conv_layers", &args);
     ok(&plain);
@@ -139,7 +139,7 @@ fn wr_moves_alexnet_conv2_to_fft_on_micro_batches_within_64_mib() {
 
 #[test]
 fn wd_tells_the_framework_no_workspace_and_shares_one() {
-    let csv = root().join("../shared/data/conv-layers/alexnet.csv");
+    let csv = root().join("data/conv-layers/alexnet.csv");
     let dir = cache_dir("mb-wd");
     let o = shim(
         "p100",
@@ -183,7 +183,7 @@ fn two_processes_share_one_database_and_a_third_reads_it() {
         let mut c = Command::new(marmoset());
         c.args(["run", "--sim=h100", "--"])
             .arg(workloads().join("conv_layers"));
-        c.arg(root().join(format!("../shared/data/conv-layers/{model}.csv")))
+        c.arg(root().join(format!("data/conv-layers/{model}.csv")))
             .arg("64");
         c.envs(env(&dir))
             .stdout(std::process::Stdio::piped())
@@ -213,7 +213,7 @@ fn two_processes_share_one_database_and_a_third_reads_it() {
     let mut c = Command::new(marmoset());
     c.args(["run", "--sim=h100", "--"])
         .arg(workloads().join("conv_layers"));
-    c.arg(root().join("../shared/data/conv-layers/resnet18.csv"))
+    c.arg(root().join("data/conv-layers/resnet18.csv"))
         .arg("64")
         .envs(env(&dir));
     let again = c.output().unwrap();
@@ -229,7 +229,7 @@ fn two_processes_share_one_database_and_a_third_reads_it() {
 
 #[test]
 fn a_corrupt_or_foreign_database_is_reported_and_never_fatal() {
-    let csv = root().join("../shared/data/conv-layers/alexnet.csv");
+    let csv = root().join("data/conv-layers/alexnet.csv");
     let args = [csv.to_str().unwrap(), "64"];
     let dir = cache_dir("mb-corrupt");
     let env = [

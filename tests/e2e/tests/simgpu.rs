@@ -217,7 +217,7 @@ fn fault_injection_fails_the_nth_allocation_copy_and_launch() {
 
 #[test]
 fn p100_alexnet_conv2_needs_micro_batches_for_fft() {
-    let csv = root().join("../shared/data/conv-layers/alexnet.csv");
+    let csv = root().join("data/conv-layers/alexnet.csv");
     let full = run_sim(
         "p100",
         &[("SIMGPU_MODE", "shape")],

@@ -8,6 +8,13 @@ use std::process::ExitCode;
 mod run;
 use run::{RunArgs, run};
 
+mod doctor;
+mod export;
+mod locate;
+mod progress;
+mod report;
+mod svg;
+
 #[derive(Parser)]
 #[command(
     name = "marmoset",
@@ -83,6 +90,53 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// One self-contained HTML page of a run: memory over time against the budget, the largest
+    /// tensors' residency, device time by kind, the plan's decisions.
+    Report {
+        /// A trace written with MARMOSET_TRACE / --trace (MARMOSET_TRACE_TIMING=1 for times and
+        /// a plan).
+        trace: PathBuf,
+        #[arg(short = 'o', long = "output", default_value = "report.html")]
+        output: PathBuf,
+        /// The memory budget: a size, or a fraction of the trace's peak (0.5).
+        #[arg(long)]
+        budget: Option<String>,
+        /// The policy planned when the trace recorded no decisions.
+        #[arg(long, default_value = "capuchin")]
+        policy: String,
+        /// Device profile for the plan's PCIe links: h100, p100 or a profile .json.
+        #[arg(long, default_value = "h100")]
+        profile: String,
+        /// The trace was recorded on the simulated GPU (`marmoset run --sim`): label its device
+        /// times simulated.
+        #[arg(long)]
+        simulated: bool,
+    },
+    /// Convert a trace for other tools: --chrome writes the Chrome trace event format (Perfetto).
+    Export {
+        /// The Chrome trace event format (JSON), for Perfetto and chrome://tracing.
+        #[arg(long, required = true)]
+        chrome: bool,
+        trace: PathBuf,
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        /// The trace was recorded on the simulated GPU: label its device times simulated.
+        #[arg(long)]
+        simulated: bool,
+    },
+    /// Check the environment a program runs in: the CUDA libraries it loads and from where, the
+    /// functions Marmoset hooks in them, settings that defeat a memory policy, the benchmark
+    /// cache. Exit status 1 when it finds a problem.
+    Doctor {
+        /// Run the program on the simulated GPU's libraries.
+        #[arg(long)]
+        sim: bool,
+        #[arg(long)]
+        json: bool,
+        /// The program to check (default: python -c "import torch", .venv/bin/python if present).
+        #[arg(last = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
     /// Summarise a trace: calls by kind and API, allocations, peak memory load, device time.
     Inspect {
         /// A trace written with MARMOSET_TRACE / --trace.
@@ -116,6 +170,28 @@ fn main() -> ExitCode {
         }),
         Cmd::Run(a) => run(a),
         Cmd::Inspect { trace, json } => inspect(&trace, json),
+        Cmd::Doctor { sim, json, cmd } => doctor::doctor(&doctor::Options { sim, json, cmd }),
+        Cmd::Report {
+            trace,
+            output,
+            budget,
+            policy,
+            profile,
+            simulated,
+        } => report::report(&report::Options {
+            trace: &trace,
+            output: &output,
+            budget: budget.as_deref(),
+            policy: &policy,
+            profile: &profile,
+            simulated,
+        }),
+        Cmd::Export {
+            chrome: _,
+            trace,
+            output,
+            simulated,
+        } => export::export(&trace, &output, simulated),
         Cmd::Import {
             format,
             log,
@@ -156,44 +232,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// Where cargo put the built libraries: next to this executable (target/<profile>/), or
-/// MARMOSET_BUILD_DIR.
+/// The directory holding libmarmoset.so (see locate.rs: MARMOSET_LIB_DIR, the build tree, the
+/// installed wheel).
 fn build_dir() -> Result<PathBuf> {
-    if let Some(d) = std::env::var_os("MARMOSET_BUILD_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe().context("cannot find the marmoset executable")?;
-    Ok(exe
-        .parent()
-        .context("the executable has no directory")?
-        .to_path_buf())
+    locate::lib_dir()
 }
 
-/// The simulated-GPU directory: links with the real sonames to the built files, (re)made when
-/// missing or stale.
+/// The simulated-GPU directory (see locate.rs).
 fn sim_dir() -> Result<PathBuf> {
-    let build = build_dir()?;
-    for f in planner::sim::built_files() {
-        if !build.join(f).is_file() {
-            bail!(
-                "the simulated GPU is not built: {} is missing (build it with `cargo build --release --workspace`)",
-                build.join(f).display()
-            );
-        }
-    }
-    let dir = build.join("simgpu");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (name, file) in planner::sim::LIBRARIES {
-        let link = dir.join(name);
-        let target = Path::new("..").join(file);
-        if std::fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
-            continue;
-        }
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&target, &link)
-            .with_context(|| format!("cannot link {}", link.display()))?;
-    }
-    Ok(dir)
+    locate::sim_dir()
 }
 
 fn config_json(c: &planner::microbatch::Configuration) -> serde_json::Value {
@@ -476,6 +523,7 @@ fn plan(
         let next = std::sync::atomic::AtomicUsize::new(0);
         let done = std::sync::Mutex::new(vec![None; jobs.len()]);
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let bar = progress::bar(jobs.len() as u64, "planning");
         std::thread::scope(|sc| {
             for _ in 0..workers.min(jobs.len()) {
                 sc.spawn(|| {
@@ -484,10 +532,12 @@ fn plan(
                         let Some(&(p, f)) = jobs.get(i) else { break };
                         let (_, o) = run(p, &t, (peak as f64 * f) as u64, link).unwrap();
                         done.lock().unwrap()[i] = Some(o);
+                        bar.inc(1);
                     }
                 });
             }
         });
+        bar.finish_and_clear();
         let outcomes: Vec<planner::timeline::Outcome> = done
             .into_inner()
             .unwrap()
