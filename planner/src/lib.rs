@@ -5,6 +5,7 @@
 //! (WR / WD) and the memory policies come with their issues.
 
 pub mod inspect;
+pub mod iteration;
 pub mod microbatch;
 pub mod model;
 pub mod policy;
