@@ -10,6 +10,7 @@ pub mod microbatch;
 pub mod model;
 pub mod policy;
 pub mod pool;
+pub mod shimtrace;
 pub mod sim;
 pub mod testdata;
 pub mod timeline;
