@@ -25,8 +25,13 @@ use std::collections::HashMap;
 /// What a call does to the allocation table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
-    Alloc { id: u64, size: u64 },
-    Free { id: u64 },
+    Alloc {
+        id: u64,
+        size: u64,
+    },
+    Free {
+        id: u64,
+    },
     /// Computes, copies, sets, synchronises or plans.
     Use,
 }
@@ -84,9 +89,10 @@ pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     h.word(event.result() as i64 as u64);
     match event {
         Event::Alloc { size, .. } => h.word(*size),
-        Event::Free { alloc, size, .. } => {
-            h.word(size.or_else(|| alloc.and_then(|a| sizes.get(&a).copied())).unwrap_or(0))
-        }
+        Event::Free { alloc, size, .. } => h.word(
+            size.or_else(|| alloc.and_then(|a| sizes.get(&a).copied()))
+                .unwrap_or(0),
+        ),
         Event::Copy { size, dir, .. } => {
             h.word(*size);
             h.word(*dir as u64);
@@ -381,7 +387,9 @@ pub fn steady(calls: &[Call], region: Region, cut: usize) -> Result<Steady, Dive
                 (nu != nv).then(|| {
                     (
                         o,
-                        format!("allocation {v} stands where allocation {u} stood ({nu:?} vs {nv:?})"),
+                        format!(
+                            "allocation {v} stands where allocation {u} stood ({nu:?} vs {nv:?})"
+                        ),
                     )
                 })
             })
@@ -540,16 +548,31 @@ mod tests {
         let r = detect(&tokens(&calls)).expect("a repetition");
         // The first iteration differs at its calls 4 and 5, so the repetition starts after them
         // and ends with the last iteration (the teardown differs).
-        assert_eq!(r, Region { start: it(0) + 6, period: P, end: it(4) });
+        assert_eq!(
+            r,
+            Region {
+                start: it(0) + 6,
+                period: P,
+                end: it(4)
+            }
+        );
         let s = steady(&calls, r, it(1)).unwrap();
-        assert_eq!((s.index, s.iterations, s.start), (2, 3, it(3)), "the last one");
+        assert_eq!(
+            (s.index, s.iterations, s.start),
+            (2, 3, it(3)),
+            "the last one"
+        );
         // Addresses (ids) changed every iteration, names did not: x, a, g of the 4th iteration.
         for (k, (id, size)) in [(19, 32), (20, 16), (21, 64)].into_iter().enumerate() {
             assert_eq!(s.names[&id], TensorId::Rel { back: 0, k, size });
         }
         assert_eq!(
             s.names[&17],
-            TensorId::Rel { back: 1, k: 1, size: 16 },
+            TensorId::Rel {
+                back: 1,
+                k: 1,
+                size: 16
+            },
             "the previous iteration's activation"
         );
         assert_eq!(s.names[&1], TensorId::Persistent { alloc: 1, size: 64 });
@@ -569,7 +592,11 @@ mod tests {
         };
         assert_eq!(
             s.names[&id],
-            TensorId::Rel { back: 1, k: 2, size: 32 },
+            TensorId::Rel {
+                back: 1,
+                k: 2,
+                size: 32
+            },
             "k counts allocations from the cut: a, g, then the next x"
         );
     }
@@ -586,7 +613,11 @@ mod tests {
         let s = steady(&calls, r, it(1)).unwrap();
         assert_eq!(s.index, 1, "the last iteration is not trusted: {s:?}");
         // With only the diverging pair, nothing is trusted, and the error says where.
-        let r2 = Region { start: it(2), period: P, end: it(4) };
+        let r2 = Region {
+            start: it(2),
+            period: P,
+            end: it(4),
+        };
         let e = steady(&calls, r2, it(2)).unwrap_err();
         assert_eq!((e.iteration, e.call), (1, 3), "{e}");
         assert!(e.to_string().contains("stands where"), "{e}");

@@ -190,6 +190,17 @@ impl<'a> Stream<'a> {
         }
     }
 
+    /// Bytes allocated just before each call (index n: after the last).
+    fn allocated_bytes(&self) -> Vec<u64> {
+        let n = self.calls.len();
+        let mut diff = vec![0i128; n + 2];
+        for &(made, freed, size) in self.life.values() {
+            diff[made + 1] += size as i128;
+            diff[freed.min(n) + 1] -= size as i128;
+        }
+        prefix(&diff[..=n])
+    }
+
     /// Bytes of live contents just before each call (index n: after the last).
     fn live_bytes(&self) -> Vec<u64> {
         let n = self.calls.len();
@@ -209,14 +220,19 @@ impl<'a> Stream<'a> {
                 diff[last + 1] += size as i128;
             }
         }
-        let mut out = Vec::with_capacity(n + 1);
-        let mut cur = 0i128;
-        for d in &diff[..=n] {
-            cur += d;
-            out.push(cur.max(0) as u64);
-        }
-        out
+        prefix(&diff[..=n])
     }
+}
+
+/// Running sums of a difference array.
+fn prefix(diff: &[i128]) -> Vec<u64> {
+    let mut cur = 0i128;
+    diff.iter()
+        .map(|d| {
+            cur += d;
+            cur.max(0) as u64
+        })
+        .collect()
 }
 
 /// Where a storage of the model comes from.
@@ -241,11 +257,12 @@ pub struct Converted {
     pub untimed: usize,
 }
 
-/// The cut with the fewest live bytes crossing it (the earliest on a tie).
-fn choose_cut(live: &[u64], region: Region) -> usize {
+/// The cut with the fewest live bytes crossing it; on a tie, the fewest allocated bytes (after
+/// the program's frees, not between a last read and a free), then the earliest.
+fn choose_cut(live: &[u64], allocated: &[u64], region: Region) -> usize {
     region
         .cuts()
-        .min_by_key(|&c| (live[c], c))
+        .min_by_key(|&c| (live[c], allocated[c], c))
         .unwrap_or(region.start)
 }
 
@@ -268,9 +285,9 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         });
     }
     let tokens: Vec<u64> = s.calls.iter().map(|c| c.token).collect();
-    let live = s.live_bytes();
+    let (live, allocated) = (s.live_bytes(), s.allocated_bytes());
     let iteration = match iteration::detect(&tokens) {
-        Some(region) => iteration::steady(&s.calls, region, choose_cut(&live, region))
+        Some(region) => iteration::steady(&s.calls, region, choose_cut(&live, &allocated, region))
             .map_err(|d| d.to_string()),
         None => Err(format!(
             "no repeating iteration in {} calls (two iterations or more are needed)",
@@ -524,4 +541,3 @@ fn mark_backward(t: &mut Trace) {
         op.backward = i > at;
     }
 }
-
