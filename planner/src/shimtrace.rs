@@ -541,3 +541,350 @@ fn mark_backward(t: &mut Trace) {
         op.backward = i > at;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{TensorArg, Touch};
+
+    fn touch(alloc: u64, bytes: u64, access: Access) -> Touch {
+        Touch {
+            alloc,
+            offset: 0,
+            bytes,
+            access,
+        }
+    }
+    fn tensor(role: &str, ptr: u64, access: Access) -> TensorArg {
+        TensorArg {
+            role: role.into(),
+            ptr,
+            dims: vec![1, 1, 1, 1],
+            strides: vec![1, 1, 1, 1],
+            access,
+        }
+    }
+    fn cudnn(api: &str, tensors: Vec<TensorArg>, touches: Vec<Touch>) -> Event {
+        Event::Cudnn {
+            api: api.into(),
+            stream: Some(0),
+            algo: Some(1),
+            workspace: Some(0),
+            tensors,
+            touches,
+            result: 0,
+        }
+    }
+    fn alloc(id: u64, size: u64) -> Event {
+        Event::Alloc {
+            api: "cudaMallocAsync".into(),
+            alloc: id,
+            ptr: ptr(id),
+            size,
+            stream: Some(0),
+            result: 0,
+        }
+    }
+    fn free(id: u64) -> Event {
+        Event::Free {
+            api: "cudaFreeAsync".into(),
+            ptr: ptr(id),
+            alloc: Some(id),
+            size: None,
+            stream: Some(0),
+            result: 0,
+        }
+    }
+    fn ptr(id: u64) -> u64 {
+        0x1000_0000 * id
+    }
+    fn copy(dir: CopyDir, size: u64, touches: Vec<Touch>) -> Event {
+        Event::Copy {
+            api: "cudaMemcpyAsync".into(),
+            dst: 0,
+            src: 0,
+            size,
+            dir,
+            stream: Some(0),
+            touches,
+            result: 0,
+        }
+    }
+    fn kernel(touches: Vec<Touch>) -> Event {
+        Event::Launch {
+            api: "cudaLaunchKernel".into(),
+            func: 0x40,
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            stream: Some(0),
+            touches,
+            result: 0,
+        }
+    }
+    /// Records with sequence numbers, each call that touches memory followed by its timing.
+    fn records(events: Vec<Event>, timed: bool) -> Vec<Record> {
+        let mut out = Vec::new();
+        let mut seq = 0;
+        for e in events {
+            let has_touches = !e.touches().is_empty();
+            out.push(Record {
+                seq,
+                t_ns: 0,
+                tid: 1,
+                event: e,
+            });
+            if has_touches && timed {
+                out.push(Record {
+                    seq: seq + 1,
+                    t_ns: 0,
+                    tid: 1,
+                    event: Event::Timing {
+                        of: seq,
+                        device_ms: 1.0,
+                    },
+                });
+            }
+            seq += 2;
+        }
+        out
+    }
+
+    #[test]
+    fn roles_from_the_trace() {
+        let allocs: HashMap<u64, (u64, u64)> =
+            [(1, (ptr(1), 64)), (2, (ptr(2), 64)), (3, (ptr(3), 32))].into();
+        let conv = cudnn(
+            "cudnnConvolutionForward",
+            vec![
+                tensor("x", ptr(1), Access::R),
+                tensor("y", ptr(2), Access::W),
+                tensor("workspace", ptr(3), Access::Rw),
+            ],
+            vec![
+                touch(1, 64, Access::R),
+                touch(2, 64, Access::W),
+                touch(3, 32, Access::Rw),
+            ],
+        );
+        assert_eq!(
+            roles(&conv, &allocs),
+            [(1, Role::Read), (2, Role::Overwrite), (3, Role::Scratch)]
+        );
+        // beta != 0: the output is read too.
+        let acc = cudnn("cudnnAddTensor", vec![], vec![touch(2, 64, Access::Rw)]);
+        assert_eq!(roles(&acc, &allocs), [(2, Role::Update)]);
+        // In place (x and y the same allocation): the old contents are read.
+        let inplace = cudnn(
+            "cudnnActivationForward",
+            vec![],
+            vec![touch(2, 64, Access::R), touch(2, 64, Access::W)],
+        );
+        assert_eq!(roles(&inplace, &allocs), [(2, Role::Update)]);
+        // A write of part of an allocation keeps the rest: a new version of the old contents.
+        let part = Event::Memset {
+            api: "cudaMemsetAsync".into(),
+            ptr: ptr(1),
+            size: 32,
+            stream: None,
+            touches: vec![touch(1, 32, Access::W)],
+            result: 0,
+        };
+        assert_eq!(roles(&part, &allocs), [(1, Role::Update)]);
+        let d2d = copy(
+            CopyDir::D2d,
+            64,
+            vec![touch(1, 64, Access::R), touch(2, 64, Access::W)],
+        );
+        assert_eq!(
+            roles(&d2d, &allocs),
+            [(1, Role::Read), (2, Role::Overwrite)]
+        );
+        // A kernel's pointer: read, and maybe written.
+        let k = kernel(vec![touch(1, 0, Access::Rw)]);
+        assert_eq!(roles(&k, &allocs), [(1, Role::Update)]);
+        // Allocations the trace does not know are no touch at all.
+        let unknown = kernel(vec![touch(9, 0, Access::Rw)]);
+        assert!(roles(&unknown, &allocs).is_empty());
+    }
+
+    /// Setup: weights W (1, 100 B) from the host, a Caffe-style blob B (2, 40 B) allocated
+    /// once. Each iteration: the input X is allocated (a new id) and copied in, A = conv(X, W)
+    /// is allocated (a new id), B = act(A) overwrites B whole, a kernel updates W from B, then
+    /// X and A are freed.
+    fn program(iters: u64) -> Vec<Event> {
+        let mut v = vec![
+            alloc(1, 100),
+            copy(CopyDir::H2d, 100, vec![touch(1, 100, Access::W)]),
+            alloc(2, 40),
+        ];
+        for i in 0..iters {
+            let (x, a) = (10 + 2 * i, 11 + 2 * i);
+            v.push(alloc(x, 10));
+            v.push(copy(CopyDir::H2d, 10, vec![touch(x, 10, Access::W)]));
+            v.push(alloc(a, 40));
+            v.push(cudnn(
+                "cudnnConvolutionForward",
+                vec![],
+                vec![
+                    touch(x, 10, Access::R),
+                    touch(1, 100, Access::R),
+                    touch(a, 40, Access::W),
+                ],
+            ));
+            v.push(cudnn(
+                "cudnnActivationForward",
+                vec![],
+                vec![touch(a, 40, Access::R), touch(2, 40, Access::W)],
+            ));
+            v.push(kernel(vec![
+                touch(1, 0, Access::Rw),
+                touch(2, 0, Access::Rw),
+            ]));
+            v.push(free(x));
+            v.push(free(a));
+        }
+        v.push(free(1));
+        v.push(free(2));
+        v
+    }
+
+    #[test]
+    fn one_steady_iteration_of_contents() {
+        let c = convert(&records(program(3), true)).unwrap();
+        let s = c.iteration.as_ref().unwrap();
+        assert_eq!((s.period, s.iterations, s.index), (8, 3, 2), "{s:?}");
+        assert_eq!(c.untimed, 0);
+        let t = &c.trace;
+        let names: Vec<&str> = t.ops.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cudaMemcpyAsync",
+                "cudnnConvolutionForward",
+                "cudnnActivationForward",
+                "kernel 0x40"
+            ]
+        );
+        assert_eq!(
+            c.ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            [1, 3, 4, 5],
+            "each operation's call within the iteration"
+        );
+        assert!(t.ops.iter().all(|o| o.time_s == 1e-3));
+        // Only the weights are carried in: B's contents are dead between iterations (the
+        // kernel read them last; act overwrites them whole), X and A are new every time.
+        let constants: Vec<TensorId> = (0..t.storages.len())
+            .filter(|&s| t.storages[s].constant)
+            .map(|s| c.storages[s].tensor)
+            .collect();
+        assert_eq!(
+            constants,
+            [TensorId::Persistent {
+                alloc: 1,
+                size: 100
+            }]
+        );
+        // The input from the host can be swapped, never recomputed; A and B can be.
+        let x = t.ops[0].outputs[0];
+        assert_eq!(t.storages[x].producer, None);
+        assert_eq!(
+            c.storages[x].tensor,
+            TensorId::Rel {
+                back: 0,
+                k: 0,
+                size: 10
+            }
+        );
+        let a = t.ops[1].outputs[0];
+        assert_eq!((t.storages[a].producer, t.storages[a].size), (Some(1), 40));
+        assert_eq!(t.ops[1].inputs, [x, 0]);
+        let b = t.ops[2].outputs[0];
+        assert_eq!(t.storages[b].producer, Some(2));
+        // The kernel: new versions of both (it may have written either).
+        assert_eq!(t.ops[3].inputs, [0, b]);
+        assert_eq!(t.ops[3].inplace.len(), 2);
+        let (w2, b2) = (t.ops[3].inplace[0].1, t.ops[3].inplace[1].1);
+        // Frees at the last read: X and A after act... X after conv, A after act, B's new
+        // version right after the kernel; the new weights stay (the next iteration reads them).
+        let frees: Vec<usize> = t
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Free(x) => Some(*x),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(frees, [x, a, b2]);
+        assert!(!frees.contains(&w2));
+        // Peak: W + X + A at the convolution... W + A + B at act.
+        assert_eq!(t.peak(), 100 + 40 + 40);
+        assert!(t.ops[3].backward && !t.ops[1].backward);
+    }
+
+    #[test]
+    fn what_the_next_iteration_reads_stays() {
+        // A batch prefetched before the current one is consumed: one is live at every point, so
+        // whatever the cut, a batch made in one iteration is read (then freed) by the next.
+        let mut v = vec![alloc(1, 100)];
+        let mut prev = None;
+        for i in 0..4 {
+            let n = 10 + i;
+            v.push(alloc(n, 8));
+            v.push(copy(CopyDir::H2d, 8, vec![touch(n, 8, Access::W)]));
+            let p = prev.unwrap_or(n);
+            v.push(cudnn(
+                "cudnnActivationForward",
+                vec![],
+                vec![touch(p, 8, Access::R), touch(1, 100, Access::W)],
+            ));
+            v.push(free(if prev.is_some() { p } else { 99 }));
+            prev = Some(n);
+        }
+        let c = convert(&records(v, true)).unwrap();
+        let s = c.iteration.as_ref().unwrap();
+        assert_eq!(
+            (s.period, s.start % 4),
+            (4, 1),
+            "cut before the prefetch: {s:?}"
+        );
+        let t = &c.trace;
+        let carried: Vec<TensorId> = (0..t.storages.len())
+            .filter(|&x| t.storages[x].constant)
+            .map(|x| c.storages[x].tensor)
+            .collect();
+        assert_eq!(
+            carried,
+            [TensorId::Rel {
+                back: 1,
+                k: 0,
+                size: 8
+            }],
+            "the weights are dead (overwritten whole before any read); the last batch is carried"
+        );
+        let made = t.ops[0].outputs[0];
+        assert_eq!(
+            c.storages[made].tensor,
+            TensorId::Rel {
+                back: 0,
+                k: 0,
+                size: 8
+            }
+        );
+        assert!(
+            !t.steps.contains(&Step::Free(made)),
+            "the next batch is kept for the next iteration"
+        );
+        assert!(t.steps.contains(&Step::Free(0)), "the carried batch goes");
+    }
+
+    #[test]
+    fn untimed_unrepeated_and_empty_traces() {
+        let e = convert(&records(program(3), false)).unwrap_err();
+        assert!(e.contains("MARMOSET_TRACE_TIMING=1"), "{e}");
+        // One iteration: no repetition; the whole trace is modelled, and says why.
+        let c = convert(&records(program(1), true)).unwrap();
+        assert!(c.iteration.as_ref().unwrap_err().contains("no repeating"));
+        assert_eq!(c.trace.ops.len(), 5, "the weights' copy too");
+        assert!(convert(&[]).is_err());
+    }
+}
