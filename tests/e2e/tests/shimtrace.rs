@@ -222,3 +222,91 @@ fn plans_fit_half_and_three_tenths_of_the_peak_on_every_workloads_trace() {
         std::fs::remove_file(path).ok();
     }
 }
+
+/// Lineage: every kernel launch, memset and cuDNN computation is preceded by what replaying it
+/// needs; the kernel's parameter buffer holds the addresses its touches were found from.
+#[test]
+fn every_computation_carries_its_lineage() {
+    use planner::trace::Replay;
+    use std::collections::HashMap;
+    let records = timed_trace("data", "torchlike", &["2", "2", "8", "4", "1"]);
+    let lineage: HashMap<u64, &Replay> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Lineage { of, replay } => Some((*of, replay)),
+            _ => None,
+        })
+        .collect();
+    let ptrs: HashMap<u64, u64> = records
+        .iter()
+        .filter_map(|r| match r.event {
+            Event::Alloc { alloc, ptr, .. } => Some((alloc, ptr)),
+            _ => None,
+        })
+        .collect();
+    let (mut kernels, mut convs) = (0, 0);
+    for r in &records {
+        let l = lineage.get(&r.seq);
+        match &r.event {
+            Event::Launch { touches, .. } => {
+                let Some(Replay::Kernel { params, shared }) = l else {
+                    panic!("no kernel lineage for {r:?}")
+                };
+                assert_eq!(*shared, 0);
+                let bytes: Vec<u8> = (0..params.len() / 2)
+                    .map(|i| u8::from_str_radix(&params[2 * i..2 * i + 2], 16).unwrap())
+                    .collect();
+                let words: Vec<u64> = bytes
+                    .chunks(8)
+                    .filter(|c| c.len() == 8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                for t in touches {
+                    assert!(words.contains(&(ptrs[&t.alloc] + t.offset)), "{r:?}");
+                }
+                kernels += 1;
+            }
+            Event::Memset { .. } => {
+                assert_eq!(l, Some(&&Replay::Memset { value: 0, width: 1 }));
+            }
+            Event::Cudnn { api, .. } if api == "cudnnConvolutionForward" => {
+                let Some(Replay::Cudnn {
+                    alpha, beta, conv, ..
+                }) = l
+                else {
+                    panic!("no lineage for {r:?}")
+                };
+                assert_eq!((*alpha, *beta), (Some(1.0), Some(0.0)));
+                let c = conv.as_ref().expect("the convolution's parameters");
+                assert_eq!(
+                    (c.strides.as_slice(), c.groups, c.mode),
+                    (&[1, 1][..], 1, 1)
+                );
+                convs += 1;
+            }
+            Event::Cudnn { api, .. } if api == "cudnnAddTensor" => {
+                assert!(matches!(
+                    l,
+                    Some(Replay::Cudnn {
+                        beta: Some(1.0),
+                        ..
+                    })
+                ));
+            }
+            Event::Cudnn { api, .. } if api == "cudnnSoftmaxForward" => {
+                assert!(matches!(
+                    l,
+                    Some(Replay::Cudnn {
+                        softmax: Some((1, 1)),
+                        ..
+                    })
+                ));
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        kernels > 10 && convs == 2 * 4,
+        "{kernels} kernels, {convs} convolutions"
+    );
+}
