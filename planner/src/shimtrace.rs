@@ -32,7 +32,7 @@
 
 use crate::iteration::{self, Call, Effect, Region, Steady, TensorId};
 use crate::model::{Op, Step, Storage, Trace};
-use crate::trace::{Access, CopyDir, Event, Record};
+use crate::trace::{Access, CopyDir, Event, Record, Replay};
 use std::collections::HashMap;
 
 /// What one call does to one allocation, its touches merged.
@@ -235,6 +235,52 @@ fn prefix(diff: &[i128]) -> Vec<u64> {
         .collect()
 }
 
+/// Each call's lineage, by the call's `seq`: a `lineage` record describes the next call record of
+/// its thread.
+pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
+    let mut waiting: HashMap<u64, &Replay> = HashMap::new();
+    let mut out = HashMap::new();
+    for r in records {
+        match &r.event {
+            Event::Lineage { replay } => {
+                waiting.insert(r.tid, replay);
+            }
+            e if e.api().is_some() => {
+                if let Some(l) = waiting.remove(&r.tid) {
+                    out.insert(r.seq, l);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The device time of each call that is Marmoset's, not the program's: a memory policy's
+/// evictions and restores made for the call happen after its start event (the host waits for an
+/// eviction; the call's stream waits for a restore), so its measured duration holds them.
+fn policy_time(records: &[Record], times: &HashMap<u64, f64>) -> HashMap<u64, f64> {
+    let mut waiting: HashMap<u64, f64> = HashMap::new();
+    let mut out = HashMap::new();
+    for r in records {
+        match &r.event {
+            Event::Evict { device_ms, .. } => {
+                *waiting.entry(r.tid).or_default() += device_ms * 1e-3;
+            }
+            Event::Restore { .. } => {
+                *waiting.entry(r.tid).or_default() += times.get(&r.seq).copied().unwrap_or(0.0);
+            }
+            e if e.api().is_some() => {
+                if let Some(t) = waiting.remove(&r.tid) {
+                    out.insert(r.seq, t);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Where a storage of the model comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Origin {
@@ -253,6 +299,8 @@ pub struct Converted {
     /// For each operation: its call's offset within the iteration, and that call's `seq`.
     pub ops: Vec<(usize, u64)>,
     pub storages: Vec<Origin>,
+    /// Each operation's lineage (what replaying its call needs), where the trace has it.
+    pub replays: Vec<Option<Replay>>,
     /// Operations with no `timing` record (their time is 0).
     pub untimed: usize,
 }
@@ -275,6 +323,8 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             times.insert(of, device_ms * 1e-3);
         }
     }
+    let overhead = policy_time(records, &times);
+    let replays = lineage(records);
     let s = Stream::new(records);
     if times.is_empty() {
         let used = s.roles.iter().any(|r| !r.is_empty());
@@ -367,6 +417,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         current.insert(a, st);
     }
     let mut op_calls = Vec::new();
+    let mut op_replays = Vec::new();
     let mut untimed = 0;
     // Storages to free right after each operation.
     let mut scratch_of: Vec<Vec<usize>> = Vec::new();
@@ -376,10 +427,13 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         }
         let r = s.records[i];
         let opi = t.ops.len();
-        let secs = times.get(&r.seq).copied().unwrap_or_else(|| {
-            untimed += 1;
-            0.0
-        });
+        let secs = match times.get(&r.seq) {
+            Some(t) => (t - overhead.get(&r.seq).copied().unwrap_or(0.0)).max(0.0),
+            None => {
+                untimed += 1;
+                0.0
+            }
+        };
         let name_of_op = match &r.event {
             Event::Launch { func, .. } => format!("kernel {func:#x}"),
             e => e.api().unwrap_or("?").to_string(),
@@ -438,6 +492,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         }
         t.ops.push(op);
         op_calls.push((i - ws, r.seq));
+        op_replays.push(replays.get(&r.seq).map(|&x| x.clone()));
         let muts = t.ops[opi].mutates.clone();
         for old in muts {
             let a = s.roles[i]
@@ -513,6 +568,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         iteration,
         ops: op_calls,
         storages: origins,
+        replays: op_replays,
         untimed,
     })
 }

@@ -215,8 +215,9 @@ pub enum Event {
     /// Marmoset brought a tensor back (mapped, copied in on `stream`; the operation's stream
     /// waits for it). Its device time comes as a `timing` record with MARMOSET_TRACE_TIMING=1.
     Restore { alloc: u64, bytes: u64, stream: u64 },
-    /// What replaying the call with sequence number `of` needs (written just before the call).
-    Lineage { of: u64, replay: Replay },
+    /// What replaying the next call record of the same thread needs (written just before the
+    /// call is forwarded; evict and restore records may come between).
+    Lineage { replay: Replay },
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -351,7 +352,6 @@ mod tests {
             t_ns: 0,
             tid: 1,
             event: Event::Lineage {
-                of: 8,
                 replay: Replay::Cudnn {
                     alpha: Some(1.0),
                     beta: Some(0.0),
@@ -376,7 +376,7 @@ mod tests {
             "{line}"
         );
         assert_eq!(read(&line).unwrap(), vec![r]);
-        let k = r#"{"seq":3,"t_ns":0,"tid":1,"kind":"lineage","of":2,"replay":{"call":"kernel","params":"0a00","shared":0}}"#;
+        let k = r#"{"seq":3,"t_ns":0,"tid":1,"kind":"lineage","replay":{"call":"kernel","params":"0a00","shared":0}}"#;
         assert!(matches!(
             read(k).unwrap()[0].event,
             Event::Lineage {

@@ -99,21 +99,19 @@ pub fn copy(
     Some(p.timed(stream.unwrap_or(0)))
 }
 
-/// Lineage: when tracing, takes the call's sequence number now and writes what replaying it
-/// needs (a `lineage` record naming that number) before the call is forwarded.
+/// Lineage: when tracing, writes what replaying the call needs (a `lineage` record) before the
+/// call is forwarded; it describes the next call record of the same thread.
 pub fn with_lineage(
     p: Option<Pending>,
     replay: impl FnOnce() -> Option<Replay>,
 ) -> Option<Pending> {
-    let mut p = p?;
-    if crate::trace::enabled()
+    if p.is_some()
+        && crate::trace::enabled()
         && let Some(r) = replay()
     {
-        let seq = crate::trace::next_seq();
-        p.seq = Some(seq);
-        crate::trace::emit(Event::Lineage { of: seq, replay: r });
+        crate::trace::emit(Event::Lineage { replay: r });
     }
-    Some(p)
+    p
 }
 
 /// A memset of `bytes` bytes with `value` repeated at `width` bytes (1 or 4).

@@ -230,13 +230,7 @@ fn every_computation_carries_its_lineage() {
     use planner::trace::Replay;
     use std::collections::HashMap;
     let records = timed_trace("data", "torchlike", &["2", "2", "8", "4", "1"]);
-    let lineage: HashMap<u64, &Replay> = records
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::Lineage { of, replay } => Some((*of, replay)),
-            _ => None,
-        })
-        .collect();
+    let lineage: HashMap<u64, &Replay> = planner::shimtrace::lineage(&records);
     let ptrs: HashMap<u64, u64> = records
         .iter()
         .filter_map(|r| match r.event {
@@ -309,4 +303,48 @@ fn every_computation_carries_its_lineage() {
         kernels > 10 && convs == 2 * 4,
         "{kernels} kernels, {convs} convolutions"
     );
+}
+
+/// The executor plans from an iteration recorded while the passive policy runs under the budget:
+/// the model must be the same as without a budget (evictions and restores are Marmoset's, not
+/// the program's; their time is taken out of the calls they delayed).
+#[test]
+fn a_trace_recorded_under_the_passive_policy_gives_the_same_model() {
+    let args = ["2", "64", "128", "6"];
+    let free = timed_trace("shape", "trainer", &args);
+    let allocated: u64 = free
+        .iter()
+        .filter_map(|r| match r.event {
+            Event::Alloc { size, .. } => Some(size),
+            _ => None,
+        })
+        .sum();
+    let limit = (allocated / 2).to_string();
+    let (o, records) = run_shim(
+        &[
+            ("MARMOSET_TRACE_TIMING", "1"),
+            ("SIMGPU_MODE", "shape"),
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", &limit),
+        ],
+        "trainer",
+        &args,
+    );
+    ok(&o);
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let squeezed = planner::trace::read(&text).unwrap();
+    assert!(
+        squeezed
+            .iter()
+            .any(|r| matches!(r.event, Event::Restore { .. })),
+        "the budget made it evict and restore"
+    );
+    let (a, b) = (
+        planner::shimtrace::convert(&free).unwrap(),
+        planner::shimtrace::convert(&squeezed).unwrap(),
+    );
+    assert_eq!(a.trace.peak(), b.trace.peak());
+    assert_eq!(a.trace.ops.len(), b.trace.ops.len());
+    let (ta, tb) = (a.trace.compute_time(), b.trace.compute_time());
+    assert!((tb / ta - 1.0).abs() < 0.05, "{ta} s vs {tb} s (simulated)");
 }
