@@ -495,11 +495,13 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         op_replays.push(replays.get(&r.seq).map(|&x| x.clone()));
         let muts = t.ops[opi].mutates.clone();
         for old in muts {
-            let a = s.roles[i]
+            let Some(a) = s.roles[i]
                 .iter()
                 .map(|x| x.0)
                 .find(|a| current.get(a) == Some(&old))
-                .expect("a mutated storage is some allocation's current contents");
+            else {
+                continue;
+            };
             let new = new_storage(
                 &mut t,
                 &mut origins,
@@ -931,6 +933,49 @@ mod tests {
             "the next batch is kept for the next iteration"
         );
         assert!(t.steps.contains(&Step::Free(0)), "the carried batch goes");
+    }
+
+    /// Random streams of calls over a few allocations (unknown ids, double frees, reads of
+    /// nothing, failed calls): an error or a valid model, never a panic.
+    #[test]
+    fn any_stream_converts_or_says_why() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let access = [Access::R, Access::W, Access::Rw];
+        for _ in 0..300 {
+            let block: Vec<Event> = (0..1 + next(12))
+                .map(|_| {
+                    let a = 1 + next(6);
+                    let t = |next: &mut dyn FnMut(u64) -> u64| {
+                        touch(1 + next(6), next(3) * 32, access[next(3) as usize])
+                    };
+                    match next(6) {
+                        0 => alloc(a, 32 * (1 + next(3))),
+                        1 => free(a),
+                        2 => kernel(vec![t(&mut next), t(&mut next)]),
+                        3 => copy(CopyDir::D2d, 64, vec![t(&mut next)]),
+                        4 => cudnn("cudnnAddTensor", vec![], vec![t(&mut next), t(&mut next)]),
+                        _ => Event::Sync {
+                            api: "cudaDeviceSynchronize".into(),
+                            stream: None,
+                            result: next(2) as i32,
+                        },
+                    }
+                })
+                .collect();
+            let reps = 1 + next(4);
+            let events: Vec<Event> = (0..reps).flat_map(|_| block.clone()).collect();
+            if let Ok(c) = convert(&records(events, next(5) != 0)) {
+                c.trace.validate().unwrap();
+                assert_eq!(c.ops.len(), c.trace.ops.len());
+                assert_eq!(c.storages.len(), c.trace.storages.len());
+            }
+        }
     }
 
     #[test]
