@@ -45,7 +45,8 @@ pub fn summarize(records: &[Record]) -> Summary {
             }
             continue;
         }
-        if kind == "header" {
+        // Not calls: the header, and the lineage written ahead of a call.
+        if kind == "header" || kind == "lineage" {
             continue;
         }
         *s.by_kind.entry(kind.into()).or_default() += 1;

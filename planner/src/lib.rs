@@ -6,11 +6,13 @@
 
 pub mod calibration;
 pub mod inspect;
+pub mod iteration;
 pub mod microbatch;
 pub mod model;
 pub mod policy;
 pub mod pool;
 pub mod settings;
+pub mod shimtrace;
 pub mod sim;
 pub mod testdata;
 pub mod timeline;

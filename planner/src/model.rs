@@ -1,6 +1,7 @@
 //! The planner's trace model: storages (the memory a tensor occupies), operations with their
 //! durations, inputs, outputs and in-place writes, and the program order of operations and
-//! frees, with the iteration's annotations. Imported from DTR's logs ([`import_dtr`]).
+//! frees, with the iteration's annotations. Imported from DTR's logs ([`import_dtr`]) and from
+//! Marmoset's traces ([`from_marmoset`], [`crate::shimtrace`]).
 //!
 //! DTR's format (anchors.md): JSON lines; `ANNOTATE` START (skip what comes before) and
 //! BACKWARD; `CONSTANT name` then `MEMORY name bytes`; `CALL name args result time` with, for each
@@ -440,171 +441,10 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
     Ok(t)
 }
 
-/// Builds the model from a Marmoset trace (`MARMOSET_TRACE` with `MARMOSET_TRACE_TIMING=1`):
-/// allocations are storages, launches, cuDNN computations, device-to-device copies and memsets
-/// are operations with their measured device times, frees free. A storage is produced by the
-/// first operation that writes it; one first written by a host-to-device copy, or read before
-/// any write, exists before the iteration (it is swappable, not recomputable). A later write to
-/// a produced storage makes a new version. Kernel touches (`rw`) count as writes, which keeps
-/// recomputation exact.
+/// Builds the model of one steady iteration of a Marmoset trace (`MARMOSET_TRACE` with
+/// `MARMOSET_TRACE_TIMING=1`): see [`crate::shimtrace`].
 pub fn from_marmoset(records: &[crate::trace::Record]) -> Result<Trace, String> {
-    use crate::trace::{Access, CopyDir, Event};
-    let mut times: HashMap<u64, f64> = HashMap::new();
-    for r in records {
-        if let Event::Timing { of, device_ms } = r.event {
-            times.insert(of, device_ms * 1e-3);
-        }
-    }
-    let mut t = Trace::default();
-    // Allocation id -> current version; which versions have been written.
-    let mut current: HashMap<u64, usize> = HashMap::new();
-    let mut written: Vec<bool> = Vec::new();
-    let mut missing_time = 0usize;
-    for r in records {
-        match &r.event {
-            Event::Alloc {
-                alloc,
-                size,
-                result: 0,
-                ..
-            } => {
-                t.storages.push(Storage {
-                    size: *size,
-                    constant: false,
-                    producer: None,
-                });
-                written.push(false);
-                current.insert(*alloc, t.storages.len() - 1);
-            }
-            Event::Free {
-                alloc: Some(a),
-                result: 0,
-                ..
-            } => {
-                if let Some(s) = current.remove(a) {
-                    if written[s] || t.storages[s].constant {
-                        t.steps.push(Step::Free(s));
-                    } else {
-                        // Never used by an operation: it never existed for the planner.
-                        t.storages[s].size = 0;
-                        t.storages[s].constant = true;
-                        t.steps.push(Step::Free(s));
-                    }
-                }
-            }
-            Event::Copy {
-                dir: CopyDir::H2d,
-                touches,
-                result: 0,
-                ..
-            } => {
-                // Data from the host: the storage exists before (it can be swapped, not recomputed).
-                for tc in touches {
-                    if let Some(&s) = current.get(&tc.alloc)
-                        && !written[s]
-                    {
-                        written[s] = true;
-                        t.storages[s].constant = true;
-                    }
-                }
-            }
-            Event::Launch {
-                touches,
-                result: 0,
-                api,
-                ..
-            }
-            | Event::Memset {
-                touches,
-                result: 0,
-                api,
-                ..
-            }
-            | Event::Cudnn {
-                touches,
-                result: 0,
-                api,
-                ..
-            }
-            | Event::Copy {
-                dir: CopyDir::D2d,
-                touches,
-                result: 0,
-                api,
-                ..
-            } => {
-                if touches.is_empty() {
-                    continue;
-                }
-                let Some(&secs) = times.get(&r.seq) else {
-                    missing_time += 1;
-                    continue;
-                };
-                let op = t.ops.len();
-                let mut o = Op::new(api, secs, vec![], vec![]);
-                for tc in touches {
-                    let Some(&s) = current.get(&tc.alloc) else {
-                        continue;
-                    };
-                    let writes = matches!(tc.access, Access::W | Access::Rw);
-                    if !written[s] {
-                        if writes {
-                            written[s] = true;
-                            t.storages[s].producer = Some(op);
-                            if !o.outputs.contains(&s) {
-                                o.outputs.push(s);
-                            }
-                        } else {
-                            // Read before any write: it holds what the program put there before.
-                            written[s] = true;
-                            t.storages[s].constant = true;
-                            o.inputs.push(s);
-                        }
-                    } else if o.outputs.contains(&s) {
-                    } else if writes {
-                        if !o.inputs.contains(&s) {
-                            o.inputs.push(s);
-                        }
-                        if !o.mutates.contains(&s) {
-                            o.mutates.push(s);
-                        }
-                    } else if !o.inputs.contains(&s) {
-                        o.inputs.push(s);
-                    }
-                }
-                t.ops.push(o);
-                t.steps.push(Step::Op(op));
-                let muts = t.ops[op].mutates.clone();
-                for old in muts {
-                    t.storages.push(Storage {
-                        size: t.storages[old].size,
-                        constant: false,
-                        producer: Some(op),
-                    });
-                    written.push(true);
-                    let new = t.storages.len() - 1;
-                    t.ops[op].inplace.push((old, new));
-                    for v in current.values_mut() {
-                        if *v == old {
-                            *v = new;
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    if t.ops.is_empty() {
-        return Err(if missing_time > 0 {
-            "the trace has no device timings: record it with MARMOSET_TRACE_TIMING=1".into()
-        } else {
-            "the trace has no operations".into()
-        });
-    }
-    // Storages read before any write are resident from the start: move their allocation there.
-    t.validate()
-        .map_err(|e| format!("the trace does not form a consistent iteration: {e}"))?;
-    Ok(t)
+    crate::shimtrace::convert(records).map(|c| c.trace)
 }
 
 #[cfg(test)]

@@ -63,6 +63,62 @@ pub enum CopyDir {
     H2h,
 }
 
+/// A convolution descriptor's parameters (`cudnnGetConvolutionNdDescriptor`, group count, math
+/// type).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConvParams {
+    pub pads: Vec<i32>,
+    pub strides: Vec<i32>,
+    pub dilations: Vec<i32>,
+    /// cudnnConvolutionMode_t.
+    pub mode: i32,
+    /// The compute type (cudnnDataType_t).
+    pub compute: i32,
+    pub groups: i32,
+    /// cudnnMathType_t.
+    pub math: i32,
+}
+
+/// An activation descriptor's parameters (`cudnnGetActivationDescriptor`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActivationParams {
+    /// cudnnActivationMode_t.
+    pub mode: i32,
+    /// cudnnNanPropagation_t.
+    pub nan: i32,
+    pub coef: f64,
+}
+
+/// Lineage: what replaying a call needs beyond its own record (its tensors' shapes, pointers
+/// and algorithm are there): scalars by value and the parameters of descriptors the framework
+/// may destroy right after the call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum Replay {
+    /// A kernel launch: its parameters as one buffer, each at the offset `cuFuncGetParamInfo`
+    /// gives (as `CU_LAUNCH_PARAM_BUFFER_POINTER` takes them), in hex; dynamic shared memory.
+    Kernel { params: String, shared: u64 },
+    /// A memset: the value, and the width it is repeated at (1 or 4 bytes).
+    Memset { value: u32, width: u8 },
+    /// A cuDNN computation: scaling parameters (read as the tensors' type), the tensors' data
+    /// type, and the descriptors it used.
+    Cudnn {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alpha: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        beta: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dtype: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conv: Option<ConvParams>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        activation: Option<ActivationParams>,
+        /// Softmax: (algorithm, mode).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        softmax: Option<(i32, i32)>,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
@@ -159,6 +215,9 @@ pub enum Event {
     /// Marmoset brought a tensor back (mapped, copied in on `stream`; the operation's stream
     /// waits for it). Its device time comes as a `timing` record with MARMOSET_TRACE_TIMING=1.
     Restore { alloc: u64, bytes: u64, stream: u64 },
+    /// What replaying the next call record of the same thread needs (written just before the
+    /// call is forwarded; evict and restore records may come between).
+    Lineage { replay: Replay },
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -190,6 +249,7 @@ impl Event {
             Event::Timing { .. } => "timing",
             Event::Evict { .. } => "evict",
             Event::Restore { .. } => "restore",
+            Event::Lineage { .. } => "lineage",
         }
     }
 
@@ -314,6 +374,47 @@ mod tests {
         );
         assert!(line.contains(r#""access":"w""#), "{line}");
         assert_eq!(read(&line).unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn lineage_round_trips() {
+        let r = Record {
+            seq: 9,
+            t_ns: 0,
+            tid: 1,
+            event: Event::Lineage {
+                replay: Replay::Cudnn {
+                    alpha: Some(1.0),
+                    beta: Some(0.0),
+                    dtype: Some(0),
+                    conv: Some(ConvParams {
+                        pads: vec![1, 1],
+                        strides: vec![1, 1],
+                        dilations: vec![1, 1],
+                        mode: 1,
+                        compute: 0,
+                        groups: 1,
+                        math: 0,
+                    }),
+                    activation: None,
+                    softmax: None,
+                },
+            },
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(
+            line.contains(r#""kind":"lineage""#) && line.contains(r#""call":"cudnn""#),
+            "{line}"
+        );
+        assert_eq!(read(&line).unwrap(), vec![r]);
+        let k = r#"{"seq":3,"t_ns":0,"tid":1,"kind":"lineage","replay":{"call":"kernel","params":"0a00","shared":0}}"#;
+        assert!(matches!(
+            read(k).unwrap()[0].event,
+            Event::Lineage {
+                replay: Replay::Kernel { .. },
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::{Pending, hooks, range};
 use crate::real::{CUDNN, resolve};
-use planner::trace::{Access, Event, TensorArg, Touch};
+use planner::trace::{Access, ActivationParams, ConvParams, Event, Replay, TensorArg, Touch};
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -98,6 +98,139 @@ fn filter(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
         acc *= dims[i];
     }
     Some((dims, strides, acc as u64 * elem_bytes(dt)))
+}
+
+/// The data type of a tensor descriptor.
+fn dtype(d: C) -> Option<c_int> {
+    let get = dnn!(
+        c"cudnnGetTensorNdDescriptor",
+        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
+    )?;
+    let (mut dt, mut nb) = (0, 0);
+    let (mut dims, mut strides) = ([0 as c_int; 8], [0 as c_int; 8]);
+    // SAFETY: output arrays of 8 entries, as requested.
+    let r = unsafe {
+        get(
+            d,
+            8,
+            &mut dt,
+            &mut nb,
+            dims.as_mut_ptr(),
+            strides.as_mut_ptr(),
+        )
+    };
+    (r == 0).then_some(dt)
+}
+
+const DATA_DOUBLE: c_int = 1;
+
+/// A scaling parameter's value: a double for double tensors, else a float (cuDNN's rule).
+fn scalar(p: C, dt: Option<c_int>) -> Option<f64> {
+    if p.is_null() {
+        return None;
+    }
+    Some(if dt == Some(DATA_DOUBLE) {
+        // SAFETY: scaling parameters of double tensors point to a double.
+        unsafe { *(p as *const f64) }
+    } else {
+        // SAFETY: scaling parameters of other tensors point to a float.
+        unsafe { *(p as *const f32) as f64 }
+    })
+}
+
+/// A convolution descriptor's parameters, read with the real getters.
+fn conv_params(cd: C) -> Option<ConvParams> {
+    let get = dnn!(
+        c"cudnnGetConvolutionNdDescriptor",
+        (
+            C,
+            c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int,
+            *mut c_int
+        )
+    )?;
+    let (mut nb, mut mode, mut compute) = (0, 0, 0);
+    let (mut pads, mut strides, mut dil) = ([0 as c_int; 8], [0 as c_int; 8], [0 as c_int; 8]);
+    // SAFETY: output arrays of 8 entries, as requested; valid output pointers.
+    let r = unsafe {
+        get(
+            cd,
+            8,
+            &mut nb,
+            pads.as_mut_ptr(),
+            strides.as_mut_ptr(),
+            dil.as_mut_ptr(),
+            &mut mode,
+            &mut compute,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let nb = (nb.max(0) as usize).min(8);
+    let (mut groups, mut math) = (1, 0);
+    if let Some(g) = dnn!(c"cudnnGetConvolutionGroupCount", (C, *mut c_int)) {
+        // SAFETY: a valid output pointer; on failure the default stays.
+        unsafe { g(cd, &mut groups) };
+    }
+    if let Some(m) = dnn!(c"cudnnGetConvolutionMathType", (C, *mut c_int)) {
+        // SAFETY: as above.
+        unsafe { m(cd, &mut math) };
+    }
+    Some(ConvParams {
+        pads: pads[..nb].to_vec(),
+        strides: strides[..nb].to_vec(),
+        dilations: dil[..nb].to_vec(),
+        mode,
+        compute,
+        groups,
+        math,
+    })
+}
+
+/// An activation descriptor's parameters.
+fn activation_params(ad: C) -> Option<ActivationParams> {
+    type GetAct = unsafe extern "C" fn(C, *mut c_int, *mut c_int, *mut f64) -> c_int;
+    static SLOT: AtomicUsize = AtomicUsize::new(0);
+    let p = real(&SLOT, c"cudnnGetActivationDescriptor");
+    if p == 0 {
+        return None;
+    }
+    // SAFETY: the real cudnnGetActivationDescriptor has this signature.
+    let get: GetAct = unsafe { std::mem::transmute::<usize, GetAct>(p) };
+    let (mut mode, mut nan, mut coef) = (0, 0, 0.0f64);
+    // SAFETY: valid output pointers.
+    (unsafe { get(ad, &mut mode, &mut nan, &mut coef) } == 0).then_some(ActivationParams {
+        mode,
+        nan,
+        coef,
+    })
+}
+
+/// Lineage of a cuDNN computation: scaling parameters, data type (of tensor descriptor `td`),
+/// and the convolution / activation descriptors and softmax settings it used.
+fn lineage(
+    p: Option<Pending>,
+    (alpha, beta, td): (C, C, C),
+    conv: Option<C>,
+    act: Option<C>,
+    softmax: Option<(c_int, c_int)>,
+) -> Option<Pending> {
+    super::runtime::with_lineage(p, || {
+        let dt = dtype(td);
+        Some(Replay::Cudnn {
+            alpha: scalar(alpha, dt),
+            beta: scalar(beta, dt),
+            dtype: dt,
+            conv: conv.and_then(conv_params),
+            activation: act.and_then(activation_params),
+            softmax,
+        })
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -217,27 +350,35 @@ hooks! {
     libs = crate::real::CUDNN, unavailable = NOT_INITIALIZED, names = (entry, real);
     [""] fn cudnnConvolutionForward(h: P, alpha: C, xd: C, x: C, wd: C, w: C, cd: C, algo: c_int, ws: P, wss: usize,
         beta: C, yd: C, y: P) =>
-        call("cudnnConvolutionForward", h, Some(algo), Some((ws, wss)),
+        lineage(
+            call("cudnnConvolutionForward", h, Some(algo), Some((ws, wss)),
             &[("x", T, xd, x, R), ("w", F, wd, w, R), ("y", T, yd, y, out_access(beta))], true),
+            (alpha, beta, xd), Some(cd), None, None),
         call = conv(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd },
             Call { alpha, beta, x: x as usize, w: w as usize, y: y as usize, ws, ws_size: wss }, real)
             .unwrap_or_else(|| unsafe { real(h, alpha, xd, x, wd, w, cd, algo, ws, wss, beta, yd, y) });
     [""] fn cudnnConvolutionBackwardData(h: P, alpha: C, wd: C, w: C, dyd: C, dy: C, cd: C, algo: c_int, ws: P, wss: usize,
         beta: C, dxd: C, dx: P) =>
-        call("cudnnConvolutionBackwardData", h, Some(algo), Some((ws, wss)),
+        lineage(
+            call("cudnnConvolutionBackwardData", h, Some(algo), Some((ws, wss)),
             &[("w", F, wd, w, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true),
+            (alpha, beta, dyd), Some(cd), None, None),
         call = conv(entry, h, Query { dir: Dir::BwdData, x: dxd, w: wd, conv: cd, y: dyd },
             Call { alpha, beta, x: dx as usize, w: w as usize, y: dy as usize, ws, ws_size: wss }, real)
             .unwrap_or_else(|| unsafe { real(h, alpha, wd, w, dyd, dy, cd, algo, ws, wss, beta, dxd, dx) });
     [""] fn cudnnConvolutionBackwardFilter(h: P, alpha: C, xd: C, x: C, dyd: C, dy: C, cd: C, algo: c_int, ws: P,
         wss: usize, beta: C, dwd: C, dw: P) =>
-        call("cudnnConvolutionBackwardFilter", h, Some(algo), Some((ws, wss)),
+        lineage(
+            call("cudnnConvolutionBackwardFilter", h, Some(algo), Some((ws, wss)),
             &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dw", F, dwd, dw, out_access(beta))], true),
+            (alpha, beta, xd), Some(cd), None, None),
         call = conv(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd },
             Call { alpha, beta, x: x as usize, w: dw as usize, y: dy as usize, ws, ws_size: wss }, real)
             .unwrap_or_else(|| unsafe { real(h, alpha, xd, x, dyd, dy, cd, algo, ws, wss, beta, dwd, dw) });
     [""] fn cudnnConvolutionBackwardBias(h: P, alpha: C, dyd: C, dy: C, beta: C, dbd: C, db: P) =>
-        call("cudnnConvolutionBackwardBias", h, None, None, &[("dy", T, dyd, dy, R), ("db", T, dbd, db, out_access(beta))], true);
+        lineage(
+            call("cudnnConvolutionBackwardBias", h, None, None, &[("dy", T, dyd, dy, R), ("db", T, dbd, db, out_access(beta))], true),
+            (alpha, beta, dyd), None, None, None);
     [""] fn cudnnFindConvolutionForwardAlgorithm(h: P, xd: C, wd: C, cd: C, yd: C, req: c_int, ret: *mut c_int, perf: P) =>
         call("cudnnFindConvolutionForwardAlgorithm", h, None, None, &[], false),
         call = query(entry, h, Query { dir: Dir::Fwd, x: xd, w: wd, conv: cd, y: yd }, req, ret, perf)
@@ -293,22 +434,36 @@ hooks! {
         call = workspace(entry, h, Query { dir: Dir::BwdFilter, x: xd, w: dwd, conv: cd, y: dyd }, size)
             .unwrap_or_else(|| unsafe { real(h, xd, dyd, cd, dwd, algo, size) });
     [""] fn cudnnActivationForward(h: P, ad: C, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
-        call("cudnnActivationForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
+        lineage(
+            call("cudnnActivationForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true),
+            (alpha, beta, xd), None, Some(ad), None);
     [""] fn cudnnActivationBackward(h: P, ad: C, alpha: C, yd: C, y: C, dyd: C, dy: C, xd: C, x: C, beta: C, dxd: C, dx: P) =>
-        call("cudnnActivationBackward", h, None, None,
-            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("x", T, xd, x, R), ("dx", T, dxd, dx, out_access(beta))], true);
+        lineage(
+            call("cudnnActivationBackward", h, None, None,
+            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("x", T, xd, x, R), ("dx", T, dxd, dx, out_access(beta))], true),
+            (alpha, beta, yd), None, Some(ad), None);
     [""] fn cudnnPoolingForward(h: P, pd: C, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
-        call("cudnnPoolingForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
+        lineage(
+            call("cudnnPoolingForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true),
+            (alpha, beta, xd), None, None, None);
     [""] fn cudnnPoolingBackward(h: P, pd: C, alpha: C, yd: C, y: C, dyd: C, dy: C, xd: C, x: C, beta: C, dxd: C, dx: P) =>
-        call("cudnnPoolingBackward", h, None, None,
-            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("x", T, xd, x, R), ("dx", T, dxd, dx, out_access(beta))], true);
+        lineage(
+            call("cudnnPoolingBackward", h, None, None,
+            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("x", T, xd, x, R), ("dx", T, dxd, dx, out_access(beta))], true),
+            (alpha, beta, yd), None, None, None);
     [""] fn cudnnSoftmaxForward(h: P, algo: c_int, mode: c_int, alpha: C, xd: C, x: C, beta: C, yd: C, y: P) =>
-        call("cudnnSoftmaxForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true);
+        lineage(
+            call("cudnnSoftmaxForward", h, None, None, &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta))], true),
+            (alpha, beta, xd), None, None, Some((algo, mode)));
     [""] fn cudnnSoftmaxBackward(h: P, algo: c_int, mode: c_int, alpha: C, yd: C, y: C, dyd: C, dy: C, beta: C, dxd: C, dx: P) =>
-        call("cudnnSoftmaxBackward", h, None, None,
-            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true);
+        lineage(
+            call("cudnnSoftmaxBackward", h, None, None,
+            &[("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(beta))], true),
+            (alpha, beta, yd), None, None, Some((algo, mode)));
     [""] fn cudnnAddTensor(h: P, alpha: C, ad: C, a: C, beta: C, cdesc: C, c: P) =>
-        call("cudnnAddTensor", h, None, None, &[("a", T, ad, a, R), ("c", T, cdesc, c, out_access(beta))], true);
+        lineage(
+            call("cudnnAddTensor", h, None, None, &[("a", T, ad, a, R), ("c", T, cdesc, c, out_access(beta))], true),
+            (alpha, beta, ad), None, None, None);
     [""] fn cudnnSetStream(h: P, s: P) => None;
     [""] fn cudnnSetTensor4dDescriptor(d: P, fmt: c_int, dt: c_int, n: c_int, c: c_int, hh: c_int, w: c_int) => None;
     [""] fn cudnnSetTensor4dDescriptorEx(d: P, dt: c_int, n: c_int, c: c_int, hh: c_int, w: c_int, ns: c_int, cs: c_int,

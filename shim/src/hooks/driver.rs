@@ -72,11 +72,11 @@ hooks! {
         copy("cuMemcpyDtoHAsync_v2", dst as u64, src, n, Some(2), Some(s as u64));
     ["cuMemcpyDtoDAsync"] fn cuMemcpyDtoDAsync_v2(dst: D, src: D, n: usize, s: P) =>
         copy("cuMemcpyDtoDAsync_v2", dst, src, n, Some(3), Some(s as u64));
-    ["cuMemsetD8"] fn cuMemsetD8_v2(p: D, v: u8, n: usize) => memset("cuMemsetD8_v2", p, n as u64, None);
-    ["cuMemsetD32"] fn cuMemsetD32_v2(p: D, v: u32, n: usize) => memset("cuMemsetD32_v2", p, 4 * n as u64, None);
-    ["cuMemsetD8Async"] fn cuMemsetD8Async(p: D, v: u8, n: usize, s: P) => memset("cuMemsetD8Async", p, n as u64, Some(s as u64));
+    ["cuMemsetD8"] fn cuMemsetD8_v2(p: D, v: u8, n: usize) => memset("cuMemsetD8_v2", p, n as u64, None, v as u32, 1);
+    ["cuMemsetD32"] fn cuMemsetD32_v2(p: D, v: u32, n: usize) => memset("cuMemsetD32_v2", p, 4 * n as u64, None, v, 4);
+    ["cuMemsetD8Async"] fn cuMemsetD8Async(p: D, v: u8, n: usize, s: P) => memset("cuMemsetD8Async", p, n as u64, Some(s as u64), v as u32, 1);
     ["cuMemsetD32Async"] fn cuMemsetD32Async(p: D, v: u32, n: usize, s: P) =>
-        memset("cuMemsetD32Async", p, 4 * n as u64, Some(s as u64));
+        memset("cuMemsetD32Async", p, 4 * n as u64, Some(s as u64), v, 4);
     ["cuLaunchKernel"] fn cuLaunchKernel(f: P, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
         shared: c_uint, s: P, params: *mut P, extra: *mut P) =>
         kernel("cuLaunchKernel", f, [gx, gy, gz], [bx, by, bz], s, params, extra);

@@ -79,22 +79,18 @@ fn layout(func: usize, runtime: bool) -> Option<Layout> {
 const BUFFER_POINTER: usize = 1;
 const BUFFER_SIZE: usize = 2;
 
-/// The allocations a launch's parameters point into.
-pub fn touches(
-    func: usize,
-    runtime: bool,
+/// Each parameter's value as (address, offset in the packed buffer, size): from kernelParams
+/// (one pointer per parameter) or from the packed `extra` buffer.
+fn values(
+    layout: &[(usize, usize)],
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
-) -> Vec<Touch> {
-    let Some(layout) = layout(func, runtime) else {
-        return Vec::new();
-    };
-    // Each parameter as (address of its value, size).
-    let mut values: Vec<(*const u8, usize)> = Vec::new();
+) -> Vec<(*const u8, usize, usize)> {
+    let mut values = Vec::new();
     if !params.is_null() {
-        for (i, &(_, size)) in layout.iter().enumerate() {
+        for (i, &(off, size)) in layout.iter().enumerate() {
             // SAFETY: kernelParams holds one pointer per parameter (the API's contract).
-            values.push((unsafe { *params.add(i) } as *const u8, size));
+            values.push((unsafe { *params.add(i) } as *const u8, off, size));
         }
     } else if !extra.is_null() {
         let (mut buf, mut len) = (std::ptr::null::<u8>(), 0usize);
@@ -115,13 +111,57 @@ pub fn touches(
             }
             i += 2;
         }
-        for &(off, size) in &layout {
+        for &(off, size) in layout {
             if !buf.is_null() && off + size <= len {
                 // SAFETY: off + size is inside the caller's buffer of `len` bytes.
-                values.push((unsafe { buf.add(off) }, size));
+                values.push((unsafe { buf.add(off) }, off, size));
             }
         }
     }
+    values
+}
+
+/// Lineage: the launch's parameters as one buffer, each at its offset (what
+/// `CU_LAUNCH_PARAM_BUFFER_POINTER` takes); pointers in it stay valid while their tensors live
+/// (Marmoset's virtual ranges do not move). None when the driver cannot give the layout.
+pub fn param_buffer(
+    func: usize,
+    runtime: bool,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Option<Vec<u8>> {
+    let layout = layout(func, runtime)?;
+    let vals = values(&layout, params, extra);
+    let len = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0);
+    if vals.len() != layout.len() || len > 1 << 16 {
+        return None;
+    }
+    let mut buf = vec![0u8; len];
+    for (p, off, size) in vals {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: p points to the parameter's `size` bytes; off + size <= len.
+        let src = unsafe { std::slice::from_raw_parts(p, size) };
+        buf[off..off + size].copy_from_slice(src);
+    }
+    Some(buf)
+}
+
+/// The allocations a launch's parameters point into.
+pub fn touches(
+    func: usize,
+    runtime: bool,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Vec<Touch> {
+    let Some(layout) = layout(func, runtime) else {
+        return Vec::new();
+    };
+    let values: Vec<(*const u8, usize)> = values(&layout, params, extra)
+        .into_iter()
+        .map(|(p, _, size)| (p, size))
+        .collect();
     let mut out: Vec<Touch> = Vec::new();
     for (p, size) in values {
         if p.is_null() {

@@ -2,7 +2,7 @@
 
 use super::{Pending, hooks, launch, range};
 use crate::state;
-use planner::trace::{Access, CopyDir, Event};
+use planner::trace::{Access, CopyDir, Event, Replay};
 use std::ffi::{c_int, c_uint, c_void};
 
 type P = *mut c_void;
@@ -99,7 +99,30 @@ pub fn copy(
     Some(p.timed(stream.unwrap_or(0)))
 }
 
-pub fn memset(api: &str, ptr: u64, bytes: u64, stream: Option<u64>) -> Option<Pending> {
+/// Lineage: when tracing, writes what replaying the call needs (a `lineage` record) before the
+/// call is forwarded; it describes the next call record of the same thread.
+pub fn with_lineage(
+    p: Option<Pending>,
+    replay: impl FnOnce() -> Option<Replay>,
+) -> Option<Pending> {
+    if p.is_some()
+        && crate::trace::enabled()
+        && let Some(r) = replay()
+    {
+        crate::trace::emit(Event::Lineage { replay: r });
+    }
+    p
+}
+
+/// A memset of `bytes` bytes with `value` repeated at `width` bytes (1 or 4).
+pub fn memset(
+    api: &str,
+    ptr: u64,
+    bytes: u64,
+    stream: Option<u64>,
+    value: u32,
+    width: u8,
+) -> Option<Pending> {
     let touches = range(ptr, bytes, Access::W);
     let p = Pending::new(Event::Memset {
         api: api.into(),
@@ -109,7 +132,14 @@ pub fn memset(api: &str, ptr: u64, bytes: u64, stream: Option<u64>) -> Option<Pe
         touches,
         result: 0,
     });
-    Some(p.timed(stream.unwrap_or(0)))
+    with_lineage(Some(p.timed(stream.unwrap_or(0))), || {
+        Some(Replay::Memset { value, width })
+    })
+}
+
+/// Lower-case hex of a byte buffer.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 pub fn sync(api: &str, stream: Option<u64>) -> Option<Pending> {
@@ -121,7 +151,15 @@ pub fn sync(api: &str, stream: Option<u64>) -> Option<Pending> {
     }))
 }
 
-fn kernel(api: &str, f: u64, g: Dim3, b: Dim3, args: *mut P, stream: P) -> Option<Pending> {
+fn kernel(
+    api: &str,
+    f: u64,
+    g: Dim3,
+    b: Dim3,
+    args: *mut P,
+    shared: usize,
+    stream: P,
+) -> Option<Pending> {
     let touches = launch::touches(f as usize, true, args, std::ptr::null_mut());
     let p = Pending::new(Event::Launch {
         api: api.into(),
@@ -132,7 +170,14 @@ fn kernel(api: &str, f: u64, g: Dim3, b: Dim3, args: *mut P, stream: P) -> Optio
         touches,
         result: 0,
     });
-    Some(p.timed(stream as u64))
+    with_lineage(Some(p.timed(stream as u64)), || {
+        launch::param_buffer(f as usize, true, args, std::ptr::null_mut()).map(|buf| {
+            Replay::Kernel {
+                params: hex(&buf),
+                shared: shared as u64,
+            }
+        })
+    })
 }
 
 /// Under a memory policy Marmoset allocates; None: forward to the real allocator.
@@ -176,17 +221,17 @@ hooks! {
         copy("cudaMemcpy", dst as u64, src as u64, n, Some(kind).filter(|&k| k != 4), None);
     [""] fn cudaMemcpyAsync(dst: P, src: *const c_void, n: usize, kind: c_int, s: P) =>
         copy("cudaMemcpyAsync", dst as u64, src as u64, n, Some(kind).filter(|&k| k != 4), Some(s as u64));
-    [""] fn cudaMemset(p: P, v: c_int, n: usize) => memset("cudaMemset", p as u64, n as u64, None);
-    [""] fn cudaMemsetAsync(p: P, v: c_int, n: usize, s: P) => memset("cudaMemsetAsync", p as u64, n as u64, Some(s as u64));
+    [""] fn cudaMemset(p: P, v: c_int, n: usize) => memset("cudaMemset", p as u64, n as u64, None, v as u8 as u32, 1);
+    [""] fn cudaMemsetAsync(p: P, v: c_int, n: usize, s: P) => memset("cudaMemsetAsync", p as u64, n as u64, Some(s as u64), v as u8 as u32, 1);
     [""] fn cudaLaunchKernel(f: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
-        kernel("cudaLaunchKernel", f as u64, g, b, args, s);
+        kernel("cudaLaunchKernel", f as u64, g, b, args, shared, s);
     [""] fn __cudaLaunchKernel(k: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
-        kernel("__cudaLaunchKernel", k as u64, g, b, args, s);
+        kernel("__cudaLaunchKernel", k as u64, g, b, args, shared, s);
     [""] fn __cudaLaunchKernel_ptsz(k: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
-        kernel("__cudaLaunchKernel_ptsz", k as u64, g, b, args, s);
+        kernel("__cudaLaunchKernel_ptsz", k as u64, g, b, args, shared, s);
     [""] fn cudaLaunchKernelExC(cfg: *const LaunchConfig, f: *const c_void, args: *mut P) => {
         // SAFETY: cfg is null or a valid cudaLaunchConfig_t (API contract); read before forwarding.
-        unsafe { cfg.as_ref() }.and_then(|c| kernel("cudaLaunchKernelExC", f as u64, c.grid, c.block, args, c.stream))
+        unsafe { cfg.as_ref() }.and_then(|c| kernel("cudaLaunchKernelExC", f as u64, c.grid, c.block, args, c.shared, c.stream))
     };
     [""] fn cudaStreamSynchronize(s: P) => sync("cudaStreamSynchronize", Some(s as u64));
     [""] fn cudaDeviceSynchronize() => sync("cudaDeviceSynchronize", None);

@@ -1,0 +1,339 @@
+/* torchlike: a small residual network trained the way PyTorch's eager mode drives the GPU, with
+ * the C ABI only. Every tensor is one cudaMallocAsync on the compute stream and one cudaFreeAsync
+ * when its last use is done (saved activations die during backward, gradients after the
+ * optimizer step: zero_grad(set_to_none=True)); convolution workspaces are allocated around each
+ * call; the data loader prefetches the next batch while the current one trains, so addresses
+ * differ from one iteration to the next. Convolutions, bias, softmax are legacy cuDNN; ReLU (in
+ * place), its backward (in place), the residual addition, gradient accumulation, cross-entropy
+ * and SGD with momentum (in place, state allocated lazily at the first step) are kernels.
+ * Deterministic: it prints each iteration's loss and a checksum of the weights.
+ *
+ * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS]   (defaults 4, 4, 16, 8, 2)
+ * Network: conv(3->C, 3x3) relu_, BLOCKS x [conv relu_ conv, + skip, relu_], conv(C->10, WxW)
+ * (the classifier), softmax. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_abi.h"
+
+#define CU(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+  fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_)); exit(1); } } while (0)
+#define DNN(x) do { cudnnStatus_t s_ = (x); if (s_ != CUDNN_STATUS_SUCCESS) { \
+  fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, cudnnGetErrorString(s_)); exit(1); } } while (0)
+
+static simgpuKernelAccess_t access_fn;
+static cudaStream_t st;
+static cudnnHandle_t dnn;
+
+/* A kernel's view of n floats at the device pointer held in parameter slot p. */
+static float *arg(simgpuKernelCtx *ctx, void *p, int n, int write) {
+  return access_fn(ctx, (CUdeviceptr)(uintptr_t)*(void **)p, (size_t)n * 4, write);
+}
+
+/* relu_(int n, float *x): x = max(x, 0), in place */
+static void relu_(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  float *x = arg(ctx, p[1], n, 1);
+  if (!x) return;
+  for (int i = 0; i < n; i++) if (x[i] < 0) x[i] = 0;
+}
+
+/* relu_backward_(int n, float *g, const float *y): g = y > 0 ? g : 0, in place */
+static void relu_backward_(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  float *g = arg(ctx, p[1], n, 1);
+  const float *y = arg(ctx, p[2], n, 0);
+  if (!g || !y) return;
+  for (int i = 0; i < n; i++) if (!(y[i] > 0)) g[i] = 0;
+}
+
+/* add(int n, const float *a, const float *b, float *out): out = a + b */
+static void add(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  const float *a = arg(ctx, p[1], n, 0), *b = arg(ctx, p[2], n, 0);
+  float *out = arg(ctx, p[3], n, 1);
+  if (!a || !b || !out) return;
+  for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* add_(int n, float *a, const float *b): a += b, in place */
+static void add_(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  float *a = arg(ctx, p[1], n, 1);
+  const float *b = arg(ctx, p[2], n, 0);
+  if (!a || !b) return;
+  for (int i = 0; i < n; i++) a[i] += b[i];
+}
+
+/* xent(int n, int k, const float *probs, const float *labels, float *dlogits, float *loss) */
+static void xent(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0], k = *(int *)p[1];
+  const float *probs = arg(ctx, p[2], n * k, 0), *labels = arg(ctx, p[3], n, 0);
+  float *grad = arg(ctx, p[4], n * k, 1), *loss = arg(ctx, p[5], 1, 1);
+  if (!probs || !labels || !grad || !loss) return;
+  float total = 0;
+  for (int i = 0; i < n; i++) {
+    int y = (int)labels[i];
+    for (int c = 0; c < k; c++) grad[i * k + c] = (probs[i * k + c] - (c == y ? 1.0f : 0.0f)) / (float)n;
+    total -= logf(probs[i * k + y] + 1e-12f);
+  }
+  *loss = total / (float)n;
+}
+
+/* sgd_(int n, float lr, float mu, float *w, float *v, const float *g): v = mu v + g; w -= lr v */
+static void sgd_(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  float lr = *(float *)p[1], mu = *(float *)p[2];
+  float *w = arg(ctx, p[3], n, 1), *v = arg(ctx, p[4], n, 1);
+  const float *g = arg(ctx, p[5], n, 0);
+  if (!w || !v || !g) return;
+  for (int i = 0; i < n; i++) {
+    v[i] = mu * v[i] + g[i];
+    w[i] -= lr * v[i];
+  }
+}
+
+static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd;
+
+static void register_kernels(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  simgpuRegisterKernel_t reg = h ? (simgpuRegisterKernel_t)dlsym(h, "simgpuRegisterKernel") : NULL;
+  access_fn = h ? (simgpuKernelAccess_t)dlsym(h, "simgpuKernelAccess") : NULL;
+  if (!reg || !access_fn) { fprintf(stderr, "torchlike: needs the simulated GPU's kernel registration\n"); exit(1); }
+  size_t s2[] = {4, 8}, s3[] = {4, 8, 8}, s4[] = {4, 8, 8, 8}, s6[] = {4, 4, 8, 8, 8, 8}, g6[] = {4, 4, 4, 8, 8, 8};
+  if (reg("relu_", relu_, 2, s2, s2, &k_relu) || reg("relu_backward_", relu_backward_, 3, s3, s3, &k_relu_bwd) ||
+      reg("add", add, 4, s4, s4, &k_add) || reg("add_", add_, 3, s3, s3, &k_add_) ||
+      reg("xent", xent, 6, s6, s6, &k_xent) || reg("sgd_", sgd_, 6, g6, g6, &k_sgd))
+    exit(1);
+}
+
+static void launch(void *k, int n, void **args) {
+  dim3 grid = {(unsigned)(n + 255) / 256, 1, 1}, block = {256, 1, 1};
+  CU(cudaLaunchKernel(k, grid, block, args, 0, st));
+}
+static void relu_inplace(float *x, int n) { void *a[] = {&n, &x}; launch(k_relu, n, a); }
+static void relu_bwd_inplace(float *g, float *y, int n) { void *a[] = {&n, &g, &y}; launch(k_relu_bwd, n, a); }
+static void add_into(float *a, float *b, float *out, int n) { void *v[] = {&n, &a, &b, &out}; launch(k_add, n, v); }
+static void add_inplace(float *a, float *b, int n) { void *v[] = {&n, &a, &b}; launch(k_add_, n, v); }
+
+/* One tensor: one stream-ordered allocation, as PyTorch's CUDA allocator with
+ * PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync. */
+static void *talloc(size_t bytes) { void *p; CU(cudaMallocAsync(&p, bytes, st)); return p; }
+static void tfree(void *p) { CU(cudaFreeAsync(p, st)); }
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static cudnnTensorDescriptor_t tdesc(int n, int c, int h, int w) {
+  cudnnTensorDescriptor_t d;
+  int dims[4] = {n, c, h, w}, s[4] = {c * h * w, h * w, w, 1};
+  DNN(cudnnCreateTensorDescriptor(&d));
+  DNN(cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, 4, dims, s));
+  return d;
+}
+
+/* A convolution with its bias, parameters, momentum (allocated at the first step) and
+ * algorithms. */
+typedef struct {
+  int cin, cout, k;
+  cudnnTensorDescriptor_t x, y, bias;
+  cudnnFilterDescriptor_t f;
+  cudnnConvolutionDescriptor_t conv;
+  float *W, *B, *vW, *vB, *dW, *dB;
+  int fa, da, wa;
+  size_t fws, dws, wws;
+} Conv;
+
+static void conv_init(Conv *l, int n, int cin, int cout, int k, int pad, int h, int w) {
+  l->cin = cin; l->cout = cout; l->k = k;
+  int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+  l->x = tdesc(n, cin, h, w); l->y = tdesc(n, cout, oh, ow); l->bias = tdesc(1, cout, 1, 1);
+  int fd[4] = {cout, cin, k, k}, pads[2] = {pad, pad}, one2[2] = {1, 1};
+  DNN(cudnnCreateFilterDescriptor(&l->f));
+  DNN(cudnnSetFilterNdDescriptor(l->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, fd));
+  DNN(cudnnCreateConvolutionDescriptor(&l->conv));
+  DNN(cudnnSetConvolutionNdDescriptor(l->conv, 2, pads, one2, one2, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  cudnnConvolutionFwdAlgoPerf_t perf[8]; int got;
+  DNN(cudnnGetConvolutionForwardAlgorithm_v7(dnn, l->x, l->f, l->conv, l->y, 8, &got, perf));
+  l->fa = perf[0].algo;
+  DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, l->f, l->y, l->conv, l->x, 8, &got, perf));
+  l->da = perf[0].algo;
+  DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, l->x, l->y, l->conv, l->f, 8, &got, perf));
+  l->wa = perf[0].algo;
+  DNN(cudnnGetConvolutionForwardWorkspaceSize(dnn, l->x, l->f, l->conv, l->y, l->fa, &l->fws));
+  DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn, l->f, l->y, l->conv, l->x, l->da, &l->dws));
+  DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn, l->x, l->y, l->conv, l->f, l->wa, &l->wws));
+  size_t nw = (size_t)cout * cin * k * k;
+  float *host = malloc(nw * 4), scale = 1.0f / sqrtf((float)(cin * k * k));
+  for (size_t i = 0; i < nw; i++) host[i] = frand() * scale;
+  l->W = talloc(nw * 4); l->B = talloc((size_t)cout * 4);
+  CU(cudaMemcpyAsync(l->W, host, nw * 4, cudaMemcpyHostToDevice, st));
+  CU(cudaMemsetAsync(l->B, 0, (size_t)cout * 4, st));
+  CU(cudaStreamSynchronize(st));
+  free(host);
+  l->vW = l->vB = l->dW = l->dB = NULL;
+}
+
+static const float ONE = 1.0f, ZERO = 0.0f;
+
+/* y = conv(x) + bias, y a new tensor of `out` floats. */
+static float *conv_fwd(Conv *l, const float *x, size_t out) {
+  float *y = talloc(out * 4);
+  void *ws = l->fws ? talloc(l->fws) : NULL;
+  DNN(cudnnConvolutionForward(dnn, &ONE, l->x, x, l->f, l->W, l->conv, l->fa, ws, l->fws, &ZERO, l->y, y));
+  if (ws) tfree(ws);
+  DNN(cudnnAddTensor(dnn, &ONE, l->bias, l->B, &ONE, l->y, y));
+  return y;
+}
+
+/* Parameter gradients (new tensors) and, when `in` > 0, the input's gradient (returned). */
+static float *conv_bwd(Conv *l, const float *x, const float *dy, size_t in) {
+  size_t nw = (size_t)l->cout * l->cin * l->k * l->k;
+  l->dB = talloc((size_t)l->cout * 4);
+  DNN(cudnnConvolutionBackwardBias(dnn, &ONE, l->y, dy, &ZERO, l->bias, l->dB));
+  l->dW = talloc(nw * 4);
+  void *ws = l->wws ? talloc(l->wws) : NULL;
+  DNN(cudnnConvolutionBackwardFilter(dnn, &ONE, l->x, x, l->y, dy, l->conv, l->wa, ws, l->wws, &ZERO, l->f, l->dW));
+  if (ws) tfree(ws);
+  if (!in) return NULL;
+  float *dx = talloc(in * 4);
+  ws = l->dws ? talloc(l->dws) : NULL;
+  DNN(cudnnConvolutionBackwardData(dnn, &ONE, l->f, l->W, l->y, dy, l->conv, l->da, ws, l->dws, &ZERO, l->x, dx));
+  if (ws) tfree(ws);
+  return dx;
+}
+
+/* optimizer.step() then zero_grad(set_to_none=True). */
+static void step(Conv *l, float lr, float mu) {
+  int nw = l->cout * l->cin * l->k * l->k, nb = l->cout;
+  if (!l->vW) { /* the momentum buffers, created by the first step */
+    l->vW = talloc((size_t)nw * 4); l->vB = talloc((size_t)nb * 4);
+    CU(cudaMemsetAsync(l->vW, 0, (size_t)nw * 4, st));
+    CU(cudaMemsetAsync(l->vB, 0, (size_t)nb * 4, st));
+  }
+  void *a[] = {&nw, &lr, &mu, &l->W, &l->vW, &l->dW};
+  launch(k_sgd, nw, a);
+  void *b[] = {&nb, &lr, &mu, &l->B, &l->vB, &l->dB};
+  launch(k_sgd, nb, b);
+  tfree(l->dW); tfree(l->dB);
+  l->dW = l->dB = NULL;
+}
+
+int main(int argc, char **argv) {
+  int iters = argc > 1 ? atoi(argv[1]) : 4, n = argc > 2 ? atoi(argv[2]) : 4, hw = argc > 3 ? atoi(argv[3]) : 16;
+  int ch = argc > 4 ? atoi(argv[4]) : 8, nblocks = argc > 5 ? atoi(argv[5]) : 2;
+  const int classes = 10;
+  if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64]\n");
+    return 2;
+  }
+  register_kernels();
+  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  DNN(cudnnCreate(&dnn));
+  DNN(cudnnSetStream(dnn, st));
+  Conv stem, head, *blocks = calloc(2 * (size_t)nblocks + 1, sizeof *blocks);
+  conv_init(&stem, n, 3, ch, 3, 1, hw, hw);
+  for (int b = 0; b < 2 * nblocks; b++) conv_init(&blocks[b], n, ch, ch, 3, 1, hw, hw);
+  conv_init(&head, n, ch, classes, hw, 0, hw, hw);
+  cudnnTensorDescriptor_t lo = tdesc(n, classes, 1, 1);
+
+  size_t in = (size_t)n * 3 * hw * hw, act = (size_t)n * ch * hw * hw, out = (size_t)n * classes;
+  int nact = (int)act;
+  float *hx = malloc(in * 4), *hl = malloc((size_t)n * 4);
+  for (size_t i = 0; i < in; i++) hx[i] = frand();
+  for (int i = 0; i < n; i++) hl[i] = (float)(i % classes);
+  /* The data loader: the first batch now, each next one while the current one trains. */
+  float *x = talloc(in * 4), *labels = talloc((size_t)n * 4);
+  CU(cudaMemcpyAsync(x, hx, in * 4, cudaMemcpyHostToDevice, st));
+  CU(cudaMemcpyAsync(labels, hl, (size_t)n * 4, cudaMemcpyHostToDevice, st));
+  float **a = calloc((size_t)nblocks + 1, sizeof *a), **h1 = calloc((size_t)nblocks + 1, sizeof *h1);
+  const float lr = 0.05f, mu = 0.9f;
+  for (int it = 0; it < iters; it++) {
+    /* forward: a[0] = relu_(stem(x)); a[b+1] = relu_(conv2(relu_(conv1(a[b]))) + a[b]) */
+    a[0] = conv_fwd(&stem, x, act);
+    relu_inplace(a[0], nact);
+    for (int b = 0; b < nblocks; b++) {
+      h1[b] = conv_fwd(&blocks[2 * b], a[b], act);
+      relu_inplace(h1[b], nact);
+      float *h2 = conv_fwd(&blocks[2 * b + 1], h1[b], act);
+      a[b + 1] = talloc(act * 4);
+      add_into(h2, a[b], a[b + 1], nact);
+      tfree(h2); /* an addition's backward needs neither input */
+      relu_inplace(a[b + 1], nact);
+    }
+    float *logits = conv_fwd(&head, a[nblocks], out);
+    float *probs = talloc(out * 4);
+    DNN(cudnnSoftmaxForward(dnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &ONE, lo, logits, &ZERO, lo, probs));
+    tfree(logits);
+    float *loss = talloc(4), *dlogits = talloc(out * 4);
+    CU(cudaMemsetAsync(loss, 0, 4, st));
+    int nn = n, k = classes;
+    void *xa[] = {&nn, &k, &probs, &labels, &dlogits, &loss};
+    dim3 one = {1, 1, 1};
+    CU(cudaLaunchKernel(k_xent, one, one, xa, 0, st));
+    tfree(probs);
+    /* the next batch, prefetched while this one trains (its memory is taken now) */
+    float *x_next = talloc(in * 4), *labels_next = talloc((size_t)n * 4);
+    CU(cudaMemcpyAsync(x_next, hx, in * 4, cudaMemcpyHostToDevice, st));
+    CU(cudaMemcpyAsync(labels_next, hl, (size_t)n * 4, cudaMemcpyHostToDevice, st));
+    /* backward */
+    float *g = conv_bwd(&head, a[nblocks], dlogits, act);
+    tfree(dlogits);
+    for (int b = nblocks - 1; b >= 0; b--) {
+      relu_bwd_inplace(g, a[b + 1], nact); /* through the block's last relu_ */
+      tfree(a[b + 1]);
+      float *dh1 = conv_bwd(&blocks[2 * b + 1], h1[b], g, act);
+      relu_bwd_inplace(dh1, h1[b], nact);
+      tfree(h1[b]);
+      float *da = conv_bwd(&blocks[2 * b], a[b], dh1, act);
+      tfree(dh1);
+      add_inplace(da, g, nact); /* the skip connection's gradient accumulates */
+      tfree(g);
+      g = da;
+    }
+    relu_bwd_inplace(g, a[0], nact);
+    tfree(a[0]);
+    conv_bwd(&stem, x, g, 0);
+    tfree(g);
+    tfree(x); tfree(labels);
+    x = x_next; labels = labels_next;
+    /* optimizer */
+    step(&stem, lr, mu);
+    for (int b = 0; b < 2 * nblocks; b++) step(&blocks[b], lr, mu);
+    step(&head, lr, mu);
+    float hloss;
+    CU(cudaMemcpyAsync(&hloss, loss, 4, cudaMemcpyDeviceToHost, st));
+    CU(cudaStreamSynchronize(st));
+    tfree(loss);
+    printf("iter %d loss %.9g\n", it, hloss);
+  }
+  tfree(x); tfree(labels);
+
+  /* FNV-1a over every weight and bias. */
+  uint64_t hsum = 1469598103934665603ull;
+  for (int i = -1; i <= 2 * nblocks; i++) {
+    Conv *l = i < 0 ? &stem : i == 2 * nblocks ? &head : &blocks[i];
+    size_t nw = (size_t)l->cout * l->cin * l->k * l->k;
+    unsigned char *buf = malloc((nw + l->cout) * 4);
+    CU(cudaMemcpyAsync(buf, l->W, nw * 4, cudaMemcpyDeviceToHost, st));
+    CU(cudaMemcpyAsync(buf + nw * 4, l->B, (size_t)l->cout * 4, cudaMemcpyDeviceToHost, st));
+    CU(cudaStreamSynchronize(st));
+    for (size_t b = 0; b < (nw + l->cout) * 4; b++) { hsum ^= buf[b]; hsum *= 1099511628211ull; }
+    free(buf);
+    tfree(l->W); tfree(l->B);
+    if (l->vW) { tfree(l->vW); tfree(l->vB); }
+  }
+  CU(cudaStreamSynchronize(st));
+  printf("checksum %016llx\n", (unsigned long long)hsum);
+  cudnnDestroy(dnn);
+  CU(cudaStreamDestroy(st));
+  free(hx); free(hl); free(a); free(h1); free(blocks);
+  return 0;
+}
