@@ -65,6 +65,16 @@ pub fn sim_dir() -> Result<PathBuf> {
         std::os::unix::fs::symlink(&target, &link)
             .with_context(|| format!("cannot link {}", link.display()))?;
     }
+    // Links a former list made and this one no longer has go (the wheel ships what is here).
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let known = planner::sim::LIBRARIES
+            .iter()
+            .any(|(n, _)| std::ffi::OsStr::new(n) == name);
+        if !known && e.file_type().is_ok_and(|t| t.is_symlink()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     Ok(dir)
 }
 
