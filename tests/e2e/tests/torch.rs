@@ -1,9 +1,8 @@
 //! Unmodified PyTorch (the pip wheel in .venv/, set up by scripts/setup-torch.sh, which the
 //! README's test command runs) training the small CNN of examples/ for 3 steps on the simulated
 //! GPU on PyTorch's default cuDNN (backend) path, in shape mode: without Marmoset, and under
-//! libmarmoset.so (policy none, trace on), where
-//! the trace must count what the simulator counted. A missing .venv fails these tests with the
-//! command that makes it; they never skip.
+//! libmarmoset.so (policy none, trace on), where the trace must count what the simulator counted.
+//! A missing .venv fails these tests with the command that makes it; they never skip.
 
 use marmoset_e2e::*;
 use serde_json::Value;
