@@ -19,6 +19,15 @@ for src in "$root"/tests/workloads/*.c; do
       fi
       continue
       ;;
+    gemm_*)
+      # cuBLAS / cuBLASLt programs: CUDA 13 only (libcublas.so.13 needs the 13 runtime).
+      if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$root/tests/workloads/cuda_abi.h" -nt "$bin" ] \
+        || [ "$root/tests/workloads/cublas_abi.h" -nt "$bin" ]; then
+        cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$root/tests/workloads" -o "$bin" "$src" \
+          -L"$sim" -lcudart -lcublas -lcublasLt -ldl -lm -lpthread -Wl,-rpath-link,"$sim"
+      fi
+      continue
+      ;;
   esac
   if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$root/tests/workloads/cuda_abi.h" -nt "$bin" ]; then
     cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$root/tests/workloads" -o "$bin" "$src" \

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
+# PyTorch for the e2e tests that train on the simulated GPU (tests/e2e/tests/torch.rs).
+scripts/setup-torch.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

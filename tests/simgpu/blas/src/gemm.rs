@@ -260,6 +260,14 @@ impl Gemm {
             // The split's partial sums go to the workspace: it must be mapped.
             s.check(self.workspace_ptr, est.workspace as usize, what)?;
         }
+        self.execute(s, what)?;
+        s.submit(stream, est.seconds)?;
+        Ok(est)
+    }
+
+    /// The call's effect on memory without its time: arithmetic in data mode, range checks in
+    /// shape mode.
+    pub fn execute(&self, s: &Sim, what: &CStr) -> Result<(), Status> {
         if self.m > 0 && self.n > 0 {
             for bi in 0..self.batch {
                 if s.data_mode() {
@@ -269,8 +277,7 @@ impl Gemm {
                 }
             }
         }
-        s.submit(stream, est.seconds)?;
-        Ok(est)
+        Ok(())
     }
 
     fn check_batch(&self, s: &Sim, bi: u64, what: &CStr) -> Result<(), Status> {

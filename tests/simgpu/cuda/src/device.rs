@@ -183,6 +183,8 @@ pub struct Device {
     pub kernels: HashMap<u64, Kernel>,
     pub report: Option<String>,
     pub pools: Vec<u64>,
+    /// Fatbin kernels by cost-model family: launches, simulated seconds, bytes counted.
+    pub fatbin_families: BTreeMap<&'static str, (u64, f64, f64)>,
 }
 
 /// Where a trap happened, for the message.
@@ -273,6 +275,7 @@ impl Device {
             kernels: HashMap::new(),
             report,
             pools: Vec::new(),
+            fatbin_families: BTreeMap::new(),
         }
     }
 
@@ -422,6 +425,29 @@ impl Device {
         }
         self.drop_phys_if_unused(phys);
         Ok(())
+    }
+
+    /// Bytes reachable from device addresses: each address up to the end of the mapped range
+    /// holding it, overlaps counted once (a kernel's pointer parameters, conservatively: a view
+    /// or a block inside a caching allocator's segment counts the rest of the segment).
+    pub fn reach(&self, addrs: &[u64]) -> u64 {
+        let mut spans: Vec<(u64, u64)> = addrs
+            .iter()
+            .filter_map(|&a| {
+                let (&s, m) = self.mappings.range(..=a).next_back()?;
+                (a < s + m.len).then_some((a, s + m.len))
+            })
+            .collect();
+        spans.sort_unstable();
+        let (mut total, mut covered) = (0, 0);
+        for (a, e) in spans {
+            let from = a.max(covered);
+            if e > from {
+                total += e - from;
+                covered = e;
+            }
+        }
+        total
     }
 
     pub fn mem_info(&self) -> (u64, u64) {
@@ -973,6 +999,7 @@ impl Device {
                 "  \"virtual_time_s\": {:e},\n  \"peak_bytes\": {},\n  \"capacity_bytes\": {},\n",
                 "  \"in_use_bytes\": {},\n  \"h2d_bytes\": {},\n  \"d2h_bytes\": {},\n  \"d2d_bytes\": {},\n",
                 "  \"kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
+                "  \"fatbin_kernels\": {{{}}},\n",
                 "  \"sticky_error\": {}\n}}\n"
             ),
             self.profile.name,
@@ -992,6 +1019,13 @@ impl Device {
             c.cudnn_calls,
             c.allocs,
             c.copies,
+            self.fatbin_families
+                .iter()
+                .map(|(f, (n, t, b))| format!(
+                    "{f:?}: {{\"launches\": {n}, \"seconds\": {t:e}, \"bytes\": {b:e}}}"
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.sticky
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| "null".into()),
@@ -1008,6 +1042,13 @@ impl Device {
             .next_back()
             .filter(|(s, m)| m.access && addr < *s + m.len)
             .map(|(s, m)| (*s, m.len))
+    }
+
+    /// A device of a built-in profile, in shape mode, for tests of the driver's other modules.
+    #[cfg(test)]
+    pub fn for_test(profile: &str) -> Device {
+        let (p, j) = Profile::load(profile).unwrap();
+        Device::new(p, j, 1 << 30, Mode::Shape, FailSpec::default(), None)
     }
 
     /// The pinned (page-locked or registered) host range holding `p`: (start, length).

@@ -24,6 +24,10 @@ const EIFMT_SVAL: u8 = 4;
 /// `.nv.info` attributes we read.
 pub const EIATTR_KPARAM_INFO: u8 = 0x17;
 pub const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
+/// The same for kernels with large parameter blocks (over 4 KiB; CUDA 12.1+ allows 32 KiB):
+/// the same record with the size as a plain 32-bit word. Measured on torch's
+/// `multi_tensor_apply_kernel`s (a 26,888-byte metadata struct, ten parameters, 26,960-byte bank).
+pub const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
 
 /// Why a fatbin could not give an answer; maps to the driver's error codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,10 +208,18 @@ pub fn parse_nv_info(sec: &[u8]) -> Result<KernelParams, FatbinError> {
             return Err(bad(".nv.info record runs past the section"));
         }
         match (fmt, attr) {
-            (EIFMT_SVAL, EIATTR_KPARAM_INFO) if val >= 12 => {
+            (EIFMT_SVAL, EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2) if val >= 12 => {
                 let ordinal = u16_at(sec, body + 4).unwrap_or(0) as usize;
                 let offset = u16_at(sec, body + 6).unwrap_or(0) as usize;
-                let size = (u32_at(sec, body + 8).unwrap_or(0) >> 18) as usize & 0x3fff;
+                let word = u32_at(sec, body + 8).unwrap_or(0) as usize;
+                let size = if attr == EIATTR_KPARAM_INFO {
+                    (word >> 18) & 0x3fff
+                } else {
+                    word
+                };
+                if size > 1 << 20 {
+                    return Err(bad(format!("parameter {ordinal} of {size} bytes")));
+                }
                 if by_ordinal.len() <= ordinal {
                     by_ordinal.resize(ordinal + 1, None);
                 }
@@ -288,12 +300,19 @@ pub mod fixture {
         s.extend_from_slice(&[0x04, 0x0a, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         s.extend_from_slice(&[0x03, 0x19]);
         s.extend_from_slice(&cbank.to_le_bytes());
+        // Blocks over 4 KiB use the V2 record, as nvcc does.
+        let v2 = params.iter().any(|&(o, s)| o as u32 + s as u32 > 4096);
         for (i, &(off, size)) in params.iter().enumerate().rev() {
-            s.extend_from_slice(&[0x04, 0x17, 12, 0]);
+            s.extend_from_slice(&[0x04, if v2 { 0x45 } else { 0x17 }, 12, 0]);
             s.extend_from_slice(&0u32.to_le_bytes());
             s.extend_from_slice(&(i as u16).to_le_bytes());
             s.extend_from_slice(&off.to_le_bytes());
-            s.extend_from_slice(&(((size as u32) << 18) | 0x1f000).to_le_bytes());
+            let word = if v2 {
+                size as u32
+            } else {
+                ((size as u32) << 18) | 0x1f000
+            };
+            s.extend_from_slice(&word.to_le_bytes());
         }
         s.extend_from_slice(&[0x01, 0x1b, 0, 0]);
         s
@@ -412,6 +431,10 @@ mod tests {
             (".nv.info", vec![0x04, 0x2f, 0, 0]),
             (".nv.info._Z3addiPf", nv_info(&params, 32)),
             (".nv.info._Z4noopv", vec![0x03, 0x19, 0, 0]),
+            (
+                ".nv.info._Z3bigv",
+                nv_info(&[(0, 26888), (26888, 1), (26896, 8)], 26904),
+            ),
             (".text._Z3addiPf", vec![0; 16]),
         ]);
         (elf, params)
@@ -433,6 +456,10 @@ mod tests {
             assert_eq!(k.cbank_size, Some(32));
             assert_eq!(k.block_len(), 32);
             assert_eq!(p.kernels["_Z4noopv"].params, vec![]);
+            assert_eq!(
+                p.kernels["_Z3bigv"].params,
+                vec![(0, 26888), (26888, 1), (26896, 8)]
+            );
             assert!(!p.kernels.contains_key(""));
         }
     }

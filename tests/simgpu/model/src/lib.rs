@@ -20,9 +20,14 @@
 //!   Winograd counts the reduced multiplies of its tile transform.
 //! * **GEMMs** (cuBLAS, cuBLASLt): tiles and waves at the rate of the data type and math mode
 //!   (FP32, TF32, FP16, BF16, FP64), see [`gemm`].
+//! * **A framework's own kernels** (from its fatbins, which the simulator cannot run): memory-bound
+//!   over the bytes their pointer parameters reach, with rules for element-wise, reduction,
+//!   softmax, normalisation, multi-tensor optimizer, attention and GEMM-like kernels, see
+//!   [`kernels`].
 
 pub mod conv;
 pub mod gemm;
+pub mod kernels;
 pub mod size;
 
 use serde::Deserialize;
@@ -60,6 +65,8 @@ pub struct Profile {
     /// GEMM rates and efficiencies for cuBLAS / cuBLASLt ([`gemm`]); absent in older profiles.
     #[serde(default)]
     pub gemm: Option<gemm::GemmRates>,
+    /// The cost model of the kernels in a framework's fatbins ([`kernels`]).
+    pub torch_kernels: kernels::TorchKernelModel,
     pub sources: BTreeMap<String, String>,
 }
 
@@ -133,6 +140,7 @@ impl Profile {
                 self.name
             ));
         }
+        self.torch_kernels.validate(&self.name)?;
         if self.memory_bytes == 0 {
             return Err(format!("profile {}: memory_bytes is 0", self.name));
         }

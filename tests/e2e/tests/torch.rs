@@ -1,0 +1,117 @@
+//! Unmodified PyTorch (the pip wheel in .venv/, set up by scripts/setup-torch.sh, which the
+//! README's test command runs) training the small CNN of examples/ for 3 steps on the simulated
+//! GPU on PyTorch's default cuDNN (backend) path, in shape mode: without Marmoset, and under
+//! libmarmoset.so (policy none, trace on), where the trace must count what the simulator counted.
+//! A missing .venv fails these tests with the command that makes it; they never skip.
+
+use marmoset_e2e::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn python() -> PathBuf {
+    let py = root().join(".venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/setup-torch.sh (the README's test command does)",
+        py.display()
+    );
+    py
+}
+
+/// `marmoset run --sim ARGS -- .venv/bin/python examples/small_cnn.py --steps 3` in shape mode;
+/// returns the output and the simulator's report.
+fn small_cnn(marmoset_args: &[&str], name: &str) -> (Output, Value) {
+    let report = temp_path(&format!("torch-{name}-report.json"));
+    let mut c = Command::new(marmoset());
+    c.args(["run", "--sim"]).args(marmoset_args).arg("--");
+    c.arg(python())
+        .arg(root().join("examples/small_cnn.py"))
+        .args(["--steps", "3"]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") || k.starts_with("TORCH_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
+    let out = c.output().expect("run marmoset");
+    ok(&out);
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!(
+            "no simulator report ({e}):\n{}{}",
+            stdout(&out),
+            stderr(&out)
+        )
+    });
+    std::fs::remove_file(&report).ok();
+    (out, serde_json::from_str(&text).expect("report JSON"))
+}
+
+/// Three loss lines, no error, no trap, and device work done.
+fn trained(out: &Output, report: &Value) {
+    let steps = stdout(out)
+        .lines()
+        .filter(|l| l.starts_with("step ") && l.contains("loss"))
+        .count();
+    assert_eq!(steps, 3, "{}{}", stdout(out), stderr(out));
+    assert!(report["sticky_error"].is_null(), "a trap: {report}");
+    assert!(!stderr(out).contains("illegal address"), "{}", stderr(out));
+    assert!(report["kernels"].as_u64().unwrap() > 10, "{report}");
+    assert!(report["cudnn_calls"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["allocations"].as_u64().unwrap() > 0, "{report}");
+}
+
+#[test]
+fn torch_trains_a_small_cnn_on_the_simulated_gpu() {
+    let (out, report) = small_cnn(&["--no-shim"], "plain");
+    trained(&out, &report);
+}
+
+#[test]
+fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
+    let trace = temp_path("torch-trace.jsonl");
+    let t = trace.to_string_lossy().into_owned();
+    let (out, report) = small_cnn(&["--policy", "none", "--trace", &t], "shim");
+    trained(&out, &report);
+    let records: Vec<Value> = std::fs::read_to_string(&trace)
+        .expect("a trace")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    std::fs::remove_file(&trace).ok();
+    // The program's launches are torch's fatbin kernels; the report's `kernels` also counts the
+    // kernels cuBLAS launches inside its own calls, which a trace of the program's calls does not
+    // hold as launches.
+    let fatbin_launches: u64 = report["fatbin_kernels"]
+        .as_object()
+        .expect("fatbin_kernels in the report")
+        .values()
+        .map(|f| f["launches"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        of_kind(&records, "launch").len() as u64,
+        fatbin_launches,
+        "traced launches vs the simulator's launches of torch's kernels"
+    );
+    // cuDNN calls that compute (the simulator counts those), not the queries.
+    let computing = of_kind(&records, "cudnn")
+        .iter()
+        .filter(|r| !r["api"].as_str().unwrap().contains("Get"))
+        .count() as u64;
+    assert_eq!(
+        computing,
+        report["cudnn_calls"].as_u64().unwrap(),
+        "cuDNN calls"
+    );
+    assert_eq!(
+        of_kind(&records, "alloc").len() as u64,
+        report["allocations"].as_u64().unwrap(),
+        "allocations"
+    );
+    // Every launch names the allocations its pointer arguments fall in.
+    for r in of_kind(&records, "launch") {
+        let touches = r["touches"].as_array().map(Vec::len).unwrap_or(0);
+        assert!(touches > 0, "a launch that names no allocation: {r}");
+    }
+}
