@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate tests/simgpu/names/: for every CUDA-family library an installed torch links, the
-functions (and data objects) torch imports from it, one name a line, sorted.
+functions (and data objects) torch imports from it, one name a line, sorted; for libcuda.so.1
+also the driver functions torch looks up by name with dlsym at run time.
 
 Usage: scripts/gen-torch-names.py [SITE_PACKAGES_TORCH_DIR]   (default: .venv's torch)
 
@@ -47,6 +48,22 @@ def imports(path):
             yield f[3], f[7]
 
 
+# Driver functions torch finds at run time with dlsym(dlopen("libcuda.so.1"), name) (c10's and
+# ATen's lazy driver tables): libcuda.so.1 must export them too. Their names are strings in the
+# binaries; two or more capitalised words after "cu" (random byte runs rarely look like that).
+CUCOMPLEX = re.compile(r"^cuC(abs|div|imag|real|add|sub|mul|conj|fma)f?$")
+DLSYM_NAME = re.compile(rb"cu(?:[A-Z][a-z0-9]+)+(?:_v[0-9])?")
+
+
+def dlsym_names(path):
+    data = open(path, "rb").read()
+    for m in re.finditer(rb"(?<=\x00)" + DLSYM_NAME.pattern + rb"(?=\x00)", data):
+        name = m.group(0).decode()
+        # cuFile* is cuFile's; cuCabs, cuCdivf, ... are cuComplex.h helpers in jiterator sources.
+        if not name.startswith("cuFile") and not CUCOMPLEX.match(name):
+            yield name
+
+
 def main(argv):
     tdir = torch_dir(argv)
     libs = sorted(glob.glob(os.path.join(tdir, "lib", "*.so")) + glob.glob(os.path.join(tdir, "_C*.so")))
@@ -62,6 +79,8 @@ def main(argv):
                     soname = "libcuda.so.1"
             if soname:
                 found.setdefault(soname, {})[name] = kind
+        for name in dlsym_names(lib):
+            found.setdefault("libcuda.so.1", {}).setdefault(name, "FUNC")
     ver = re.search(r"__version__\s*=\s*'([^']+)'", open(os.path.join(tdir, "version.py")).read())
     ver = "torch " + (ver.group(1) if ver else "?")
     os.makedirs(OUT, exist_ok=True)

@@ -3,7 +3,8 @@
  * byte alignment and unique ids 'x', 'w', 'y', a convolution descriptor with its compute type, one
  * operation, a graph; heuristics (INSTANT, and FALLBACK) give engine configurations, whose engine,
  * notes and knobs are read the frontend's way (into descriptors the caller created); a plan with
- * no handle, its workspace size (count pointer NULL) and JSON; a variant pack; execute. All three
+ * no handle, its workspace size (count pointer NULL) and JSON; a variant pack; execute. Each
+ * descriptor is destroyed as soon as the frontend would drop it (cuDNN keeps copies). All three
  * directions, each compared bit for bit with the same algorithm through the legacy API (which
  * conv_check validates against a reference).
  *
@@ -73,6 +74,13 @@ static int heuristics(cudnnBackendDescriptor_t graph, int mode, cudnnBackendDesc
   int64_t got = -1;
   CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, *out));
   if (got != n) { fprintf(stderr, "results %lld then %lld\n", (long long)n, (long long)got); exit(1); }
+  /* Asking for fewer tells how many were written (the frontend sizes its list by it). */
+  if (n > 1) {
+    cudnnBackendDescriptor_t first = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &first));
+    if (got != 1) { fprintf(stderr, "asked for 1 result, told %lld\n", (long long)got); exit(1); }
+    CHECK(cudnnBackendDestroyDescriptor(first));
+  }
   /* The heuristics descriptor may go: the configurations stand alone (PyTorch drops it). */
   CHECK(cudnnBackendDestroyDescriptor(heur));
   return (int)n;
@@ -156,6 +164,10 @@ int main(void) {
     CHECK(cudnnBackendSetAttribute(op, dirs[d].base, CUDNN_TYPE_FLOAT, 1, &alpha));
     CHECK(cudnnBackendSetAttribute(op, dirs[d].base + 1, CUDNN_TYPE_FLOAT, 1, &beta));
     CHECK(cudnnBackendFinalize(op));
+    /* The frontend drops the tensors and the convolution once the operation is built: cuDNN
+     * holds copies. */
+    CHECK(cudnnBackendDestroyDescriptor(tx)); CHECK(cudnnBackendDestroyDescriptor(tw));
+    CHECK(cudnnBackendDestroyDescriptor(ty)); CHECK(cudnnBackendDestroyDescriptor(conv));
     CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
     CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
     CHECK(cudnnBackendFinalize(graph));

@@ -234,6 +234,144 @@ static int lt_case(cublasHandle_t h, void *ws, size_t ws_size, int epilogue, int
   return ok;
 }
 
+/* D = epilogue(A B) with A m x k, B k x n, D m x n, all packed column-major, on the device. */
+static void lt_plain(cublasHandle_t h, void *ws, size_t ws_size, int epilogue, int m, int n, int k, const float *a,
+                     const float *b, float *d, float *bias, void *aux, int64_t aux_ld) {
+  float one = 1.0f, zero = 0.0f;
+  cublasLtMatmulDesc_t desc;
+  CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  uint32_t epi = (uint32_t)epilogue;
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (aux) {
+    CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  CHECK_BLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m));
+  CHECK_BLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k));
+  CHECK_BLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m));
+  CHECK_BLAS(cublasLtMatmul((cublasLtHandle_t)h, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, NULL, ws, ws_size,
+                            stream));
+  CHECK_BLAS(cublasLtMatrixLayoutDestroy(la));
+  CHECK_BLAS(cublasLtMatrixLayoutDestroy(lb));
+  CHECK_BLAS(cublasLtMatrixLayoutDestroy(ld));
+  CHECK_BLAS(cublasLtMatmulDescDestroy(desc));
+}
+
+static double gelu_grad(double x) {
+  double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* Training through Lt epilogues: a forward GEMM saves the activation's input (GELU) or its
+ * bit-mask (ReLU) in the aux buffer; the backward GEMM multiplies its product by the activation's
+ * derivative read back from it and reduces the bias gradient over the columns. BGRADA reduces
+ * op(A) over k. Each checked against the reference. */
+static int lt_backward(cublasHandle_t h, void *ws, size_t ws_size, int relu, int id) {
+  int m = rnd(1, 40), n = rnd(1, 40), k = rnd(1, 40), k2 = rnd(1, 40);
+  int64_t aux_ld = relu ? (m + 127) / 128 * 128 : (m + 7) / 8 * 8;
+  size_t aux_bytes = relu ? (size_t)(aux_ld * n + 7) / 8 : (size_t)aux_ld * n * 4;
+  float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *g1 = malloc(m * k2 * 4), *g2 = malloc(k2 * n * 4);
+  float *bias = malloc(m * 4), *d = malloc(m * n * 4), *grad = malloc(m * 4);
+  double *z = malloc((size_t)m * n * sizeof(double)), *dref = malloc((size_t)m * n * sizeof(double));
+  double *bref = calloc(m, sizeof(double));
+  for (int i = 0; i < m * k; i++) a[i] = frand();
+  for (int i = 0; i < k * n; i++) b[i] = frand();
+  for (int i = 0; i < m * k2; i++) g1[i] = frand();
+  for (int i = 0; i < k2 * n; i++) g2[i] = frand();
+  for (int i = 0; i < m; i++) bias[i] = frand();
+  float *da = dev_copy(a, m * k * 4), *db = dev_copy(b, k * n * 4), *dg1 = dev_copy(g1, m * k2 * 4);
+  float *dg2 = dev_copy(g2, k2 * n * 4), *dbias = dev_copy(bias, m * 4), *dd = dev_copy(d, m * n * 4);
+  void *daux;
+  CHECK_CUDA(cudaMalloc(&daux, aux_bytes));
+  lt_plain(h, ws, ws_size, relu ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS, m, n, k, da, db,
+           dd, dbias, daux, aux_ld);
+  reference(m, n, k, 0, 0, 1.0, a, m, b, k, 0.0, NULL, m, z);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) z[i + j * m] += bias[i];
+  lt_plain(h, ws, ws_size, relu ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DGELU_BGRAD, m, n, k2, dg1, dg2,
+           dd, dbias, daux, aux_ld);
+  host_copy(d, dd, m * n * 4);
+  host_copy(grad, dbias, m * 4);
+  reference(m, n, k2, 0, 0, 1.0, g1, m, g2, k2, 0.0, NULL, m, dref);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      double zz = z[i + j * m];
+      dref[i + j * m] *= relu ? (zz > 0 ? 1.0 : 0.0) : gelu_grad(zz);
+      bref[i] += dref[i + j * m];
+    }
+  int ok = compare("backward D", d, m, m, n, dref, GAP);
+  ok &= compare("bias gradient", grad, 1, 1, m, bref, GAP);
+  /* BGRADA: the bias gradient is op(A) summed over k, one per row of D. */
+  lt_plain(h, ws, ws_size, CUBLASLT_EPILOGUE_BGRADA, m, n, k, da, db, dd, dbias, NULL, 0);
+  host_copy(grad, dbias, m * 4);
+  for (int i = 0; i < m; i++) {
+    bref[i] = 0;
+    for (int l = 0; l < k; l++) bref[i] += a[i + l * m];
+  }
+  ok &= compare("BGRADA bias gradient", grad, 1, 1, m, bref, GAP);
+  printf("lt backward case %d: %s m=%d n=%d k=%d,%d aux_ld=%lld: %s\n", id, relu ? "relu" : "gelu", m, n, k, k2,
+         (long long)aux_ld, ok ? "ok" : "FAIL");
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db)); CHECK_CUDA(cudaFree(dg1)); CHECK_CUDA(cudaFree(dg2));
+  CHECK_CUDA(cudaFree(dbias)); CHECK_CUDA(cudaFree(dd)); CHECK_CUDA(cudaFree(daux));
+  free(a); free(b); free(g1); free(g2); free(bias); free(d); free(grad); free(z); free(dref); free(bref);
+  return ok;
+}
+
+/* A strided batch through Lt layouts (BATCH_COUNT, STRIDED_BATCH_OFFSET) with a bias per
+ * batch (BIAS_BATCH_STRIDE), as a batched linear layer would. */
+static int lt_batched(cublasHandle_t h, void *ws, size_t ws_size, int id) {
+  int m = rnd(1, 30), n = rnd(1, 30), k = rnd(1, 30);
+  int32_t batch = rnd(2, 4);
+  int64_t sa = (int64_t)m * k + rnd(0, 4), sb = (int64_t)k * n + rnd(0, 4), sd = (int64_t)m * n + rnd(0, 4);
+  int64_t sbias = m + rnd(0, 3);
+  float *a = malloc(sa * batch * 4), *b = malloc(sb * batch * 4), *d = malloc(sd * batch * 4);
+  float *bias = malloc(sbias * batch * 4);
+  double *ref = malloc((size_t)m * n * sizeof(double));
+  for (int64_t i = 0; i < sa * batch; i++) a[i] = frand();
+  for (int64_t i = 0; i < sb * batch; i++) b[i] = frand();
+  for (int64_t i = 0; i < sd * batch; i++) d[i] = GAP;
+  for (int64_t i = 0; i < sbias * batch; i++) bias[i] = frand();
+  float *da = dev_copy(a, sa * batch * 4), *db = dev_copy(b, sb * batch * 4), *dd = dev_copy(d, sd * batch * 4);
+  float *dbias = dev_copy(bias, sbias * batch * 4);
+  cublasLtMatmulDesc_t desc;
+  CHECK_BLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+  CHECK_BLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &sbias, sizeof sbias));
+  cublasLtMatrixLayout_t l[3];
+  int rows[3] = {m, k, m}, cols[3] = {k, n, n};
+  int64_t strides[3] = {sa, sb, sd};
+  for (int i = 0; i < 3; i++) {
+    CHECK_BLAS(cublasLtMatrixLayoutCreate(&l[i], CUDA_R_32F, rows[i], cols[i], rows[i]));
+    CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+    CHECK_BLAS(cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                sizeof strides[i]));
+  }
+  float alpha = frand(), beta = 0.0f;
+  CHECK_BLAS(cublasLtMatmul((cublasLtHandle_t)h, desc, &alpha, da, l[0], db, l[1], &beta, dd, l[2], dd, l[2], NULL, ws,
+                            ws_size, stream));
+  host_copy(d, dd, sd * batch * 4);
+  int ok = 1;
+  for (int bi = 0; bi < batch; bi++) {
+    reference(m, n, k, 0, 0, alpha, a + bi * sa, m, b + bi * sb, k, 0.0, NULL, m, ref);
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) ref[i + j * m] += bias[bi * sbias + i];
+    ok &= compare("batched cublasLtMatmul", d + bi * sd, m, m, n, ref, GAP);
+  }
+  /* Between the matrices of the batch, nothing is written. */
+  for (int bi = 0; bi < batch; bi++)
+    for (int64_t i = (int64_t)m * n; i < sd; i++) ok &= d[bi * sd + i] == GAP;
+  printf("lt batched case %d: m=%d n=%d k=%d batch=%d: %s\n", id, m, n, k, batch, ok ? "ok" : "FAIL");
+  for (int i = 0; i < 3; i++) CHECK_BLAS(cublasLtMatrixLayoutDestroy(l[i]));
+  CHECK_BLAS(cublasLtMatmulDescDestroy(desc));
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db)); CHECK_CUDA(cudaFree(dd)); CHECK_CUDA(cudaFree(dbias));
+  free(a); free(b); free(d); free(bias); free(ref);
+  return ok;
+}
+
 static void expect(const char *what, int got, int want) {
   int ok = got == want;
   printf("status %s: %d (want %d): %s\n", what, got, want, ok ? "ok" : "FAIL");
@@ -327,6 +465,65 @@ static void statuses(cublasHandle_t h, void *ws, size_t ws_size) {
   CHECK_CUDA(cudaFree(d));
 }
 
+/* Max relative error of an m x n FP32 result against the reference. */
+static double rel_error(const float *got, const double *ref, int m, int n) {
+  double maxref = 1.0, maxerr = 0.0;
+  for (int i = 0; i < m * n; i++) {
+    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    double e = fabs(got[i] - ref[i]);
+    if (!(e <= maxerr)) maxerr = isnan(e) ? INFINITY : e;
+  }
+  return maxerr / maxref;
+}
+
+/* Reduced precisions: BF16 inputs (the upper half of an FP32), and TF32 tensor-core math, which
+ * rounds FP32 inputs to 10 mantissa bits: exact on values that fit, visibly rounded on others. */
+static void precisions(cublasHandle_t h) {
+  int m = 24, n = 20, k = 48;
+  float one = 1.0f, zero = 0.0f;
+  float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *c = malloc(m * n * 4);
+  uint16_t *a16 = malloc(m * k * 2), *b16 = malloc(k * n * 2);
+  double *ref = malloc((size_t)m * n * sizeof(double));
+  /* Multiples of 1/64 in [-1, 1]: exact in BF16 and TF32. */
+  for (int i = 0; i < m * k; i++) a[i] = (float)rnd(-64, 64) / 64.0f;
+  for (int i = 0; i < k * n; i++) b[i] = (float)rnd(-64, 64) / 64.0f;
+  for (int i = 0; i < m * k; i++) { uint32_t u; memcpy(&u, &a[i], 4); a16[i] = (uint16_t)(u >> 16); }
+  for (int i = 0; i < k * n; i++) { uint32_t u; memcpy(&u, &b[i], 4); b16[i] = (uint16_t)(u >> 16); }
+  reference(m, n, k, 0, 0, 1.0, a, m, b, k, 0.0, NULL, m, ref);
+  void *da = dev_copy(a16, m * k * 2), *db = dev_copy(b16, k * n * 2), *dc = dev_copy(c, m * n * 4);
+  CHECK_BLAS(cublasGemmEx(h, 0, 0, m, n, k, &one, da, CUDA_R_16BF, m, db, CUDA_R_16BF, k, &zero, dc, CUDA_R_32F, m,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  host_copy(c, dc, m * n * 4);
+  expect("bf16 inputs, fp32 output: exact", rel_error(c, ref, m, n) < 1e-6, 1);
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db));
+  da = dev_copy(a, m * k * 4); db = dev_copy(b, k * n * 4);
+  CHECK_BLAS(cublasGemmEx(h, 0, 0, m, n, k, &one, da, CUDA_R_32F, m, db, CUDA_R_32F, k, &zero, dc, CUDA_R_32F, m,
+                          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+  host_copy(c, dc, m * n * 4);
+  expect("tf32 on values that fit in tf32: exact", rel_error(c, ref, m, n) < 1e-6, 1);
+  /* Full FP32 mantissas: FP32 math stays within FP32 rounding, TF32 math does not (on a device
+   * with tensor cores; on one without, TF32 runs as FP32). */
+  for (int i = 0; i < m * k; i++) a[i] = frand();
+  for (int i = 0; i < k * n; i++) b[i] = frand();
+  reference(m, n, k, 0, 0, 1.0, a, m, b, k, 0.0, NULL, m, ref);
+  CHECK_CUDA(cudaMemcpy(da, a, m * k * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(db, b, k * n * 4, cudaMemcpyHostToDevice));
+  CHECK_BLAS(cublasGemmEx(h, 0, 0, m, n, k, &one, da, CUDA_R_32F, m, db, CUDA_R_32F, k, &zero, dc, CUDA_R_32F, m,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  host_copy(c, dc, m * n * 4);
+  double fp32 = rel_error(c, ref, m, n);
+  CHECK_BLAS(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+  CHECK_BLAS(cublasSgemm_v2(h, 0, 0, m, n, k, &one, da, m, db, k, &zero, dc, m));
+  CHECK_BLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  host_copy(c, dc, m * n * 4);
+  double tf32 = rel_error(c, ref, m, n);
+  printf("fp32_error=%.3g tf32_error=%.3g\n", fp32, tf32);
+  expect("fp32 math within fp32 rounding", fp32 < 1e-5, 1);
+  expect("tf32 math mode within tf32 rounding", tf32 < 5e-3, 1);
+  CHECK_CUDA(cudaFree(da)); CHECK_CUDA(cudaFree(db)); CHECK_CUDA(cudaFree(dc));
+  free(a); free(b); free(c); free(a16); free(b16); free(ref);
+}
+
 /* Simulated milliseconds of one GEMM, from events around it on the handle's stream. */
 static double time_gemm(cublasHandle_t h, int m, int n, int k, int type, int compute, void *buf) {
   cudaEvent_t e0, e1;
@@ -393,7 +590,12 @@ int main(int argc, char **argv) {
       if (lt_case(h, ws, ws_size, epilogues[e], i)) passed++; else failed++;
     }
   }
+  for (int i = 0; i < cases; i++) {
+    if (lt_backward(h, ws, ws_size, i & 1, i)) passed++; else failed++;
+    if (lt_batched(h, ws, ws_size, i)) passed++; else failed++;
+  }
   statuses(h, ws, ws_size);
+  precisions(h);
   CHECK_BLAS(cublasDestroy_v2(h));
   CHECK_CUDA(cudaFree(ws));
   CHECK_CUDA(cudaStreamDestroy(stream));

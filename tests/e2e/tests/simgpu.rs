@@ -410,3 +410,17 @@ fn batch_normalisation_matches_a_double_precision_reference() {
         &[],
     ));
 }
+
+#[test]
+fn a_convolution_bias_relu_graph_runs_with_virtual_intermediates() {
+    let o = run_sim("h100", &[], "backend_fused", &[]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["engines"], "8");
+    assert!(v["results"].parse::<u32>().unwrap() > 0);
+    let err: f64 = v["max_err"].parse().unwrap();
+    assert!(err < 1e-5, "{err}");
+    // The data exercise both sides of the ReLU.
+    assert!(v["nonzero"].parse::<u32>().unwrap() > 50, "{v:?}");
+    assert!(v["zeros"].parse::<u32>().unwrap() > 50, "{v:?}");
+}

@@ -1,8 +1,8 @@
 //! Unmodified PyTorch (the pip wheel in .venv/, set up by scripts/setup-torch.sh, which the
 //! README's test command runs) training the small CNN of examples/ for 3 steps on the simulated
-//! GPU, in shape mode: without Marmoset, and under libmarmoset.so (policy none, trace on), where
-//! the trace must count what the simulator counted. A missing .venv fails these tests with the
-//! command that makes it; they never skip.
+//! GPU on PyTorch's default cuDNN (backend) path, in shape mode: without Marmoset, and under
+//! libmarmoset.so (policy none, trace on), where the trace must count what the simulator counted.
+//! A missing .venv fails these tests with the command that makes it; they never skip.
 
 use marmoset_e2e::*;
 use serde_json::Value;
@@ -34,9 +34,6 @@ fn small_cnn(marmoset_args: &[&str], name: &str) -> (Output, Value) {
         }
     }
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
-    // The legacy cuDNN convolution API: the simulated cuDNN's backend (v8) path does not yet
-    // find an engine for torch's graphs ("GET was unable to find an engine").
-    c.env("TORCH_CUDNN_V8_API_DISABLED", "1");
     let out = c.output().expect("run marmoset");
     ok(&out);
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {

@@ -135,7 +135,8 @@ fn call(h: Handle, c: Call, what: &CStr) -> Status {
 
 fn check_algo(algo: c_int) -> Result<(), Status> {
     let ok = (GEMM_DEFAULT..=GEMM_ALGO23).contains(&algo)
-        || (GEMM_DEFAULT_TENSOR_OP..=GEMM_ALGO15_TENSOR_OP).contains(&algo);
+        || (GEMM_DEFAULT_TENSOR_OP..=GEMM_ALGO15_TENSOR_OP).contains(&algo)
+        || algo == GEMM_AUTOTUNE;
     if ok { Ok(()) } else { Err(NOT_SUPPORTED) }
 }
 
@@ -784,4 +785,54 @@ pub extern "C" fn cublasDgemv_v2(
         incy,
         c"cublasDgemv_v2",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn math_modes_change_only_plain_fp32_gemms() {
+        assert_eq!(effective_compute(COMPUTE_32F, DEFAULT_MATH), COMPUTE_32F);
+        assert_eq!(
+            effective_compute(COMPUTE_32F, TF32_TENSOR_OP_MATH),
+            COMPUTE_32F_FAST_TF32
+        );
+        assert_eq!(
+            effective_compute(
+                COMPUTE_32F,
+                TF32_TENSOR_OP_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION
+            ),
+            COMPUTE_32F_FAST_TF32
+        );
+        assert_eq!(
+            effective_compute(COMPUTE_32F, TENSOR_OP_MATH),
+            COMPUTE_32F_FAST_16F
+        );
+        assert_eq!(
+            effective_compute(COMPUTE_32F, PEDANTIC_MATH),
+            COMPUTE_32F_PEDANTIC
+        );
+        // An explicit compute type is left as asked.
+        assert_eq!(
+            effective_compute(COMPUTE_32F_PEDANTIC, TF32_TENSOR_OP_MATH),
+            COMPUTE_32F_PEDANTIC
+        );
+        assert_eq!(
+            effective_compute(COMPUTE_64F, TF32_TENSOR_OP_MATH),
+            COMPUTE_64F
+        );
+    }
+
+    #[test]
+    fn operations_and_algorithms() {
+        assert_eq!(trans(OP_N), Ok(false));
+        assert_eq!(trans(OP_C), Ok(true));
+        assert_eq!(trans(OP_CONJG), Err(INVALID_VALUE));
+        assert_eq!(check_algo(GEMM_DEFAULT), Ok(()));
+        assert_eq!(check_algo(GEMM_DEFAULT_TENSOR_OP), Ok(()));
+        assert_eq!(check_algo(GEMM_AUTOTUNE), Ok(()));
+        assert_eq!(check_algo(24), Err(NOT_SUPPORTED));
+        assert_eq!(check_algo(-2), Err(NOT_SUPPORTED));
+    }
 }

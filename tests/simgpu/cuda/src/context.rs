@@ -593,11 +593,9 @@ pub fn occupancy(d: &Device, f: u64, block: c_int, dyn_shared: usize) -> Result<
     let regs_per_warp = (regs * 32 + 255) / 256 * 256;
     let by_regs = 65536 / (regs_per_warp * warps).max(1);
     let smem = shared as usize + dyn_shared + a.reserved_shared_per_block as usize;
-    let by_smem = if smem == 0 {
-        c_int::MAX
-    } else {
-        (a.shared_per_sm as usize / smem) as c_int
-    };
+    let by_smem = (a.shared_per_sm as usize)
+        .checked_div(smem)
+        .map_or(c_int::MAX, |n| n as c_int);
     Ok(32.min(by_threads).min(by_regs).min(by_smem))
 }
 
@@ -825,4 +823,77 @@ pub extern "C" fn simgpuAllocModuleData(size: usize, dptr: *mut CUdeviceptr) -> 
 #[unsafe(no_mangle)]
 pub extern "C" fn simgpuFreeModuleData(dptr: CUdeviceptr) -> CUresult {
     with(|d| d.free(dptr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn occupancy_is_bounded_by_threads_registers_and_shared_memory() {
+        let h100 = Device::for_test("h100");
+        // 256 threads, 32 registers a thread: 8 blocks fill the 2048 threads of an SM.
+        assert_eq!(occupancy(&h100, 0, 256, 0), Ok(8));
+        assert_eq!(occupancy(&h100, 0, 1024, 0), Ok(2));
+        assert_eq!(occupancy(&h100, 0, 32, 0), Ok(32), "the block limit");
+        // 48 KiB of dynamic shared memory (+1 KiB reserved a block) of 228 KiB an SM.
+        assert_eq!(occupancy(&h100, 0, 256, 48 << 10), Ok(4));
+        let p100 = Device::for_test("p100");
+        assert_eq!(occupancy(&p100, 0, 256, 48 << 10), Ok(1));
+        assert_eq!(occupancy(&h100, 0, 0, 0), Err(INVALID_VALUE));
+        assert_eq!(occupancy(&h100, 0, 2048, 0), Err(INVALID_VALUE));
+    }
+
+    #[test]
+    fn every_attribute_torch_asks_is_answered_and_unknown_ones_are_invalid() {
+        let d = Device::for_test("h100");
+        for a in [
+            8, 9, 10, 12, 19, 31, 32, 37, 38, 39, 40, 78, 81, 82, 83, 89, 95, 97, 106,
+        ] {
+            assert!(crate::props::attribute(&d, a).is_ok(), "attribute {a}");
+        }
+        assert_eq!(crate::props::attribute(&d, 16), Ok(132));
+        assert_eq!(crate::props::attribute(&d, 97), Ok(232448));
+        assert_eq!(crate::props::attribute(&d, 0), Err(INVALID_VALUE));
+        assert_eq!(crate::props::attribute(&d, 9999), Err(INVALID_VALUE));
+        let p = Device::for_test("p100");
+        assert_eq!(crate::props::attribute(&p, 97), Ok(49152));
+        assert_eq!(
+            crate::props::attribute(&p, 120),
+            Ok(0),
+            "no clusters before 9.0"
+        );
+    }
+
+    #[test]
+    fn cu_get_proc_address_finds_these_calls() {
+        for name in [
+            c"cuDevicePrimaryCtxGetState",
+            c"cuLogsRegisterCallback",
+            c"cuPointerGetAttributes",
+            c"cuLaunchHostFunc",
+        ] {
+            assert!(crate::lookup(name, 13020).0.is_some(), "{name:?}");
+        }
+        assert_eq!(
+            crate::lookup(c"cuLogsRegisterCallback", 12000).1,
+            2,
+            "too old"
+        );
+    }
+
+    #[test]
+    fn a_2d_copy_description_has_cuda_h_layout() {
+        use cudarc::driver::sys as drv;
+        use std::mem::{offset_of, size_of};
+        assert_eq!(size_of::<Memcpy2D>(), size_of::<drv::CUDA_MEMCPY2D>());
+        assert_eq!(
+            offset_of!(Memcpy2D, dst_device),
+            offset_of!(drv::CUDA_MEMCPY2D, dstDevice)
+        );
+        assert_eq!(
+            offset_of!(Memcpy2D, height),
+            offset_of!(drv::CUDA_MEMCPY2D, Height)
+        );
+    }
 }

@@ -1044,6 +1044,13 @@ impl Device {
             .map(|(s, m)| (*s, m.len))
     }
 
+    /// A device of a built-in profile, in shape mode, for tests of the driver's other modules.
+    #[cfg(test)]
+    pub fn for_test(profile: &str) -> Device {
+        let (p, j) = Profile::load(profile).unwrap();
+        Device::new(p, j, 1 << 30, Mode::Shape, FailSpec::default(), None)
+    }
+
     /// The pinned (page-locked or registered) host range holding `p`: (start, length).
     pub fn pinned_range(&self, p: usize) -> Option<(usize, usize)> {
         self.pinned

@@ -3,7 +3,7 @@
 
 use crate::*;
 
-/// `cudaFuncAttributes` (CUDA 13.2, driver_types.h).
+/// `cudaFuncAttributes` (CUDA 13.2, driver_types.h; 13.3 names two of the reserved words).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct FuncAttributes {
@@ -23,9 +23,8 @@ pub struct FuncAttributes {
     pub requiredClusterDepth: c_int,
     pub clusterSchedulingPolicyPreference: c_int,
     pub nonPortableClusterSizeAllowed: c_int,
-    pub deviceNodeUpdateStatus: c_int,
-    pub sharedMemoryMode: c_int,
-    pub reserved: [c_int; 14],
+    pub reserved0: c_int,
+    pub reserved: [c_int; 15],
 }
 
 /// A driver error about the function handle is an invalid device function to the runtime.
@@ -150,8 +149,8 @@ mod abi_crosscheck {
             offset_of!(rt::cudaFuncAttributes, maxDynamicSharedSizeBytes)
         );
         assert_eq!(
-            offset_of!(FuncAttributes, sharedMemoryMode),
-            offset_of!(rt::cudaFuncAttributes, sharedMemoryMode)
+            offset_of!(FuncAttributes, nonPortableClusterSizeAllowed),
+            offset_of!(rt::cudaFuncAttributes, nonPortableClusterSizeAllowed)
         );
         assert_eq!(
             rt::cudaFuncAttribute::cudaFuncAttributeMaxDynamicSharedMemorySize as i32,

@@ -84,6 +84,12 @@ pub fn status_name(s: Status) -> &'static CStr {
     }
 }
 
+/// Whether SIMGPU_LOG=debug asks the simulated cuDNN to say why calls fail.
+pub fn debug() -> bool {
+    static D: OnceLock<bool> = OnceLock::new();
+    *D.get_or_init(|| std::env::var("SIMGPU_LOG").is_ok_and(|v| v == "debug"))
+}
+
 /// Remembers why the last call failed, for cudnnGetLastErrorString.
 pub fn record_error(msg: String) {
     *shared::shared()

@@ -48,6 +48,8 @@ pub const TYPE_FRACTION: c_int = 26;
 pub const LAST_ATTRIBUTE_TYPE: c_int = 30;
 
 // cudnnBackendAttributeName_t
+pub const ATTR_POINTWISE_MODE: c_int = 0;
+pub const ATTR_POINTWISE_RELU_LOWER_CLIP: c_int = 3;
 pub const ATTR_CONVOLUTION_COMP_TYPE: c_int = 100;
 pub const ATTR_CONVOLUTION_CONV_MODE: c_int = 101;
 pub const ATTR_CONVOLUTION_DILATIONS: c_int = 102;
@@ -76,6 +78,12 @@ pub const ATTR_KNOB_CHOICE_KNOB_VALUE: c_int = 601;
 pub const ATTR_OP_CONV_FWD: c_int = 700;
 pub const ATTR_OP_CONV_BWD_DATA: c_int = 706;
 pub const ATTR_OP_CONV_BWD_FILTER: c_int = 712;
+pub const ATTR_OP_POINTWISE_PW_DESCRIPTOR: c_int = 750;
+pub const ATTR_OP_POINTWISE_XDESC: c_int = 751;
+pub const ATTR_OP_POINTWISE_BDESC: c_int = 752;
+pub const ATTR_OP_POINTWISE_YDESC: c_int = 753;
+pub const ATTR_OP_POINTWISE_ALPHA1: c_int = 754;
+pub const ATTR_OP_POINTWISE_ALPHA2: c_int = 755;
 pub const ATTR_OPERATIONGRAPH_HANDLE: c_int = 800;
 pub const ATTR_OPERATIONGRAPH_OPS: c_int = 801;
 pub const ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT: c_int = 802;

@@ -139,7 +139,15 @@ pub fn finalize_heuristics(h: &Desc) -> Result<Vec<(c_int, Attr)>, Status> {
             .filter(|p| p.status == SUCCESS)
             .map(|p| p.algo as usize)
             .collect(),
-        Err(_) => Vec::new(),
+        Err(e) => {
+            if debug() {
+                eprintln!(
+                    "simgpu cudnn: heuristics: no engine runs this graph ({})",
+                    status_name(e).to_string_lossy()
+                );
+            }
+            Vec::new()
+        }
     };
     let mut cfgs = Vec::new();
     for algo in algos {

@@ -11,6 +11,7 @@
 
 mod attrs;
 mod engines;
+mod fused;
 mod ops;
 
 pub use attrs::*;
@@ -122,6 +123,19 @@ pub fn child(d: &Desc, name: c_int, ty: c_int) -> Result<(usize, Desc), Status> 
     Ok((h, c))
 }
 
+/// At SIMGPU_LOG=debug, names a backend call that failed, with the descriptor type and
+/// attribute it was about.
+fn logged(call: &str, d: usize, name: c_int, st: Status) -> Status {
+    if st != SUCCESS && debug() {
+        let ty = descs().get(&d).map_or(-1, |x| x.ty);
+        eprintln!(
+            "simgpu cudnn: {call}(descriptor type {ty}, attribute {name}) -> {}",
+            status_name(st).to_string_lossy()
+        );
+    }
+    st
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cudnnBackendCreateDescriptor(ty: c_int, out: *mut Handle) -> Status {
     run(|| {
@@ -159,19 +173,32 @@ pub extern "C" fn cudnnBackendSetAttribute(
     count: i64,
     values: *const c_void,
 ) -> Status {
-    run(|| {
+    let st = run(|| {
         if !(0..=LAST_ATTRIBUTE_TYPE).contains(&ty) || count < 0 {
             return Err(BAD_PARAM);
         }
         let desc_ty = desc(d as usize)?.ty;
         check_set(desc_ty, name, ty, count)?;
         let n = count as usize * elem_bytes(ty);
-        let bytes = if n == 0 {
+        let mut bytes = if n == 0 {
             Vec::new()
         } else {
             slice(values as *const u8, n)?.to_vec()
         };
         let mut all = descs();
+        if ty == TYPE_BACKEND_DESCRIPTOR && simulated(desc_ty) {
+            // cuDNN copies a finalized descriptor it is given: the caller may destroy its own
+            // (cuDNN's frontend drops tensors once the operation is built, and operations once
+            // the graph is). Copies live as long as the process, a few hundred bytes each.
+            for chunk in bytes.chunks_exact_mut(8) {
+                let h = usize::from_ne_bytes(chunk.try_into().unwrap());
+                if let Some(src) = all.get(&h).filter(|s| s.finalized).cloned() {
+                    let copy = Box::into_raw(Box::new(0u64)) as usize;
+                    all.insert(copy, src);
+                    chunk.copy_from_slice(&copy.to_ne_bytes());
+                }
+            }
+        }
         let desc = all.get_mut(&(d as usize)).ok_or(BAD_PARAM)?;
         if desc.finalized {
             return Err(BAD_PARAM);
@@ -185,7 +212,8 @@ pub extern "C" fn cudnnBackendSetAttribute(
             },
         );
         Ok(())
-    })
+    });
+    logged("cudnnBackendSetAttribute", d as usize, name, st)
 }
 
 #[unsafe(no_mangle)]
@@ -197,7 +225,7 @@ pub extern "C" fn cudnnBackendGetAttribute(
     count: *mut i64,
     values: *mut c_void,
 ) -> Status {
-    run(|| {
+    let st = run(|| {
         let desc = desc(d as usize)?;
         if !desc.finalized {
             return Err(BAD_PARAM_NOT_FINALIZED);
@@ -209,10 +237,18 @@ pub extern "C" fn cudnnBackendGetAttribute(
         if count.is_null() && values.is_null() {
             return Err(BAD_PARAM_NULL_POINTER);
         }
-        if !count.is_null() {
-            put(count, a.count as i64)?;
-        }
         let n = (requested as usize).min(a.count);
+        if !count.is_null() {
+            // A count query (no array, or none requested) learns how many there are; a read
+            // learns how many it got, never more than it asked for (cudnn-frontend resizes its
+            // list of heuristic results to this number).
+            let told = if values.is_null() || requested == 0 {
+                a.count
+            } else {
+                n
+            };
+            put(count, told as i64)?;
+        }
         if n == 0 || values.is_null() {
             // A count query (values NULL), as cudnn-frontend makes before sizing its buffers.
             return Ok(());
@@ -236,12 +272,13 @@ pub extern "C" fn cudnnBackendGetAttribute(
             std::ptr::copy_nonoverlapping(a.bytes.as_ptr(), values as *mut u8, n * elem_bytes(ty))
         };
         Ok(())
-    })
+    });
+    logged("cudnnBackendGetAttribute", d as usize, name, st)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudnnBackendFinalize(d: Handle) -> Status {
-    run(|| {
+    let st = run(|| {
         let mut desc = desc(d as usize)?;
         if desc.finalized {
             return Err(BAD_PARAM);
@@ -300,12 +337,13 @@ pub extern "C" fn cudnnBackendFinalize(d: Handle) -> Status {
         desc.finalized = true;
         descs().insert(d as usize, desc);
         Ok(())
-    })
+    });
+    logged("cudnnBackendFinalize", d as usize, -1, st)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudnnBackendExecute(h: Handle, plan: Handle, pack: Handle) -> Status {
-    run(|| {
+    let st = run(|| {
         let s = sim().ok_or(NOT_INITIALIZED)?;
         handle_stream(h)?;
         let (p, v) = (desc(plan as usize)?, desc(pack as usize)?);
@@ -318,25 +356,29 @@ pub extern "C" fn cudnnBackendExecute(h: Handle, plan: Handle, pack: Handle) -> 
         let op = plans().get(&(plan as usize)).cloned().ok_or(BAD_PARAM)?;
         let ids = attr(&v, ATTR_VARIANT_PACK_UNIQUE_IDS)?.i64s();
         let ptrs = attr(&v, ATTR_VARIANT_PACK_DATA_POINTERS)?.i64s();
-        let ptr = |i: usize| -> Result<*const c_void, Status> {
-            let (uid, align) = (op.uids[i], op.aligns[i]);
+        // A pointer less aligned than its tensor promised is refused, as the real engines do.
+        let by_uid = |uid: i64, align: usize| -> Result<*const c_void, Status> {
             let p = ids
                 .iter()
                 .position(|&u| u == uid)
                 .map(|k| ptrs[k] as usize)
                 .ok_or(BAD_PARAM)?;
-            // A pointer less aligned than its tensor promised is refused, as the real engines do.
             if p == 0 || p % align != 0 {
                 return Err(BAD_PARAM);
             }
             Ok(p as *const c_void)
         };
-        let bufs = [ptr(0)?, ptr(1)?, ptr(2)?];
         let ws = v
             .attrs
             .get(&ATTR_VARIANT_PACK_WORKSPACE)
             .and_then(|a| a.i64s().first().copied())
             .unwrap_or(0);
+        if !op.pointwise.is_empty() {
+            let ws = (ws as usize as *mut c_void, op.workspace);
+            return fused::execute(s, h, &op, ws, by_uid);
+        }
+        let ptr = |i: usize| by_uid(op.uids[i], op.aligns[i]);
+        let bufs = [ptr(0)?, ptr(1)?, ptr(2)?];
         execute_conv_scaled(
             s,
             h,
@@ -347,5 +389,6 @@ pub extern "C" fn cudnnBackendExecute(h: Handle, plan: Handle, pack: Handle) -> 
             op.scale,
             bufs,
         )
-    })
+    });
+    logged("cudnnBackendExecute", plan as usize, -1, st)
 }

@@ -81,6 +81,10 @@ pub struct ConvOp {
     pub aligns: [usize; 3],
     pub algo: c_int,
     pub workspace: usize,
+    /// Whether the convolution's output is virtual (it only feeds the pointwise chain).
+    pub y_virtual: bool,
+    /// Pointwise operations after a forward convolution (bias, activation), in order.
+    pub pointwise: Vec<super::fused::Pointwise>,
 }
 
 pub fn conv_op(op: &Desc) -> Result<ConvOp, Status> {
@@ -148,21 +152,22 @@ pub fn conv_op(op: &Desc) -> Result<ConvOp, Status> {
         aligns: [xa, wa, ya],
         algo: 0,
         workspace: 0,
+        y_virtual: super::fused::is_virtual(&yd),
+        pointwise: Vec::new(),
     })
 }
 
-/// Pointwise descriptors and operations finalize (TensorFlow builds them for fused
-/// convolution + bias + activation); no engine of the simulator runs them yet, so a graph that
-/// holds one has no engine (see `graph_op`).
+/// Pointwise descriptors and operations finalize with their required attributes; see `fused`
+/// for the graphs engines run them in.
 pub fn check_pointwise(d: &Desc) -> Result<(), Status> {
     match d.ty {
         POINTWISE_DESCRIPTOR => {
-            one(d, 0)?;
+            one(d, ATTR_POINTWISE_MODE)?;
         }
         _ => {
-            child(d, 750, POINTWISE_DESCRIPTOR)?;
-            child(d, 751, TENSOR_DESCRIPTOR)?;
-            child(d, 753, TENSOR_DESCRIPTOR)?;
+            child(d, ATTR_OP_POINTWISE_PW_DESCRIPTOR, POINTWISE_DESCRIPTOR)?;
+            child(d, ATTR_OP_POINTWISE_XDESC, TENSOR_DESCRIPTOR)?;
+            child(d, ATTR_OP_POINTWISE_YDESC, TENSOR_DESCRIPTOR)?;
         }
     }
     Ok(())
@@ -185,13 +190,26 @@ fn graph_ops(g: &Desc) -> Result<Vec<Desc>, Status> {
         .collect()
 }
 
-/// The single convolution a graph must be for the simulator's engines to run it.
+/// The convolution a graph is, alone or followed by a chain of pointwise operations (a forward
+/// convolution then bias, activation, ...: what TensorFlow and PyTorch's fused path build).
 pub fn graph_op(g: &Desc) -> Result<ConvOp, Status> {
     let ops = graph_ops(g)?;
-    if ops.len() != 1 {
+    let (convs, pws): (Vec<&Desc>, Vec<&Desc>) = ops
+        .iter()
+        .partition(|o| o.ty != OPERATION_POINTWISE_DESCRIPTOR);
+    if convs.len() != 1 {
         return Err(NOT_SUPPORTED_GRAPH_PATTERN);
     }
-    conv_op(&ops[0])
+    let mut op = conv_op(convs[0])?;
+    if !pws.is_empty() {
+        if op.dir != Dir::Fwd {
+            return Err(NOT_SUPPORTED_GRAPH_PATTERN);
+        }
+        op.pointwise = super::fused::chain(&op, &pws)?;
+    } else if op.y_virtual {
+        return Err(BAD_PARAM);
+    }
+    Ok(op)
 }
 
 /// A graph finalizes when its handle and operations are good; whether an engine can run it is
