@@ -347,6 +347,7 @@ fn estimate(
         shared,
         first_int,
         pointed_bytes: d.reach(&addrs) as f64,
+        params: pblock,
     };
     kernels::cost(&d.profile, &d.profile.torch_kernels, &launch)
 }

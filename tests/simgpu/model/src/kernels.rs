@@ -132,6 +132,8 @@ pub struct KernelLaunch<'a> {
     pub first_int: Option<i64>,
     /// Bytes reached from the pointer parameters (union of pointer..end of allocation).
     pub pointed_bytes: f64,
+    /// The packed parameter block (for structs the model reads: torch's ReduceConfig).
+    pub params: &'a [u8],
 }
 
 /// The model's answer, with what it used (for reports and for checking it).
@@ -244,6 +246,22 @@ pub fn element_size(name: &str) -> f64 {
         .unwrap_or(4.0)
 }
 
+/// (inputs per output, outputs) of torch's `ReduceOp`'s `ReduceConfig` (Reduce.cuh), which
+/// follows the small `ops` and `ident` members at the start of the block: `int
+/// element_size_bytes, num_inputs, num_outputs, step_input, step_output, ctas_per_output`.
+/// Found as the first 4-aligned run in the first 64 bytes with the element size the name gives,
+/// positive counts and steps; `None` when there is none.
+pub fn reduce_config(params: &[u8], elem: f64) -> Option<(f64, f64)> {
+    let word = |at: usize| -> Option<i32> {
+        Some(i32::from_le_bytes(params.get(at..at + 4)?.try_into().ok()?))
+    };
+    (0..64).step_by(4).find_map(|at| {
+        let w: Vec<i32> = (0..6).map(|i| word(at + 4 * i)).collect::<Option<_>>()?;
+        (w[0] as f64 == elem && w[1..].iter().all(|&v| v >= 1))
+            .then_some((w[1] as f64, w[2] as f64))
+    })
+}
+
 /// Queries per block and head dimension of an attention kernel, from its template arguments:
 /// `Flash_fwd_kernel_traits<D, kBlockM, ...>`, `fmha_cutlassF_..._64x64_k64` or
 /// `AttentionKernel<T, Arch, aligned, queries, keys, max_k, ...>`.
@@ -334,12 +352,22 @@ pub fn cost(p: &Profile, m: &TorchKernelModel, l: &KernelLaunch) -> KernelCost {
         // input over more blocks (Reduce.cuh); other reductions (losses, cub's sorts and scans)
         // get the per-thread cap of kernels that do not stride over their grid.
         Family::Reduction => {
+            let own = reduce_config(l.params, elem).map(|(inputs, outputs)| {
+                // The input once, the outputs once.
+                (inputs * outputs + outputs) * elem
+            });
             let per_thread = if l.name.contains("reduce_kernel") {
                 16.0 * 256.0 * elem
             } else {
                 m.max_bytes_per_thread
             };
-            (reach.min(threads * per_thread), m.reduction_efficiency)
+            let cap = threads * per_thread;
+            let b = match own {
+                Some(o) if reach > 0.0 => o.min(reach),
+                Some(o) => o,
+                None => reach.min(cap),
+            };
+            (b, m.reduction_efficiency)
         }
         Family::Softmax => (reach, m.softmax_efficiency),
         Family::Norm => (reach, m.norm_efficiency),
@@ -563,6 +591,28 @@ mod tests {
             },
         );
         assert_eq!(nll.family, Family::Reduction);
+        // torch's reduce_kernel: its ReduceConfig says how much it reads (here 3072 x 4096
+        // floats into 3072 outputs), not the 450 MB segment its input sits in.
+        let mut block = vec![0u8; 1048];
+        let config = [4i32, 4096, 3072, 1, 1, 2, 0, 0, 0, 0, 0, 32, 16, 512];
+        for (i, v) in config.iter().enumerate() {
+            block[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let red = cost(
+            &p,
+            &m,
+            &KernelLaunch {
+                name: "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float, F>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, F>, unsigned int, float, 4, 4>)",
+                grid: [24, 64, 1],
+                block: [32, 4, 1],
+                pointed_bytes: 4.5e8,
+                params: &block,
+                ..Default::default()
+            },
+        );
+        assert_eq!(reduce_config(&block, 4.0), Some((4096.0, 3072.0)));
+        assert_eq!(red.bytes, (4096.0 * 3072.0 + 3072.0) * 4.0);
+        assert_eq!(reduce_config(&[0u8; 64], 4.0), None);
         assert!(nll.seconds < 50e-6, "{}", nll.seconds);
     }
 
