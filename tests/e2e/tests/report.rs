@@ -197,14 +197,15 @@ fn the_report_renders_in_chromium_with_both_charts_and_the_budget() {
 
 #[test]
 fn without_recorded_decisions_the_report_shows_the_plan() {
-    // The trainer without a policy, timed: the report plans it (simulated).
+    // The trainer without a policy, timed, two iterations (the planner models one steady
+    // iteration of a repeating program): the report plans it (simulated).
     let none = temp_path("none.jsonl");
     let o = Command::new(marmoset())
         .args(["run", "--sim=h100", "--trace"])
         .arg(&none)
         .arg("--")
         .arg(workloads().join("trainer"))
-        .args(["1", "16", "64", "8"])
+        .args(["2", "16", "64", "8"])
         .env("SIMGPU_MODE", "shape")
         .env("MARMOSET_TRACE_TIMING", "1")
         .output()
