@@ -5,7 +5,7 @@
 //! "not supported" status, so the caller sees the error it would see from a real library that
 //! cannot do the call, never a crash.
 //!
-//! ```ignore
+//! ```text
 //! // build.rs
 //! fn main() { simgpu_stubgen::generate("libcufft.so.12", std::path::Path::new("src")); }
 //! // lib.rs, last line
