@@ -317,7 +317,7 @@ fn call(
     })
 }
 
-use crate::microbatch::{self, AlgoPerf, Call, Dir, Query};
+use crate::microbatch::{self, AlgoPerf, Call, Dir, Query, backend};
 use Access::{R, Rw};
 
 type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P) -> c_int;
@@ -481,11 +481,34 @@ hooks! {
         mode: *mut c_int, ct: *mut c_int) => None;
     [""] fn cudnnSetConvolutionGroupCount(d: P, g: c_int) => None;
     [""] fn cudnnSetConvolutionMathType(d: P, m: c_int) => None;
-    [""] fn cudnnBackendCreateDescriptor(ty: c_int, d: *mut P) => None;
+    [""] fn cudnnBackendCreateDescriptor(ty: c_int, d: *mut P) => None,
+        call = {
+            let r = unsafe { real(ty, d) };
+            if r == 0 && !d.is_null() {
+                // SAFETY: cuDNN wrote the new descriptor through the caller's non-null pointer.
+                let made = unsafe { *d } as usize;
+                super::attempt(entry, || { backend::created(ty, made); Some(()) });
+            }
+            r
+        };
+    [""] fn cudnnBackendDestroyDescriptor(d: P) => None,
+        call = {
+            super::attempt(entry, || { backend::destroyed(d as usize); Some(()) });
+            unsafe { real(d) }
+        };
     [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;
     [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None;
-    [""] fn cudnnBackendFinalize(d: P) => None;
-    [""] fn cudnnBackendExecute(h: P, plan: P, pack: P) => backend_execute(h, plan, pack);
+    [""] fn cudnnBackendFinalize(d: P) => None,
+        call = {
+            let r = unsafe { real(d) };
+            if r == 0 {
+                super::attempt(entry, || { backend::finalized(d as usize); Some(()) });
+            }
+            r
+        };
+    [""] fn cudnnBackendExecute(h: P, plan: P, pack: P) => backend_execute(h, plan, pack),
+        call = super::attempt(entry, || backend::execute(h, plan as usize, pack as usize))
+            .unwrap_or_else(|| unsafe { real(h, plan, pack) });
 }
 
 // ==================================================================== backend executions
