@@ -814,3 +814,55 @@ fn i64s_n(d: usize, name: c_int) -> Option<Vec<i64>> {
             .collect(),
     )
 }
+
+// ==================================================================== the trace's view
+
+/// The tensors of a plan of a recognisable layout, for the trace: (unique id, role, written,
+/// dims, strides). Empty for other graphs.
+pub fn traced_tensors(plan: usize) -> Vec<(i64, &'static str, bool, Vec<i64>, Vec<i64>)> {
+    let mut out = Vec::new();
+    let Some(cfg) = child(plan, PLAN_ENGINE_CONFIG, ENGINECFG_DESCRIPTOR) else {
+        return out;
+    };
+    let engine = child(cfg, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR);
+    destroy(cfg);
+    let Some(engine) = engine else { return out };
+    let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR);
+    destroy(engine);
+    let Some(graph) = graph else { return out };
+    let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR).unwrap_or(0);
+    if (1..=8).contains(&nops)
+        && let Some((types, ops)) = layouts(nops)
+            .into_iter()
+            .find_map(|t| children(graph, GRAPH_OPS, &t).map(|o| (t, o)))
+    {
+        for (&ty, &op) in types.iter().zip(&ops) {
+            let roles: Vec<(c_int, &'static str, bool)> = match ty {
+                OP_CONV_FWD => vec![(703, "w", false), (704, "x", false), (705, "y", true)],
+                OP_CONV_BWD_DATA => vec![(709, "w", false), (710, "dx", true), (711, "dy", false)],
+                OP_CONV_BWD_FILTER => {
+                    vec![(715, "dw", true), (716, "x", false), (717, "dy", false)]
+                }
+                _ => vec![
+                    (OP_PW_X, "pw_x", false),
+                    (OP_PW_B, "pw_b", false),
+                    (OP_PW_Y, "pw_y", true),
+                ],
+            };
+            for (name, role, written) in roles {
+                let Some(t) = child(op, name, TENSOR_DESCRIPTOR) else {
+                    continue;
+                };
+                if let Some(r) = read_tensor(t).filter(|r| !r.is_virtual)
+                    && !out.iter().any(|o: &(i64, _, _, _, _)| o.0 == r.uid)
+                {
+                    out.push((r.uid, role, written, r.dims, r.strides));
+                }
+                destroy(t);
+            }
+        }
+        ops.into_iter().for_each(destroy);
+    }
+    destroy(graph);
+    out
+}
