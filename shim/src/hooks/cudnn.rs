@@ -497,7 +497,9 @@ hooks! {
             unsafe { real(d) }
         };
     [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;
-    [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None;
+    [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None,
+        call = super::attempt(entry, || plan_workspace(d, name, ty, req, n, v))
+            .unwrap_or_else(|| unsafe { real(d, name, ty, req, n, v) });
     [""] fn cudnnBackendFinalize(d: P) => None,
         call = {
             let r = unsafe { real(d) };
@@ -512,6 +514,22 @@ hooks! {
 }
 
 // ==================================================================== backend executions
+
+/// A planned plan's workspace-size query answers its configuration's workspace (WR).
+fn plan_workspace(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) -> Option<c_int> {
+    if name != EXECUTION_PLAN_WORKSPACE_SIZE || ty != TYPE_INT64 || req < 1 || v.is_null() {
+        return None;
+    }
+    let ws = backend::workspace_answer(d as usize)?;
+    // SAFETY: v holds `req` >= 1 INT64 values; n, when given, one (the API's contract).
+    unsafe {
+        *(v as *mut i64) = ws;
+        if !n.is_null() {
+            *n = 1;
+        }
+    }
+    Some(0)
+}
 
 const TYPE_INT64: c_int = 3;
 const TYPE_VOID_PTR: c_int = 6;

@@ -22,7 +22,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use super::{elem_bytes, slot};
+use super::{dev_alloc, dev_free, elem_bytes, slot};
+use planner::microbatch::{Configuration, Micro, fastest};
 
 type P = *mut c_void;
 type C = *const c_void;
@@ -85,6 +86,15 @@ const CONV_OPS: [(c_int, c_int, super::Dir); 3] = [
     (OP_CONV_BWD_DATA, 706, super::Dir::BwdData),
     (OP_CONV_BWD_FILTER, 712, super::Dir::BwdFilter),
 ];
+
+macro_rules! rt {
+    ($name:literal, ($($t:ty),*)) => {{
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        let p = slot(&SLOT, crate::real::CUDART, $name);
+        // SAFETY: the real function named $name has this signature.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+    }};
+}
 
 macro_rules! real {
     ($name:literal, ($($t:ty),*)) => {{
@@ -255,8 +265,10 @@ pub struct Graph {
     engine: i64,
     knobs: Vec<usize>,
     workspace: i64,
-    /// Micro-batch plans built so far: (images, beta forced to 1) -> (plan, its workspace).
-    micro: Mutex<HashMap<(i64, bool), (usize, i64)>>,
+    /// Micro-batch plans built so far: (images, engine, beta forced to 1) -> (plan, workspace).
+    micro: Mutex<HashMap<(i64, i64, bool), (usize, i64)>>,
+    /// WR's configuration, planned at finalisation (None: the test facility's, or undivided).
+    config: Option<Configuration>,
 }
 
 fn scalar(d: usize, name: c_int) -> Option<Value> {
@@ -474,7 +486,10 @@ pub fn finalized(d: usize) {
         return;
     }
     match recognise(d) {
-        Some(g) => {
+        Some(mut g) => {
+            if config().test_microbatch.is_none() {
+                g.config = plan_wr(&g);
+            }
             log(
                 Level::Debug,
                 &format!(
@@ -529,6 +544,7 @@ fn recognise(plan: usize) -> Option<Graph> {
                     knobs: knobs.clone(),
                     workspace: i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
                     micro: Mutex::new(HashMap::new()),
+                    config: None,
                 })
             })();
             destroy(graph);
@@ -548,21 +564,24 @@ fn recognise(plan: usize) -> Option<Graph> {
 
 impl Graph {
     /// A plan for `b` images (beta 1 on the convolution when `accumulate`), built once.
-    fn micro_plan(&self, b: i64, accumulate: bool) -> Option<(usize, i64)> {
-        if let Some(&p) = self.micro.lock().ok()?.get(&(b, accumulate)) {
+    fn micro_plan(&self, b: i64, engine: i64, accumulate: bool) -> Option<(usize, i64)> {
+        if let Some(&p) = self.micro.lock().ok()?.get(&(b, engine, accumulate)) {
             return Some(p);
         }
         let mut made = Vec::new();
-        let plan = self.build(b, accumulate, &mut made);
+        let plan = self.build(b, engine, accumulate, &mut made);
         // Built parts that the plan no longer needs (cuDNN keeps copies), or a failed attempt.
         made.into_iter().for_each(destroy);
         let plan = plan?;
         let ws = i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0);
-        self.micro.lock().ok()?.insert((b, accumulate), (plan, ws));
+        self.micro
+            .lock()
+            .ok()?
+            .insert((b, engine, accumulate), (plan, ws));
         Some((plan, ws))
     }
 
-    fn build(&self, b: i64, accumulate: bool, made: &mut Vec<usize>) -> Option<usize> {
+    fn build(&self, b: i64, engine: i64, accumulate: bool, made: &mut Vec<usize>) -> Option<usize> {
         let mut tensors = Vec::new();
         for t in &self.tensors {
             let d = create(TENSOR_DESCRIPTOR)?;
@@ -652,6 +671,7 @@ impl Graph {
         }
         set_desc(graph, GRAPH_OPS, &ops)?;
         finalize(graph)?;
+        let index = engine;
         let engine = create(ENGINE_DESCRIPTOR)?;
         made.push(engine);
         set_desc(engine, ENGINE_OPERATION_GRAPH, &[graph])?;
@@ -660,13 +680,14 @@ impl Graph {
             ENGINE_GLOBAL_INDEX,
             TYPE_INT64,
             1,
-            &self.engine as *const i64 as C,
+            &index as *const i64 as C,
         )?;
         finalize(engine)?;
         let cfg = create(ENGINECFG_DESCRIPTOR)?;
         made.push(cfg);
         set_desc(cfg, ENGINECFG_ENGINE, &[engine])?;
-        if !self.knobs.is_empty() {
+        // The caller's knob choices belong to its engine; other engines run their defaults.
+        if index == self.engine && !self.knobs.is_empty() {
             set_desc(cfg, ENGINECFG_KNOB_CHOICES, &self.knobs)?;
         }
         finalize(cfg)?;
@@ -684,17 +705,29 @@ impl Graph {
 
 // ==================================================================== execution
 
-/// The micro-batch sizes of the configuration in force (for now the test facility's).
-fn parts(n: i64) -> Option<Vec<i64>> {
-    let b = config().test_microbatch? as i64;
-    let mut out = Vec::new();
-    let mut left = n;
-    while left > 0 {
-        let s = b.min(left);
-        out.push(s);
-        left -= s;
-    }
-    (out.len() > 1).then_some(out)
+/// The micro-batches of the configuration in force: (images, engine). The test facility's
+/// size with the caller's engine, else WR's configuration. None: the caller's plan as it is.
+fn parts(g: &Graph) -> Option<Vec<(i64, i64)>> {
+    let out: Vec<(i64, i64)> = match config().test_microbatch {
+        Some(b) => {
+            let b = b as i64;
+            let mut out = Vec::new();
+            let mut left = g.n;
+            while left > 0 {
+                out.push((b.min(left), g.engine));
+                left -= b.min(left);
+            }
+            out
+        }
+        None => g
+            .config
+            .as_ref()?
+            .parts
+            .iter()
+            .map(|&(b, e)| (b as i64, e as i64))
+            .collect(),
+    };
+    (out.len() > 1 || out.first().is_some_and(|p| p.1 != g.engine)).then_some(out)
 }
 
 /// A variant pack with the caller's pointers, those of per-image tensors offset by `start` images.
@@ -733,14 +766,19 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
         return None;
     }
     let g = plans(|p| p.get(&plan).cloned())??;
-    let sizes = parts(g.n)?;
+    let sizes = parts(&g)?;
     let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    // The workspace the caller was told to provide.
+    let provided = g
+        .config
+        .as_ref()
+        .map_or(g.workspace, |c| c.workspace as i64);
     // Every plan first: a failure here leaves the caller's plan to run undivided.
     let mut steps = Vec::new();
-    for (i, &b) in sizes.iter().enumerate() {
+    for (i, &(b, engine)) in sizes.iter().enumerate() {
         let accumulate = g.dir == super::Dir::BwdFilter && i > 0;
-        let (p, ws) = g.micro_plan(b, accumulate)?;
-        if ws > g.workspace {
+        let (p, ws) = g.micro_plan(b, engine, accumulate)?;
+        if ws > provided {
             log(
                 Level::Debug,
                 "backend: a micro-batch plan needs more workspace than the caller's; undivided",
@@ -792,7 +830,7 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
     log(
         Level::Info,
         &format!(
-            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ({:?}) with engine {}",
+            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {})",
             g.dir,
             g.ops.len(),
             g.n,
@@ -865,4 +903,231 @@ pub fn traced_tensors(plan: usize) -> Vec<(i64, &'static str, bool, Vec<i64>, Ve
     }
     destroy(graph);
     out
+}
+
+// ==================================================================== planning (WR)
+
+/// The workspace-size query of a planned plan: its configuration's workspace (WR).
+pub fn workspace_answer(plan: usize) -> Option<i64> {
+    let g = plans(|p| p.get(&plan).cloned())??;
+    Some(g.config.as_ref()?.workspace as i64)
+}
+
+/// The database key of a graph: its operations, tensors, the caller's engine and knob count,
+/// where it runs and what the benchmark was allowed.
+fn key(g: &Graph, limit: u64, sizes: &str) -> String {
+    let ops: Vec<String> = g
+        .ops
+        .iter()
+        .map(|o| {
+            let attrs: Vec<String> = o
+                .attrs
+                .iter()
+                .map(|(n, v)| match v {
+                    Value::Scalar(t, b) => format!("{n}:{t}:{b:?}"),
+                    // Descriptors Marmoset holds copies of: their settings are in the tensors'
+                    // shapes (convolution geometry shows in x, w and y) and the mode lists.
+                    Value::Desc(_) => format!("{n}:desc"),
+                    Value::Tensor(i) => format!("{n}:t{i}"),
+                })
+                .collect();
+            format!("{}[{}]", o.ty, attrs.join(","))
+        })
+        .collect();
+    format!(
+        "backend|{:?}|ops={}|tensors={:?}|engine={}|knobs={}|{}|cudnn={}|limit={limit}|sizes={sizes}",
+        g.dir,
+        ops.join(";"),
+        g.tensors
+            .iter()
+            .map(|t| (t.uid, t.dtype, &t.dims, &t.strides, t.batched))
+            .collect::<Vec<_>>(),
+        g.engine,
+        g.knobs.len(),
+        super::device_name(),
+        super::cudnn_version(),
+    )
+}
+
+/// WR at finalisation: every engine measured at each micro-batch size of the policy (plans
+/// Marmoset builds, scratch buffers, a scratch workspace within the limit), then the dynamic
+/// program picks the fastest configuration.
+fn plan_wr(g: &Graph) -> Option<Configuration> {
+    let cfg = config();
+    let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
+    let n = g.n as u64;
+    if n > planner::microbatch::MAX_BATCH {
+        return None;
+    }
+    let sizes = cfg.batch_sizes.sizes(n);
+    let key = key(g, limit, cfg.batch_sizes.name());
+    let cached = super::with_state(|s| s.db.get_or_insert_with(super::db::load).get(&key).cloned())
+        .flatten();
+    let micro = match cached {
+        Some(m) => m,
+        None => {
+            let m = measure(g, &sizes, limit);
+            if !m.is_empty() {
+                super::db::append(&key, &m);
+                super::with_state(|s| {
+                    s.db.get_or_insert_with(HashMap::new)
+                        .insert(key.clone(), m.clone());
+                });
+            }
+            m
+        }
+    };
+    let c = fastest(n, &micro, limit, cfg.batch_sizes)?;
+    log(
+        Level::Info,
+        &format!(
+            "backend: planned a {:?} graph ({} operations, {} images): {:?} ({:.4} ms, {} B of workspace; {} micro-configurations)",
+            g.dir,
+            g.ops.len(),
+            n,
+            c.parts,
+            c.time_ms,
+            c.workspace,
+            micro.len()
+        ),
+    );
+    Some(c)
+}
+
+type EventFn = unsafe extern "C" fn(P) -> c_int;
+
+/// Each engine's time and workspace on micro-batch plans of each size.
+fn measure(g: &Graph, sizes: &[u64], limit: u64) -> Vec<Micro> {
+    let mut out = Vec::new();
+    let Some(h) = g.plan_handle.or(g.graph_handle) else {
+        return out;
+    };
+    let Some(bufs) = Scratch::new(g, limit) else {
+        return out;
+    };
+    let engines = engine_count(g).unwrap_or(8).min(64);
+    for &b in sizes {
+        for e in 0..engines {
+            if let Some((ms, ws)) = time_one(g, h, &bufs, b as i64, e) {
+                out.push(Micro {
+                    batch: b,
+                    algo: e as i32,
+                    time_ms: ms,
+                    workspace: ws as u64,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The graph's engine count, from a micro-batch graph Marmoset builds.
+fn engine_count(g: &Graph) -> Option<i64> {
+    let (plan, _) = g.micro_plan(g.n, g.engine, false)?;
+    let cfg = child(plan, PLAN_ENGINE_CONFIG, ENGINECFG_DESCRIPTOR)?;
+    let engine = child(cfg, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR);
+    destroy(cfg);
+    let engine = engine?;
+    let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR);
+    destroy(engine);
+    let graph = graph?;
+    let n = i64_of(graph, 802);
+    destroy(graph);
+    n
+}
+
+/// Scratch device buffers: one per tensor with a pointer (whole mini-batch), and a workspace.
+struct Scratch {
+    ptrs: Vec<(i64, i64)>,
+    ws: (i64, u64),
+}
+
+impl Scratch {
+    fn new(g: &Graph, limit: u64) -> Option<Scratch> {
+        let mut s = Scratch {
+            ptrs: Vec::new(),
+            ws: (0, 0),
+        };
+        for t in g.tensors.iter().filter(|t| !t.is_virtual) {
+            let span = 1 + t
+                .dims
+                .iter()
+                .zip(&t.strides)
+                .map(|(&d, &st)| (d - 1).max(0) * st)
+                .sum::<i64>();
+            let p = dev_alloc(span as usize * elem_bytes(t.dtype))?;
+            s.ptrs.push((t.uid, p as i64));
+        }
+        if limit > 0 {
+            let p = dev_alloc(limit as usize)?;
+            s.ws = (p as i64, limit);
+        }
+        Some(s)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for &(_, p) in &self.ptrs {
+            dev_free(p as usize);
+        }
+        if self.ws.0 != 0 {
+            dev_free(self.ws.0 as usize);
+        }
+    }
+}
+
+/// One engine at `b` images: (milliseconds by the caller's stream's events, workspace). None:
+/// the engine does not take the graph, or needs more workspace than the limit.
+fn time_one(g: &Graph, h: usize, s: &Scratch, b: i64, engine: i64) -> Option<(f64, i64)> {
+    let (plan, ws) = g.micro_plan(b, engine, false)?;
+    if ws as u64 > s.ws.1 {
+        return None;
+    }
+    let ids: Vec<i64> = s.ptrs.iter().map(|p| p.0).collect();
+    let ptrs: Vec<i64> = s.ptrs.iter().map(|p| p.1).collect();
+    let pack = pack_at(g, &ids, &ptrs, s.ws.0, 0)?;
+    let r = timed(h, || {
+        let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+        // SAFETY: a plan and a variant pack Marmoset built over its own scratch buffers.
+        (unsafe { exec(h as P, plan as P, pack as P) } == 0).then_some(())
+    });
+    destroy(pack);
+    Some((r?, ws))
+}
+
+/// Runs `f` between two events on the handle's stream; the elapsed milliseconds.
+fn timed(h: usize, f: impl FnOnce() -> Option<()>) -> Option<f64> {
+    let get_stream = real!(c"cudnnGetStream", (P, *mut P))?;
+    let mut stream: P = std::ptr::null_mut();
+    // SAFETY: a valid output pointer; h is the graph's handle.
+    if unsafe { get_stream(h as P, &mut stream) } != 0 {
+        return None;
+    }
+    let create = rt!(c"cudaEventCreate", (*mut P))?;
+    let record = rt!(c"cudaEventRecord", (P, P))?;
+    let sync = rt!(c"cudaEventSynchronize", (P))?;
+    let elapsed = rt!(c"cudaEventElapsedTime", (*mut f32, P, P))?;
+    let destroy_ev: EventFn = rt!(c"cudaEventDestroy", (P))?;
+    let (mut a, mut b): (P, P) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mut ms = 0f32;
+    // SAFETY: real CUDA runtime calls on events Marmoset creates and destroys here.
+    let ok = unsafe {
+        create(&mut a) == 0
+            && create(&mut b) == 0
+            && record(a, stream) == 0
+            && f().is_some()
+            && record(b, stream) == 0
+            && sync(b) == 0
+            && elapsed(&mut ms, a, b) == 0
+    };
+    // SAFETY: as above; a null event is skipped.
+    unsafe {
+        for e in [a, b] {
+            if !e.is_null() {
+                destroy_ev(e);
+            }
+        }
+    }
+    ok.then_some(ms as f64)
 }
