@@ -120,3 +120,138 @@ fn micro_batched_backend_executions_equal_undivided_ones() {
         }
     }
 }
+
+#[test]
+fn wr_planned_backend_executions_equal_undivided_ones() {
+    let plain_out = temp_path("backend-wr-plain.bin");
+    let plain = run_sim(
+        "p100",
+        &[],
+        "backend_check",
+        &["16", "5", plain_out.to_str().unwrap()],
+    );
+    ok(&plain);
+    let want = floats(&plain_out);
+    let list = cases(&plain);
+    let dir = temp_path("backend-wr-cache");
+    let out = temp_path("backend-wr-mb.bin");
+    let o = shim(
+        "p100",
+        &[
+            // Small enough that some of these small convolutions are planned in micro-batches.
+            ("MARMOSET_WORKSPACE_LIMIT", "256"),
+            ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
+        ],
+        "backend_check",
+        &["16", "5", out.to_str().unwrap()],
+    );
+    ok(&o);
+    let log = stderr(&o);
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("backend: planned"))
+            .count(),
+        list.len(),
+        "{log}"
+    );
+    assert!(
+        log.lines().filter(|l| l.contains("backend: ran")).count() >= 3,
+        "WR chose micro-batches for some: {log}"
+    );
+    let got = floats(&out);
+    assert_eq!(got.len(), want.len());
+    let mut at = 0;
+    for (line, n) in &list {
+        let err = max_relative_error(&want[at..at + n], &got[at..at + n]);
+        assert!(err < 1e-5, "WR: {line}: {err:e}");
+        at += n;
+    }
+}
+
+/// Total simulated milliseconds of a layers run, and each `LAYER DIR` line's milliseconds.
+fn layer_times(o: &Output, total_key: &str) -> (f64, Vec<(String, f64)>) {
+    let out = stdout(o);
+    let total = out
+        .lines()
+        .find_map(|l| match total_key {
+            "total_ms=" => l.strip_prefix("total_ms=").map(|v| v.parse().unwrap()),
+            _ => l
+                .contains(" layers: ")
+                .then(|| l.split_whitespace().nth(2).unwrap().parse().unwrap()),
+        })
+        .unwrap_or_else(|| panic!("no total in {out}"));
+    let lines = out
+        .lines()
+        .filter_map(|l| {
+            let ms = l.split_whitespace().find_map(|w| w.strip_prefix("ms="))?;
+            let mut w = l.split_whitespace();
+            Some((
+                format!("{} {}", w.next()?, w.next()?),
+                ms.parse::<f64>().ok()?,
+            ))
+        })
+        .collect();
+    (total, lines)
+}
+
+#[test]
+fn backend_wr_speedups_match_the_legacy_path_and_the_paper_on_p100() {
+    // The μ-cuDNN paper (P100, 64 MiB per layer): AlexNet 1.63x, ResNet-18 1.21x; conv2
+    // forward 2.33x (Fig. 9). Figures here are simulated.
+    for (net, paper) in [("alexnet", 1.63), ("resnet18", 1.21)] {
+        let csv = root().join(format!("data/conv-layers/{net}.csv"));
+        let args = [csv.to_str().unwrap(), "64"];
+        let shape = [("SIMGPU_MODE", "shape")];
+        let run = |prog: &str, wr: bool| {
+            let dir = temp_path(&format!("bk-bench-{net}-{prog}"));
+            let o = if wr {
+                shim(
+                    "p100",
+                    &[
+                        ("SIMGPU_MODE", "shape"),
+                        ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
+                        ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
+                    ],
+                    prog,
+                    &args,
+                )
+            } else {
+                run_sim("p100", &shape, prog, &args)
+            };
+            ok(&o);
+            o
+        };
+        let (bk0, bk_layers0) = layer_times(&run("backend_layers", false), "total_ms=");
+        let wr = run("backend_layers", true);
+        let (bk1, bk_layers1) = layer_times(&wr, "total_ms=");
+        let (lg0, _) = layer_times(&run("conv_layers", false), "layers");
+        let (lg1, _) = layer_times(&run("conv_layers", true), "layers");
+        let (backend, legacy) = (bk0 / bk1, lg0 / lg1);
+        assert!(
+            (backend / legacy - 1.0).abs() < 0.05,
+            "{net}: backend {backend:.3}x, legacy {legacy:.3}x"
+        );
+        assert!(
+            (backend / paper - 1.0).abs() < 0.15,
+            "{net}: backend {backend:.3}x, paper {paper}x"
+        );
+        // The framework was told workspaces within the limit.
+        for l in stdout(&wr).lines().filter(|l| l.contains("workspace=")) {
+            let ws: u64 = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("workspace="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(ws <= 64 << 20, "{l}");
+        }
+        if net == "alexnet" {
+            let find = |v: &[(String, f64)]| v.iter().find(|l| l.0 == "conv2 fwd").unwrap().1;
+            let conv2 = find(&bk_layers0) / find(&bk_layers1);
+            assert!(
+                (conv2 / 2.33 - 1.0).abs() < 0.25,
+                "conv2 forward: {conv2:.3}x against the paper's 2.33x"
+            );
+        }
+    }
+}
