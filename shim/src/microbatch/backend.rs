@@ -251,6 +251,12 @@ struct Op {
     attrs: Vec<(c_int, Value)>,
 }
 
+/// A micro-batch plan's key: (images, engine, beta forced to 1).
+type MicroKey = (i64, i64, bool);
+
+/// A plan's tensor for the trace: (unique id, role, written, dims, strides).
+pub type TracedTensor = (i64, &'static str, bool, Vec<i64>, Vec<i64>);
+
 /// A recognised plan: its graph, engine and knob choices.
 #[derive(Debug)]
 pub struct Graph {
@@ -266,7 +272,7 @@ pub struct Graph {
     knobs: Vec<usize>,
     workspace: i64,
     /// Micro-batch plans built so far: (images, engine, beta forced to 1) -> (plan, workspace).
-    micro: Mutex<HashMap<(i64, i64, bool), (usize, i64)>>,
+    micro: Mutex<HashMap<MicroKey, (usize, i64)>>,
     /// WR's configuration, planned at finalisation (None: the test facility's, or undivided).
     config: Option<Configuration>,
 }
@@ -857,7 +863,7 @@ fn i64s_n(d: usize, name: c_int) -> Option<Vec<i64>> {
 
 /// The tensors of a plan of a recognisable layout, for the trace: (unique id, role, written,
 /// dims, strides). Empty for other graphs.
-pub fn traced_tensors(plan: usize) -> Vec<(i64, &'static str, bool, Vec<i64>, Vec<i64>)> {
+pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
     let mut out = Vec::new();
     let Some(cfg) = child(plan, PLAN_ENGINE_CONFIG, ENGINECFG_DESCRIPTOR) else {
         return out;
@@ -892,7 +898,7 @@ pub fn traced_tensors(plan: usize) -> Vec<(i64, &'static str, bool, Vec<i64>, Ve
                     continue;
                 };
                 if let Some(r) = read_tensor(t).filter(|r| !r.is_virtual)
-                    && !out.iter().any(|o: &(i64, _, _, _, _)| o.0 == r.uid)
+                    && !out.iter().any(|o: &TracedTensor| o.0 == r.uid)
                 {
                     out.push((r.uid, role, written, r.dims, r.strides));
                 }
