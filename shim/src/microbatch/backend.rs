@@ -494,6 +494,18 @@ pub fn finalized(d: usize) {
     match recognise(d) {
         Some(mut g) => {
             if config().test_microbatch.is_none() {
+                if config().workspace_limit.is_none() {
+                    // WD (one workspace shared by every kernel) is not built for graphs yet: they
+                    // run as the framework planned them.
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        log(
+                            Level::Info,
+                            "backend: WD does not plan cuDNN backend graphs yet; they run as the framework planned them",
+                        )
+                    });
+                    return;
+                }
                 g.config = plan_wr(&g);
             }
             log(
