@@ -56,3 +56,22 @@ for net in alexnet resnet18; do
     done
   done
 done
+
+# PyTorch itself on its default path (the backend API), when .venv exists: examples/conv_layers.py
+# without Marmoset and under WR. The installed PyTorch has no per-convolution workspace cap to set
+# (its libraries do not contain CUDNN_CONV_WSCAP_DBG), so its baseline is uncapped: it may choose
+# engines whose workspace is above the limit Marmoset enforces.
+if [ -x .venv/bin/python ]; then
+  for net in alexnet resnet18; do
+    for prof in p100 h100; do
+      for mib in 8 64; do
+        args=(-- .venv/bin/python examples/conv_layers.py "data/conv-layers/$net.csv")
+        t0=$(SIMGPU_MODE=shape "$m" run --sim="$prof" --no-shim "${args[@]}" 2> /dev/null | sed -n 's/^total_ms=//p')
+        t1=$(SIMGPU_MODE=shape MARMOSET_CACHE_DIR="$tmp/torch-$prof-$mib" "$m" run --sim="$prof" \
+          --workspace-limit "${mib}MiB" "${args[@]}" 2> /dev/null | sed -n 's/^total_ms=//p')
+        printf 'PyTorch default path, %s, %s, %s MiB: %s ms uncapped, %s ms under WR: %.3fx (simulated)\n' \
+          "$net" "$prof" "$mib" "$t0" "$t1" "$(echo "$t0 / $t1" | bc -l)"
+      done
+    done
+  done
+fi

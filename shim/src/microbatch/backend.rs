@@ -931,7 +931,7 @@ pub fn workspace_answer(plan: usize) -> Option<i64> {
     Some(g.config.as_ref()?.workspace as i64)
 }
 
-/// The database key of a graph: its operations, tensors, the caller's engine and knob count,
+/// The database key of a graph: its operations, tensors, the caller's engine and knob choices,
 /// where it runs and what the benchmark was allowed.
 fn key(g: &Graph, limit: u64, sizes: &str) -> String {
     let ops: Vec<String> = g
@@ -952,8 +952,19 @@ fn key(g: &Graph, limit: u64, sizes: &str) -> String {
             format!("{}[{}]", o.ty, attrs.join(","))
         })
         .collect();
+    // The caller's knob choices as (type, value): they shape its engine's measurements.
+    let knobs: Vec<(i64, i64)> = g
+        .knobs
+        .iter()
+        .map(|&k| {
+            let ty = raw(k, 600, 9, 1, 4)
+                .map(|(_, b)| c_int::from_ne_bytes(b.try_into().unwrap_or([0; 4])) as i64)
+                .unwrap_or(-1);
+            (ty, i64_of(k, 601).unwrap_or(-1))
+        })
+        .collect();
     format!(
-        "backend|{:?}|ops={}|tensors={:?}|engine={}|knobs={}|{}|cudnn={}|limit={limit}|sizes={sizes}",
+        "backend|{:?}|ops={}|tensors={:?}|engine={}|knobs={:?}|{}|cudnn={}|limit={limit}|sizes={sizes}",
         g.dir,
         ops.join(";"),
         g.tensors
@@ -961,7 +972,7 @@ fn key(g: &Graph, limit: u64, sizes: &str) -> String {
             .map(|t| (t.uid, t.dtype, &t.dims, &t.strides, t.batched))
             .collect::<Vec<_>>(),
         g.engine,
-        g.knobs.len(),
+        knobs,
         super::device_name(),
         super::cudnn_version(),
     )
