@@ -18,6 +18,8 @@
 //! layout whose images are not contiguous blocks, a workspace smaller than the plan, a failed
 //! step) runs the call undivided, exactly as the caller asked.
 
+pub mod backend;
+
 use crate::config::Level;
 use crate::real::{CUDA, CUDART, CUDNN, resolve};
 use crate::state::{config, log};

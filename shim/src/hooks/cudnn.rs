@@ -317,7 +317,7 @@ fn call(
     })
 }
 
-use crate::microbatch::{self, AlgoPerf, Call, Dir, Query};
+use crate::microbatch::{self, AlgoPerf, Call, Dir, Query, backend};
 use Access::{R, Rw};
 
 type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P) -> c_int;
@@ -481,36 +481,62 @@ hooks! {
         mode: *mut c_int, ct: *mut c_int) => None;
     [""] fn cudnnSetConvolutionGroupCount(d: P, g: c_int) => None;
     [""] fn cudnnSetConvolutionMathType(d: P, m: c_int) => None;
-    [""] fn cudnnBackendCreateDescriptor(ty: c_int, d: *mut P) => None;
+    [""] fn cudnnBackendCreateDescriptor(ty: c_int, d: *mut P) => None,
+        call = {
+            let r = unsafe { real(ty, d) };
+            if r == 0 && !d.is_null() {
+                // SAFETY: cuDNN wrote the new descriptor through the caller's non-null pointer.
+                let made = unsafe { *d } as usize;
+                super::attempt(entry, || { backend::created(ty, made); Some(()) });
+            }
+            r
+        };
+    [""] fn cudnnBackendDestroyDescriptor(d: P) => None,
+        call = {
+            super::attempt(entry, || { backend::destroyed(d as usize); Some(()) });
+            unsafe { real(d) }
+        };
     [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;
-    [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None;
-    [""] fn cudnnBackendFinalize(d: P) => None;
-    [""] fn cudnnBackendExecute(h: P, plan: P, pack: P) => backend_execute(h, plan, pack);
+    [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None,
+        call = super::attempt(entry, || plan_workspace(d, name, ty, req, n, v))
+            .unwrap_or_else(|| unsafe { real(d, name, ty, req, n, v) });
+    [""] fn cudnnBackendFinalize(d: P) => None,
+        call = {
+            let r = unsafe { real(d) };
+            if r == 0 {
+                super::attempt(entry, || { backend::finalized(d as usize); Some(()) });
+            }
+            r
+        };
+    [""] fn cudnnBackendExecute(h: P, plan: P, pack: P) => backend_execute(h, plan, pack),
+        call = super::attempt(entry, || backend::execute(h, plan as usize, pack as usize))
+            .unwrap_or_else(|| unsafe { real(h, plan, pack) });
 }
 
 // ==================================================================== backend executions
 
+/// A planned plan's workspace-size query answers its configuration's workspace (WR).
+fn plan_workspace(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) -> Option<c_int> {
+    if name != EXECUTION_PLAN_WORKSPACE_SIZE || ty != TYPE_INT64 || req < 1 || v.is_null() {
+        return None;
+    }
+    let ws = backend::workspace_answer(d as usize)?;
+    // SAFETY: v holds `req` >= 1 INT64 values; n, when given, one (the API's contract).
+    unsafe {
+        *(v as *mut i64) = ws;
+        if !n.is_null() {
+            *n = 1;
+        }
+    }
+    Some(0)
+}
+
 const TYPE_INT64: c_int = 3;
 const TYPE_VOID_PTR: c_int = 6;
-const TYPE_BACKEND_DESCRIPTOR: c_int = 15;
-const EXECUTION_PLAN_ENGINE_CONFIG: c_int = 401;
 const EXECUTION_PLAN_WORKSPACE_SIZE: c_int = 402;
-const ENGINECFG_ENGINE: c_int = 300;
-const ENGINE_OPERATION_GRAPH: c_int = 1300;
-const OPERATIONGRAPH_OPS: c_int = 801;
-const TENSOR_DIMENSIONS: c_int = 902;
-const TENSOR_STRIDES: c_int = 903;
-const TENSOR_UNIQUE_ID: c_int = 906;
 const VARIANT_PACK_UNIQUE_IDS: c_int = 1000;
 const VARIANT_PACK_DATA_POINTERS: c_int = 1001;
 const VARIANT_PACK_WORKSPACE: c_int = 1003;
-/// Convolution operations: the attribute of their first tensor (w-role), and the roles and
-/// accesses of the three tensors that follow (w, x, y order).
-const CONV_OPS: [(c_int, [(&str, Access); 3]); 3] = [
-    (703, [("w", R), ("x", R), ("y", Access::W)]),
-    (709, [("w", R), ("dx", Access::W), ("dy", R)]),
-    (715, [("dw", Access::W), ("x", R), ("dy", R)]),
-];
 
 fn get_attr(d: usize, name: c_int, ty: c_int, max: usize) -> Option<Vec<i64>> {
     let get = dnn!(
@@ -533,48 +559,21 @@ fn one(d: usize, name: c_int, ty: c_int) -> Option<i64> {
 /// A convolution tensor of a plan: (unique id, role, access, dims, strides).
 type PlanTensor = (i64, &'static str, Access, Vec<i64>, Vec<i64>);
 
-/// Every convolution tensor in the plan.
+/// Every tensor of the plan with a pointer (read back with the real GetAttribute into
+/// descriptors Marmoset creates, as the real library requires).
 fn plan_tensors(plan: usize) -> Vec<PlanTensor> {
-    let mut out = Vec::new();
-    let Some(cfg) = one(plan, EXECUTION_PLAN_ENGINE_CONFIG, TYPE_BACKEND_DESCRIPTOR) else {
-        return out;
-    };
-    let Some(engine) = one(cfg as usize, ENGINECFG_ENGINE, TYPE_BACKEND_DESCRIPTOR) else {
-        return out;
-    };
-    let Some(graph) = one(
-        engine as usize,
-        ENGINE_OPERATION_GRAPH,
-        TYPE_BACKEND_DESCRIPTOR,
-    ) else {
-        return out;
-    };
-    let ops = get_attr(
-        graph as usize,
-        OPERATIONGRAPH_OPS,
-        TYPE_BACKEND_DESCRIPTOR,
-        64,
-    )
-    .unwrap_or_default();
-    for op in ops {
-        for (first, roles) in CONV_OPS {
-            let descs: Vec<Option<i64>> = (0..3)
-                .map(|i| one(op as usize, first + i, TYPE_BACKEND_DESCRIPTOR))
-                .collect();
-            if descs.iter().any(Option::is_none) {
-                continue;
-            }
-            for (d, (role, access)) in descs.into_iter().flatten().zip(roles) {
-                let d = d as usize;
-                if let Some(uid) = one(d, TENSOR_UNIQUE_ID, TYPE_INT64) {
-                    let dims = get_attr(d, TENSOR_DIMENSIONS, TYPE_INT64, 8).unwrap_or_default();
-                    let strides = get_attr(d, TENSOR_STRIDES, TYPE_INT64, 8).unwrap_or_default();
-                    out.push((uid, role, access, dims, strides));
-                }
-            }
-        }
-    }
-    out
+    backend::traced_tensors(plan)
+        .into_iter()
+        .map(|(uid, role, written, dims, strides)| {
+            (
+                uid,
+                role,
+                if written { Access::W } else { R },
+                dims,
+                strides,
+            )
+        })
+        .collect()
 }
 
 fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {

@@ -1,0 +1,919 @@
+//! μ-cuDNN on the cuDNN backend (graph) API, where PyTorch (by default) and TensorFlow convolve.
+//!
+//! Recognition: when an execution plan is finalized, its engine configuration, engine and
+//! operation graph are read back with the real `cudnnBackendGetAttribute` (into descriptors
+//! Marmoset creates, as the real library requires). A plan is a candidate only when micro-batching
+//! keeps it exact: one convolution of any direction, or a forward convolution followed by
+//! pointwise operations whose operands are per image or broadcast over the batch. Everything else
+//! passes through untouched.
+//!
+//! Execution: a candidate's `cudnnBackendExecute` runs as micro-batches, each through a plan
+//! Marmoset builds (the caller's graph with the batch dimension of its per-image tensors changed,
+//! the same engine and knob choices), with the variant pack's pointers offset by whole images, on
+//! the caller's handle (its stream), without synchronisation. Backward-filter accumulates: the
+//! caller's beta on the first micro-batch, 1 after. Any failure before the first write runs the
+//! caller's plan undivided.
+
+use crate::config::Level;
+use crate::real::CUDNN;
+use crate::state::{config, log};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use super::{elem_bytes, slot};
+use plan::plan_wr;
+pub use plan::workspace_answer;
+use planner::microbatch::Configuration;
+
+type P = *mut c_void;
+type C = *const c_void;
+
+// cudnnBackendDescriptorType_t
+const POINTWISE_DESCRIPTOR: c_int = 0;
+const CONVOLUTION_DESCRIPTOR: c_int = 1;
+const ENGINE_DESCRIPTOR: c_int = 2;
+const ENGINECFG_DESCRIPTOR: c_int = 3;
+const EXECUTION_PLAN_DESCRIPTOR: c_int = 5;
+const KNOB_CHOICE_DESCRIPTOR: c_int = 7;
+const OP_CONV_FWD: c_int = 10;
+const OP_CONV_BWD_FILTER: c_int = 11;
+const OP_CONV_BWD_DATA: c_int = 12;
+const OP_POINTWISE: c_int = 13;
+const OPERATIONGRAPH_DESCRIPTOR: c_int = 15;
+const VARIANT_PACK_DESCRIPTOR: c_int = 16;
+const TENSOR_DESCRIPTOR: c_int = 17;
+
+// cudnnBackendAttributeType_t
+const TYPE_HANDLE: c_int = 0;
+const TYPE_DATA_TYPE: c_int = 1;
+const TYPE_BOOLEAN: c_int = 2;
+const TYPE_INT64: c_int = 3;
+const TYPE_FLOAT: c_int = 4;
+const TYPE_DOUBLE: c_int = 5;
+const TYPE_VOID_PTR: c_int = 6;
+const TYPE_BACKEND_DESCRIPTOR: c_int = 15;
+
+// cudnnBackendAttributeName_t
+const ENGINECFG_ENGINE: c_int = 300;
+const ENGINECFG_KNOB_CHOICES: c_int = 302;
+const PLAN_HANDLE: c_int = 400;
+const PLAN_ENGINE_CONFIG: c_int = 401;
+const PLAN_WORKSPACE_SIZE: c_int = 402;
+const OP_PW_DESCRIPTOR: c_int = 750;
+const OP_PW_X: c_int = 751;
+const OP_PW_B: c_int = 752;
+const OP_PW_Y: c_int = 753;
+const OP_PW_ALPHA1: c_int = 754;
+const OP_PW_ALPHA2: c_int = 755;
+const GRAPH_HANDLE: c_int = 800;
+const GRAPH_OPS: c_int = 801;
+const TENSOR_BYTE_ALIGNMENT: c_int = 900;
+const TENSOR_DATA_TYPE: c_int = 901;
+const TENSOR_DIMENSIONS: c_int = 902;
+const TENSOR_STRIDES: c_int = 903;
+const TENSOR_UNIQUE_ID: c_int = 906;
+const TENSOR_IS_VIRTUAL: c_int = 907;
+const PACK_UNIQUE_IDS: c_int = 1000;
+const PACK_DATA_POINTERS: c_int = 1001;
+const PACK_WORKSPACE: c_int = 1003;
+const ENGINE_OPERATION_GRAPH: c_int = 1300;
+const ENGINE_GLOBAL_INDEX: c_int = 1301;
+
+/// The convolution operations: (descriptor type, first attribute (ALPHA), the direction).
+/// ALPHA, BETA, CONV_DESC, then the w-role tensor, the x-role tensor and the y-role tensor.
+const CONV_OPS: [(c_int, c_int, super::Dir); 3] = [
+    (OP_CONV_FWD, 700, super::Dir::Fwd),
+    (OP_CONV_BWD_DATA, 706, super::Dir::BwdData),
+    (OP_CONV_BWD_FILTER, 712, super::Dir::BwdFilter),
+];
+
+macro_rules! real {
+    ($name:literal, ($($t:ty),*)) => {{
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        let p = slot(&SLOT, CUDNN, $name);
+        // SAFETY: the real function named $name has this signature.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+    }};
+}
+
+mod plan;
+
+// ==================================================================== the real backend API
+
+fn create(ty: c_int) -> Option<usize> {
+    let f = real!(c"cudnnBackendCreateDescriptor", (c_int, *mut P))?;
+    let mut d: P = std::ptr::null_mut();
+    // SAFETY: a valid output pointer.
+    (unsafe { f(ty, &mut d) } == 0 && !d.is_null()).then_some(d as usize)
+}
+
+fn destroy(d: usize) {
+    if let Some(f) = real!(c"cudnnBackendDestroyDescriptor", (P)) {
+        // SAFETY: d is a descriptor Marmoset created.
+        unsafe { f(d as P) };
+    }
+}
+
+fn finalize(d: usize) -> Option<()> {
+    let f = real!(c"cudnnBackendFinalize", (P))?;
+    // SAFETY: d is a descriptor Marmoset created.
+    (unsafe { f(d as P) } == 0).then_some(())
+}
+
+fn set(d: usize, name: c_int, ty: c_int, n: usize, v: C) -> Option<()> {
+    let f = real!(c"cudnnBackendSetAttribute", (P, c_int, c_int, i64, C))?;
+    // SAFETY: v points to n values of type ty (the callers' contract).
+    (unsafe { f(d as P, name, ty, n as i64, v) } == 0).then_some(())
+}
+
+fn set_desc(d: usize, name: c_int, children: &[usize]) -> Option<()> {
+    set(
+        d,
+        name,
+        TYPE_BACKEND_DESCRIPTOR,
+        children.len(),
+        children.as_ptr() as C,
+    )
+}
+
+type GetFn = unsafe extern "C" fn(C, c_int, c_int, i64, *mut i64, P) -> c_int;
+
+fn getter() -> Option<GetFn> {
+    real!(
+        c"cudnnBackendGetAttribute",
+        (C, c_int, c_int, i64, *mut i64, P)
+    )
+}
+
+/// The count of an attribute's elements.
+fn count(d: usize, name: c_int, ty: c_int) -> Option<usize> {
+    let get = getter()?;
+    let mut n = -1i64;
+    // SAFETY: a count query: a valid count pointer, no array.
+    (unsafe { get(d as C, name, ty, 0, &mut n, std::ptr::null_mut()) } == 0 && n >= 0)
+        .then_some(n as usize)
+}
+
+/// The raw bytes of an attribute of at most `max` elements of `size` bytes each.
+fn raw(d: usize, name: c_int, ty: c_int, max: usize, size: usize) -> Option<(usize, Vec<u8>)> {
+    let get = getter()?;
+    let mut n = 0i64;
+    let mut v = vec![0u8; max * size + 8];
+    // SAFETY: v holds `max` elements of `size` bytes.
+    if unsafe { get(d as C, name, ty, max as i64, &mut n, v.as_mut_ptr() as P) } != 0 {
+        return None;
+    }
+    let n = (n.max(0) as usize).min(max);
+    v.truncate(n * size);
+    Some((n, v))
+}
+
+fn i64s(d: usize, name: c_int) -> Option<Vec<i64>> {
+    let (_, b) = raw(d, name, TYPE_INT64, 16, 8)?;
+    Some(
+        b.chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    )
+}
+
+fn i64_of(d: usize, name: c_int) -> Option<i64> {
+    i64s(d, name)?.first().copied()
+}
+
+/// Descriptor-valued attributes, read into descriptors of the given types Marmoset creates (the
+/// real library fills caller-made descriptors and refuses a type that differs).
+fn children(d: usize, name: c_int, types: &[c_int]) -> Option<Vec<usize>> {
+    let made: Vec<usize> = types.iter().map_while(|&t| create(t)).collect();
+    let ok = made.len() == types.len() && {
+        let get = getter()?;
+        let mut n = 0i64;
+        // SAFETY: `made` holds types.len() descriptors.
+        let r = unsafe {
+            get(
+                d as C,
+                name,
+                TYPE_BACKEND_DESCRIPTOR,
+                made.len() as i64,
+                &mut n,
+                made.as_ptr() as P,
+            )
+        };
+        r == 0 && n as usize == made.len()
+    };
+    if !ok {
+        made.into_iter().for_each(destroy);
+        return None;
+    }
+    Some(made)
+}
+
+fn child(d: usize, name: c_int, ty: c_int) -> Option<usize> {
+    children(d, name, &[ty])?.first().copied()
+}
+
+// ==================================================================== recognition
+
+/// A tensor of the graph, as read back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Tensor {
+    uid: i64,
+    dtype: c_int,
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    align: i64,
+    is_virtual: bool,
+    /// Per image (its first dimension is the batch) rather than a filter or a broadcast operand.
+    batched: bool,
+}
+
+/// An attribute of an operation, to set again on a micro-batch operation.
+#[derive(Debug, Clone)]
+enum Value {
+    /// A scaling factor (FLOAT or DOUBLE) as read.
+    Scalar(c_int, Vec<u8>),
+    /// A descriptor used as is (the convolution or pointwise descriptor, a filter, a bias).
+    Desc(usize),
+    /// A tensor: index into `Graph::tensors`.
+    Tensor(usize),
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    ty: c_int,
+    attrs: Vec<(c_int, Value)>,
+}
+
+/// A micro-batch plan's key: (images, engine, beta forced to 1).
+type MicroKey = (i64, i64, bool);
+
+/// A plan's tensor for the trace: (unique id, role, written, dims, strides).
+pub type TracedTensor = (i64, &'static str, bool, Vec<i64>, Vec<i64>);
+
+/// A recognised plan: its graph, engine and knob choices.
+#[derive(Debug)]
+pub struct Graph {
+    dir: super::Dir,
+    n: i64,
+    ops: Vec<Op>,
+    tensors: Vec<Tensor>,
+    /// The convolution's index among the operations and its BETA attribute.
+    beta_attr: (usize, c_int),
+    graph_handle: Option<usize>,
+    plan_handle: Option<usize>,
+    engine: i64,
+    knobs: Vec<usize>,
+    workspace: i64,
+    /// Micro-batch plans built so far: (images, engine, beta forced to 1) -> (plan, workspace).
+    micro: Mutex<HashMap<MicroKey, (usize, i64)>>,
+    /// WR's configuration, planned at finalisation (None: the test facility's, or undivided).
+    config: Option<Configuration>,
+}
+
+fn scalar(d: usize, name: c_int) -> Option<Value> {
+    [(TYPE_FLOAT, 4), (TYPE_DOUBLE, 8)]
+        .into_iter()
+        .find_map(|(ty, size)| raw(d, name, ty, 1, size).map(|(_, b)| Value::Scalar(ty, b)))
+}
+
+fn handle(d: usize, name: c_int) -> Option<usize> {
+    let (n, b) = raw(d, name, TYPE_HANDLE, 1, 8)?;
+    (n == 1).then(|| usize::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+fn read_tensor(t: usize) -> Option<Tensor> {
+    let (_, dt) = raw(t, TENSOR_DATA_TYPE, TYPE_DATA_TYPE, 1, 4)?;
+    let is_virtual = raw(t, TENSOR_IS_VIRTUAL, TYPE_BOOLEAN, 1, 1)
+        .map(|(n, b)| n == 1 && b[0] != 0)
+        .unwrap_or(false);
+    Some(Tensor {
+        uid: i64_of(t, TENSOR_UNIQUE_ID)?,
+        dtype: c_int::from_ne_bytes(dt.try_into().ok()?),
+        dims: i64s(t, TENSOR_DIMENSIONS)?,
+        strides: i64s(t, TENSOR_STRIDES)?,
+        align: i64_of(t, TENSOR_BYTE_ALIGNMENT).unwrap_or(16),
+        is_virtual,
+        batched: false,
+    })
+}
+
+/// The layouts of graph that micro-batching keeps exact, as lists of operation types.
+fn layouts(ops: usize) -> Vec<Vec<c_int>> {
+    if ops == 1 {
+        CONV_OPS.iter().map(|c| vec![c.0]).collect()
+    } else {
+        // Graphs list their operations in any order (TensorFlow's and the frontend's differ).
+        (0..ops)
+            .map(|at| {
+                (0..ops)
+                    .map(|i| if i == at { OP_CONV_FWD } else { OP_POINTWISE })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+struct Reader {
+    tensors: Vec<Tensor>,
+    n: i64,
+}
+
+impl Reader {
+    /// Reads tensor attribute `name` of `op`; `role`: Some(true) per image, Some(false) never
+    /// (a filter), None: per image when its first dimension is the batch, else broadcast (1).
+    fn tensor(&mut self, op: usize, name: c_int, role: Option<bool>) -> Option<Value> {
+        let t = child(op, name, TENSOR_DESCRIPTOR)?;
+        let mut rt = read_tensor(t);
+        destroy(t);
+        let mut t = rt.take()?;
+        t.batched = match role {
+            Some(b) => b,
+            None => match t.dims.first() {
+                Some(&d) if d == self.n => true,
+                Some(1) => false,
+                _ => return None,
+            },
+        };
+        if t.batched {
+            if !splittable(&t, self.n) {
+                return None;
+            }
+            // Micro-batches start whole images in: their pointers keep only the alignment that
+            // an image's size allows, and their tensors say so (engines refuse a broken promise).
+            let image = t.strides[0] * elem_bytes(t.dtype) as i64;
+            t.align = t.align.min(1 << image.trailing_zeros().min(8)).max(1);
+        }
+        if let Some(i) = self.tensors.iter().position(|o| o.uid == t.uid) {
+            (self.tensors[i] == t).then_some(Value::Tensor(i))
+        } else {
+            self.tensors.push(t);
+            Some(Value::Tensor(self.tensors.len() - 1))
+        }
+    }
+}
+
+/// A per-image tensor splits when it has the batch and each image is a block of its own.
+fn splittable(t: &Tensor, n: i64) -> bool {
+    let span = 1 + t
+        .dims
+        .iter()
+        .zip(&t.strides)
+        .skip(1)
+        .map(|(&d, &s)| (d - 1).max(0) * s)
+        .sum::<i64>();
+    t.dims.len() >= 3
+        && t.dims.len() == t.strides.len()
+        && t.dims[0] == n
+        && t.strides[0] >= span
+        && t.strides.iter().all(|&s| s > 0)
+}
+
+/// (direction, tensors, operations, (index of the convolution, its BETA attribute)).
+type Read = (super::Dir, Reader, Vec<Op>, (usize, c_int));
+
+fn read_ops(graph: usize, types: &[c_int]) -> Option<Read> {
+    let ops = children(graph, GRAPH_OPS, types)?;
+    let result = (|| {
+        let at = types.iter().position(|&t| t != OP_POINTWISE)?;
+        let (_, base, dir) = *CONV_OPS.iter().find(|c| c.0 == types[at])?;
+        let conv = ops[at];
+        // The batch: the x-role tensor's first dimension.
+        let x = child(conv, base + 4, TENSOR_DESCRIPTOR)?;
+        let xt = read_tensor(x);
+        destroy(x);
+        let n = *xt?.dims.first()?;
+        if n < 2 {
+            return None;
+        }
+        let mut r = Reader {
+            tensors: Vec::new(),
+            n,
+        };
+        let mut out = Vec::new();
+        for (i, &op) in ops.iter().enumerate() {
+            if i == at {
+                out.push(Op {
+                    ty: types[at],
+                    attrs: vec![
+                        (base, scalar(conv, base)?),
+                        (base + 1, scalar(conv, base + 1)?),
+                        (
+                            base + 2,
+                            Value::Desc(child(conv, base + 2, CONVOLUTION_DESCRIPTOR)?),
+                        ),
+                        (base + 3, r.tensor(conv, base + 3, Some(false))?),
+                        (base + 4, r.tensor(conv, base + 4, Some(true))?),
+                        (base + 5, r.tensor(conv, base + 5, Some(true))?),
+                    ],
+                });
+                continue;
+            }
+            let mut attrs = vec![
+                (
+                    OP_PW_DESCRIPTOR,
+                    Value::Desc(child(op, OP_PW_DESCRIPTOR, POINTWISE_DESCRIPTOR)?),
+                ),
+                (OP_PW_X, r.tensor(op, OP_PW_X, None)?),
+                (OP_PW_Y, r.tensor(op, OP_PW_Y, None)?),
+            ];
+            if count(op, OP_PW_B, TYPE_BACKEND_DESCRIPTOR).is_some_and(|c| c > 0) {
+                attrs.push((OP_PW_B, r.tensor(op, OP_PW_B, None)?));
+            }
+            for a in [OP_PW_ALPHA1, OP_PW_ALPHA2] {
+                if let Some(v) = scalar(op, a) {
+                    attrs.push((a, v));
+                }
+            }
+            out.push(Op {
+                ty: OP_POINTWISE,
+                attrs,
+            });
+        }
+        Some((dir, r, out, (at, base + 1)))
+    })();
+    ops.into_iter().for_each(destroy);
+    result
+}
+
+/// Plans recognised at finalization, by the caller's plan descriptor.
+static PLANS: Mutex<Option<HashMap<usize, Arc<Graph>>>> = Mutex::new(None);
+
+fn plans<R>(f: impl FnOnce(&mut HashMap<usize, Arc<Graph>>) -> R) -> Option<R> {
+    let mut g = PLANS.lock().ok()?;
+    Some(f(g.get_or_insert_with(HashMap::new)))
+}
+
+/// Execution-plan descriptors the caller created (only their finalization is examined).
+static CREATED: Mutex<Option<std::collections::HashSet<usize>>> = Mutex::new(None);
+
+/// After a successful cudnnBackendCreateDescriptor.
+pub fn created(ty: c_int, d: usize) {
+    if ty == EXECUTION_PLAN_DESCRIPTOR
+        && crate::state::active()
+        && config().microbatching()
+        && let Ok(mut g) = CREATED.lock()
+    {
+        g.get_or_insert_with(Default::default).insert(d);
+    }
+}
+
+/// Before cudnnBackendDestroyDescriptor: the address may be reused for another descriptor.
+pub fn destroyed(d: usize) {
+    if let Ok(mut g) = CREATED.lock()
+        && let Some(s) = g.as_mut()
+    {
+        s.remove(&d);
+    }
+    if let Some(Some(g)) = plans(|p| p.remove(&d)) {
+        let built: Vec<usize> = g
+            .micro
+            .lock()
+            .map(|m| m.values().map(|v| v.0).collect())
+            .unwrap_or_default();
+        built.into_iter().for_each(destroy);
+    }
+}
+
+/// After a successful cudnnBackendFinalize: records the plan if micro-batching keeps it exact.
+pub fn finalized(d: usize) {
+    let is_plan = CREATED
+        .lock()
+        .ok()
+        .and_then(|g| g.as_ref().map(|s| s.contains(&d)))
+        .unwrap_or(false);
+    if !is_plan {
+        return;
+    }
+    match recognise(d) {
+        Some(mut g) => {
+            if config().test_microbatch.is_none() {
+                if config().workspace_limit.is_none() {
+                    // WD (one workspace shared by every kernel) is not built for graphs yet: they
+                    // run as the framework planned them.
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        log(
+                            Level::Info,
+                            "backend: WD does not plan cuDNN backend graphs yet; they run as the framework planned them",
+                        )
+                    });
+                    return;
+                }
+                g.config = plan_wr(&g);
+            }
+            log(
+                Level::Debug,
+                &format!(
+                    "backend: a {:?} graph of {} operations and {} images (engine {}) can be micro-batched",
+                    g.dir,
+                    g.ops.len(),
+                    g.n,
+                    g.engine
+                ),
+            );
+            plans(|p| p.insert(d, Arc::new(g)));
+        }
+        None => log(
+            Level::Debug,
+            "backend: a plan that micro-batching does not handle passes through",
+        ),
+    }
+}
+
+fn recognise(plan: usize) -> Option<Graph> {
+    let cfg = child(plan, PLAN_ENGINE_CONFIG, ENGINECFG_DESCRIPTOR)?;
+    let result = (|| {
+        let engine = child(cfg, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR)?;
+        let inner = (|| {
+            let index = i64_of(engine, ENGINE_GLOBAL_INDEX)?;
+            let knobs = match count(cfg, ENGINECFG_KNOB_CHOICES, TYPE_BACKEND_DESCRIPTOR)? {
+                0 => Vec::new(),
+                k => children(
+                    cfg,
+                    ENGINECFG_KNOB_CHOICES,
+                    &vec![KNOB_CHOICE_DESCRIPTOR; k],
+                )?,
+            };
+            let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR)?;
+            let g = (|| {
+                let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR)?;
+                if nops == 0 || nops > 8 {
+                    return None;
+                }
+                let (dir, r, ops, beta_attr) = layouts(nops)
+                    .iter()
+                    .find_map(|types| read_ops(graph, types))?;
+                Some(Graph {
+                    dir,
+                    n: r.n,
+                    ops,
+                    tensors: r.tensors,
+                    beta_attr,
+                    graph_handle: handle(graph, GRAPH_HANDLE),
+                    plan_handle: handle(plan, PLAN_HANDLE),
+                    engine: index,
+                    knobs: knobs.clone(),
+                    workspace: i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
+                    micro: Mutex::new(HashMap::new()),
+                    config: None,
+                })
+            })();
+            destroy(graph);
+            if g.is_none() {
+                knobs.into_iter().for_each(destroy);
+            }
+            g
+        })();
+        destroy(engine);
+        inner
+    })();
+    destroy(cfg);
+    result
+}
+
+// ==================================================================== micro-batch plans
+
+impl Graph {
+    /// A plan for `b` images (beta 1 on the convolution when `accumulate`), built once.
+    fn micro_plan(&self, b: i64, engine: i64, accumulate: bool) -> Option<(usize, i64)> {
+        if let Some(&p) = self.micro.lock().ok()?.get(&(b, engine, accumulate)) {
+            return Some(p);
+        }
+        let mut made = Vec::new();
+        let plan = self.build(b, engine, accumulate, &mut made);
+        // Built parts that the plan no longer needs (cuDNN keeps copies), or a failed attempt.
+        made.into_iter().for_each(destroy);
+        let plan = plan?;
+        let ws = i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0);
+        self.micro
+            .lock()
+            .ok()?
+            .insert((b, engine, accumulate), (plan, ws));
+        Some((plan, ws))
+    }
+
+    fn build(&self, b: i64, engine: i64, accumulate: bool, made: &mut Vec<usize>) -> Option<usize> {
+        let mut tensors = Vec::new();
+        for t in &self.tensors {
+            let d = create(TENSOR_DESCRIPTOR)?;
+            made.push(d);
+            let mut dims = t.dims.clone();
+            if t.batched {
+                dims[0] = b;
+            }
+            let virt = t.is_virtual as u8;
+            set(
+                d,
+                TENSOR_DATA_TYPE,
+                TYPE_DATA_TYPE,
+                1,
+                &t.dtype as *const c_int as C,
+            )?;
+            set(
+                d,
+                TENSOR_DIMENSIONS,
+                TYPE_INT64,
+                dims.len(),
+                dims.as_ptr() as C,
+            )?;
+            set(
+                d,
+                TENSOR_STRIDES,
+                TYPE_INT64,
+                t.strides.len(),
+                t.strides.as_ptr() as C,
+            )?;
+            set(
+                d,
+                TENSOR_UNIQUE_ID,
+                TYPE_INT64,
+                1,
+                &t.uid as *const i64 as C,
+            )?;
+            set(
+                d,
+                TENSOR_BYTE_ALIGNMENT,
+                TYPE_INT64,
+                1,
+                &t.align as *const i64 as C,
+            )?;
+            if t.is_virtual {
+                set(
+                    d,
+                    TENSOR_IS_VIRTUAL,
+                    TYPE_BOOLEAN,
+                    1,
+                    &virt as *const u8 as C,
+                )?;
+            }
+            finalize(d)?;
+            tensors.push(d);
+        }
+        let mut ops = Vec::new();
+        for (i, op) in self.ops.iter().enumerate() {
+            let d = create(op.ty)?;
+            made.push(d);
+            for (name, v) in &op.attrs {
+                match v {
+                    Value::Scalar(ty, bytes) => {
+                        let (one_f, one_d) = (1.0f32, 1.0f64);
+                        let p = if (i, *name) == self.beta_attr && accumulate {
+                            if *ty == TYPE_DOUBLE {
+                                &one_d as *const f64 as C
+                            } else {
+                                &one_f as *const f32 as C
+                            }
+                        } else {
+                            bytes.as_ptr() as C
+                        };
+                        set(d, *name, *ty, 1, p)?;
+                    }
+                    Value::Desc(c) => set_desc(d, *name, &[*c])?,
+                    Value::Tensor(t) => set_desc(d, *name, &[tensors[*t]])?,
+                }
+            }
+            finalize(d)?;
+            ops.push(d);
+        }
+        let graph = create(OPERATIONGRAPH_DESCRIPTOR)?;
+        made.push(graph);
+        if let Some(h) = self.graph_handle {
+            set(graph, GRAPH_HANDLE, TYPE_HANDLE, 1, &h as *const usize as C)?;
+        }
+        set_desc(graph, GRAPH_OPS, &ops)?;
+        finalize(graph)?;
+        let index = engine;
+        let engine = create(ENGINE_DESCRIPTOR)?;
+        made.push(engine);
+        set_desc(engine, ENGINE_OPERATION_GRAPH, &[graph])?;
+        set(
+            engine,
+            ENGINE_GLOBAL_INDEX,
+            TYPE_INT64,
+            1,
+            &index as *const i64 as C,
+        )?;
+        finalize(engine)?;
+        let cfg = create(ENGINECFG_DESCRIPTOR)?;
+        made.push(cfg);
+        set_desc(cfg, ENGINECFG_ENGINE, &[engine])?;
+        // The caller's knob choices belong to its engine; other engines run their defaults.
+        if index == self.engine && !self.knobs.is_empty() {
+            set_desc(cfg, ENGINECFG_KNOB_CHOICES, &self.knobs)?;
+        }
+        finalize(cfg)?;
+        let plan = create(EXECUTION_PLAN_DESCRIPTOR)?;
+        if let Some(h) = self.plan_handle {
+            set(plan, PLAN_HANDLE, TYPE_HANDLE, 1, &h as *const usize as C)?;
+        }
+        if set_desc(plan, PLAN_ENGINE_CONFIG, &[cfg]).is_none() || finalize(plan).is_none() {
+            destroy(plan);
+            return None;
+        }
+        Some(plan)
+    }
+}
+
+// ==================================================================== execution
+
+/// The micro-batches of the configuration in force: (images, engine). The test facility's
+/// size with the caller's engine, else WR's configuration. None: the caller's plan as it is.
+fn parts(g: &Graph) -> Option<Vec<(i64, i64)>> {
+    let out: Vec<(i64, i64)> = match config().test_microbatch {
+        Some(b) => {
+            let b = b as i64;
+            let mut out = Vec::new();
+            let mut left = g.n;
+            while left > 0 {
+                out.push((b.min(left), g.engine));
+                left -= b.min(left);
+            }
+            out
+        }
+        None => g
+            .config
+            .as_ref()?
+            .parts
+            .iter()
+            .map(|&(b, e)| (b as i64, e as i64))
+            .collect(),
+    };
+    (out.len() > 1 || out.first().is_some_and(|p| p.1 != g.engine)).then_some(out)
+}
+
+/// A variant pack with the caller's pointers, those of per-image tensors offset by `start` images.
+fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64) -> Option<usize> {
+    let moved: Vec<i64> = ids
+        .iter()
+        .zip(ptrs)
+        .map(|(uid, &p)| match g.tensors.iter().find(|t| t.uid == *uid) {
+            Some(t) if t.batched && p != 0 => p + start * t.strides[0] * elem_bytes(t.dtype) as i64,
+            _ => p,
+        })
+        .collect();
+    let d = create(VARIANT_PACK_DESCRIPTOR)?;
+    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
+        && set(
+            d,
+            PACK_DATA_POINTERS,
+            TYPE_VOID_PTR,
+            moved.len(),
+            moved.as_ptr() as C,
+        )
+        .is_some()
+        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
+        && finalize(d).is_some();
+    if !ok {
+        destroy(d);
+        return None;
+    }
+    Some(d)
+}
+
+/// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
+/// undivided, as asked (nothing was written).
+pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
+    if !crate::state::active() || !config().microbatching() {
+        return None;
+    }
+    let g = plans(|p| p.get(&plan).cloned())??;
+    let sizes = parts(&g)?;
+    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    // The workspace the caller was told to provide.
+    let provided = g
+        .config
+        .as_ref()
+        .map_or(g.workspace, |c| c.workspace as i64);
+    // Every plan first: a failure here leaves the caller's plan to run undivided.
+    let mut steps = Vec::new();
+    for (i, &(b, engine)) in sizes.iter().enumerate() {
+        let accumulate = g.dir == super::Dir::BwdFilter && i > 0;
+        let (p, ws) = g.micro_plan(b, engine, accumulate)?;
+        if ws > provided {
+            log(
+                Level::Debug,
+                "backend: a micro-batch plan needs more workspace than the caller's; undivided",
+            );
+            return None;
+        }
+        steps.push((b, p));
+    }
+    let ids = i64s_n(pack, PACK_UNIQUE_IDS)?;
+    let (_, pb) = raw(pack, PACK_DATA_POINTERS, TYPE_VOID_PTR, ids.len(), 8)?;
+    let ptrs: Vec<i64> = pb
+        .chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    if ptrs.len() != ids.len() {
+        return None;
+    }
+    let ws = raw(pack, PACK_WORKSPACE, TYPE_VOID_PTR, 1, 8)
+        .and_then(|(n, b)| (n == 1).then(|| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
+        .unwrap_or(0);
+    let mut start = 0;
+    for (i, &(b, p)) in steps.iter().enumerate() {
+        let Some(vp) = pack_at(&g, &ids, &ptrs, ws, start) else {
+            if i == 0 {
+                return None;
+            }
+            return Some(4000); // CUDNN_STATUS_INTERNAL_ERROR: part of the output is written.
+        };
+        // SAFETY: the caller's handle; a plan and a variant pack Marmoset built, whose pointers
+        // lie within the caller's tensors (offset by whole images of the mini-batch).
+        let r = unsafe { exec(h, p as P, vp as P) };
+        destroy(vp);
+        if r != 0 {
+            if i == 0 {
+                log(
+                    Level::Warn,
+                    &format!("backend: a micro-batch failed ({r}); running the plan undivided"),
+                );
+                return None;
+            }
+            log(
+                Level::Error,
+                &format!("backend: micro-batch {i} failed ({r}) after earlier ones wrote"),
+            );
+            return Some(r);
+        }
+        start += b;
+    }
+    log(
+        Level::Info,
+        &format!(
+            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {})",
+            g.dir,
+            g.ops.len(),
+            g.n,
+            sizes.len(),
+            sizes,
+            g.engine
+        ),
+    );
+    Some(0)
+}
+
+/// An INT64 attribute of any length.
+fn i64s_n(d: usize, name: c_int) -> Option<Vec<i64>> {
+    let n = count(d, name, TYPE_INT64)?;
+    let (_, b) = raw(d, name, TYPE_INT64, n, 8)?;
+    Some(
+        b.chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    )
+}
+
+// ==================================================================== the trace's view
+
+/// The tensors of a plan of a recognisable layout, for the trace: (unique id, role, written,
+/// dims, strides). Empty for other graphs.
+pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
+    let mut out = Vec::new();
+    let Some(cfg) = child(plan, PLAN_ENGINE_CONFIG, ENGINECFG_DESCRIPTOR) else {
+        return out;
+    };
+    let engine = child(cfg, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR);
+    destroy(cfg);
+    let Some(engine) = engine else { return out };
+    let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR);
+    destroy(engine);
+    let Some(graph) = graph else { return out };
+    let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR).unwrap_or(0);
+    if (1..=8).contains(&nops)
+        && let Some((types, ops)) = layouts(nops)
+            .into_iter()
+            .find_map(|t| children(graph, GRAPH_OPS, &t).map(|o| (t, o)))
+    {
+        for (&ty, &op) in types.iter().zip(&ops) {
+            let roles: Vec<(c_int, &'static str, bool)> = match ty {
+                OP_CONV_FWD => vec![(703, "w", false), (704, "x", false), (705, "y", true)],
+                OP_CONV_BWD_DATA => vec![(709, "w", false), (710, "dx", true), (711, "dy", false)],
+                OP_CONV_BWD_FILTER => {
+                    vec![(715, "dw", true), (716, "x", false), (717, "dy", false)]
+                }
+                _ => vec![
+                    (OP_PW_X, "pw_x", false),
+                    (OP_PW_B, "pw_b", false),
+                    (OP_PW_Y, "pw_y", true),
+                ],
+            };
+            for (name, role, written) in roles {
+                let Some(t) = child(op, name, TENSOR_DESCRIPTOR) else {
+                    continue;
+                };
+                if let Some(r) = read_tensor(t).filter(|r| !r.is_virtual)
+                    && !out.iter().any(|o: &TracedTensor| o.0 == r.uid)
+                {
+                    out.push((r.uid, role, written, r.dims, r.strides));
+                }
+                destroy(t);
+            }
+        }
+        ops.into_iter().for_each(destroy);
+    }
+    destroy(graph);
+    out
+}

@@ -1,0 +1,267 @@
+//! WR for recognised backend graphs, at finalisation: every engine measured at each micro-batch
+//! size of the policy on plans Marmoset builds (scratch buffers, a scratch workspace of the
+//! limit, events on the handle's stream), kept in the benchmark database, then the dynamic
+//! program picks the configuration; the plan's workspace-size query answers its workspace.
+
+use super::super::{dev_alloc, dev_free, elem_bytes, slot};
+use super::{
+    ENGINE_DESCRIPTOR, ENGINE_OPERATION_GRAPH, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE, Graph,
+    OPERATIONGRAPH_DESCRIPTOR, P, PLAN_ENGINE_CONFIG, Value, child, destroy, i64_of, pack_at,
+    plans, raw,
+};
+use crate::config::Level;
+use crate::real::CUDNN;
+use crate::state::{config, log};
+use planner::microbatch::{Configuration, Micro, fastest};
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::atomic::AtomicUsize;
+
+macro_rules! rt {
+    ($name:literal, ($($t:ty),*)) => {{
+        static SLOT: AtomicUsize = AtomicUsize::new(0);
+        let p = slot(&SLOT, crate::real::CUDART, $name);
+        // SAFETY: the real function named $name has this signature.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+    }};
+}
+
+/// The workspace-size query of a planned plan: its configuration's workspace (WR).
+pub fn workspace_answer(plan: usize) -> Option<i64> {
+    let g = plans(|p| p.get(&plan).cloned())??;
+    Some(g.config.as_ref()?.workspace as i64)
+}
+
+/// The database key of a graph: its operations, tensors, the caller's engine and knob choices,
+/// where it runs and what the benchmark was allowed.
+fn key(g: &Graph, limit: u64, sizes: &str) -> String {
+    let ops: Vec<String> = g
+        .ops
+        .iter()
+        .map(|o| {
+            let attrs: Vec<String> = o
+                .attrs
+                .iter()
+                .map(|(n, v)| match v {
+                    Value::Scalar(t, b) => format!("{n}:{t}:{b:?}"),
+                    // Descriptors Marmoset holds copies of: their settings are in the tensors'
+                    // shapes (convolution geometry shows in x, w and y) and the mode lists.
+                    Value::Desc(_) => format!("{n}:desc"),
+                    Value::Tensor(i) => format!("{n}:t{i}"),
+                })
+                .collect();
+            format!("{}[{}]", o.ty, attrs.join(","))
+        })
+        .collect();
+    // The caller's knob choices as (type, value): they shape its engine's measurements.
+    let knobs: Vec<(i64, i64)> = g
+        .knobs
+        .iter()
+        .map(|&k| {
+            let ty = raw(k, 600, 9, 1, 4)
+                .map(|(_, b)| c_int::from_ne_bytes(b.try_into().unwrap_or([0; 4])) as i64)
+                .unwrap_or(-1);
+            (ty, i64_of(k, 601).unwrap_or(-1))
+        })
+        .collect();
+    format!(
+        "backend|{:?}|ops={}|tensors={:?}|engine={}|knobs={:?}|{}|cudnn={}|limit={limit}|sizes={sizes}",
+        g.dir,
+        ops.join(";"),
+        g.tensors
+            .iter()
+            .map(|t| (t.uid, t.dtype, &t.dims, &t.strides, t.batched))
+            .collect::<Vec<_>>(),
+        g.engine,
+        knobs,
+        super::super::device_name(),
+        super::super::cudnn_version(),
+    )
+}
+
+/// WR at finalisation: every engine measured at each micro-batch size of the policy (plans
+/// Marmoset builds, scratch buffers, a scratch workspace within the limit), then the dynamic
+/// program picks the fastest configuration.
+pub(super) fn plan_wr(g: &Graph) -> Option<Configuration> {
+    let cfg = config();
+    let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
+    let n = g.n as u64;
+    if n > planner::microbatch::MAX_BATCH {
+        return None;
+    }
+    let sizes = cfg.batch_sizes.sizes(n);
+    let key = key(g, limit, cfg.batch_sizes.name());
+    let cached = super::super::with_state(|s| {
+        s.db.get_or_insert_with(super::super::db::load)
+            .get(&key)
+            .cloned()
+    })
+    .flatten();
+    let micro = match cached {
+        Some(m) => m,
+        None => {
+            let m = measure(g, &sizes, limit);
+            if !m.is_empty() {
+                super::super::db::append(&key, &m);
+                super::super::with_state(|s| {
+                    s.db.get_or_insert_with(HashMap::new)
+                        .insert(key.clone(), m.clone());
+                });
+            }
+            m
+        }
+    };
+    let c = fastest(n, &micro, limit, cfg.batch_sizes)?;
+    log(
+        Level::Info,
+        &format!(
+            "backend: planned a {:?} graph ({} operations, {} images): {:?} ({:.4} ms, {} B of workspace; {} micro-configurations)",
+            g.dir,
+            g.ops.len(),
+            n,
+            c.parts,
+            c.time_ms,
+            c.workspace,
+            micro.len()
+        ),
+    );
+    Some(c)
+}
+
+type EventFn = unsafe extern "C" fn(P) -> c_int;
+
+/// Each engine's time and workspace on micro-batch plans of each size.
+fn measure(g: &Graph, sizes: &[u64], limit: u64) -> Vec<Micro> {
+    let mut out = Vec::new();
+    let Some(h) = g.plan_handle.or(g.graph_handle) else {
+        return out;
+    };
+    let Some(bufs) = Scratch::new(g, limit) else {
+        return out;
+    };
+    let engines = engine_count(g).unwrap_or(8).min(64);
+    for &b in sizes {
+        for e in 0..engines {
+            if let Some((ms, ws)) = time_one(g, h, &bufs, b as i64, e) {
+                out.push(Micro {
+                    batch: b,
+                    algo: e as i32,
+                    time_ms: ms,
+                    workspace: ws as u64,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The graph's engine count, from a micro-batch graph Marmoset builds.
+fn engine_count(g: &Graph) -> Option<i64> {
+    let (plan, _) = g.micro_plan(g.n, g.engine, false)?;
+    let cfg = child(plan, PLAN_ENGINE_CONFIG, ENGINECFG_DESCRIPTOR)?;
+    let engine = child(cfg, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR);
+    destroy(cfg);
+    let engine = engine?;
+    let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR);
+    destroy(engine);
+    let graph = graph?;
+    let n = i64_of(graph, 802);
+    destroy(graph);
+    n
+}
+
+/// Scratch device buffers: one per tensor with a pointer (whole mini-batch), and a workspace.
+struct Scratch {
+    ptrs: Vec<(i64, i64)>,
+    ws: (i64, u64),
+}
+
+impl Scratch {
+    fn new(g: &Graph, limit: u64) -> Option<Scratch> {
+        let mut s = Scratch {
+            ptrs: Vec::new(),
+            ws: (0, 0),
+        };
+        for t in g.tensors.iter().filter(|t| !t.is_virtual) {
+            let span = 1 + t
+                .dims
+                .iter()
+                .zip(&t.strides)
+                .map(|(&d, &st)| (d - 1).max(0) * st)
+                .sum::<i64>();
+            let p = dev_alloc(span as usize * elem_bytes(t.dtype))?;
+            s.ptrs.push((t.uid, p as i64));
+        }
+        if limit > 0 {
+            let p = dev_alloc(limit as usize)?;
+            s.ws = (p as i64, limit);
+        }
+        Some(s)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for &(_, p) in &self.ptrs {
+            dev_free(p as usize);
+        }
+        if self.ws.0 != 0 {
+            dev_free(self.ws.0 as usize);
+        }
+    }
+}
+
+/// One engine at `b` images: (milliseconds by the caller's stream's events, workspace). None:
+/// the engine does not take the graph, or needs more workspace than the limit.
+fn time_one(g: &Graph, h: usize, s: &Scratch, b: i64, engine: i64) -> Option<(f64, i64)> {
+    let (plan, ws) = g.micro_plan(b, engine, false)?;
+    if ws as u64 > s.ws.1 {
+        return None;
+    }
+    let ids: Vec<i64> = s.ptrs.iter().map(|p| p.0).collect();
+    let ptrs: Vec<i64> = s.ptrs.iter().map(|p| p.1).collect();
+    let pack = pack_at(g, &ids, &ptrs, s.ws.0, 0)?;
+    let r = timed(h, || {
+        let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+        // SAFETY: a plan and a variant pack Marmoset built over its own scratch buffers.
+        (unsafe { exec(h as P, plan as P, pack as P) } == 0).then_some(())
+    });
+    destroy(pack);
+    Some((r?, ws))
+}
+
+/// Runs `f` between two events on the handle's stream; the elapsed milliseconds.
+fn timed(h: usize, f: impl FnOnce() -> Option<()>) -> Option<f64> {
+    let get_stream = real!(c"cudnnGetStream", (P, *mut P))?;
+    let mut stream: P = std::ptr::null_mut();
+    // SAFETY: a valid output pointer; h is the graph's handle.
+    if unsafe { get_stream(h as P, &mut stream) } != 0 {
+        return None;
+    }
+    let create = rt!(c"cudaEventCreate", (*mut P))?;
+    let record = rt!(c"cudaEventRecord", (P, P))?;
+    let sync = rt!(c"cudaEventSynchronize", (P))?;
+    let elapsed = rt!(c"cudaEventElapsedTime", (*mut f32, P, P))?;
+    let destroy_ev: EventFn = rt!(c"cudaEventDestroy", (P))?;
+    let (mut a, mut b): (P, P) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mut ms = 0f32;
+    // SAFETY: real CUDA runtime calls on events Marmoset creates and destroys here.
+    let ok = unsafe {
+        create(&mut a) == 0
+            && create(&mut b) == 0
+            && record(a, stream) == 0
+            && f().is_some()
+            && record(b, stream) == 0
+            && sync(b) == 0
+            && elapsed(&mut ms, a, b) == 0
+    };
+    // SAFETY: as above; a null event is skipped.
+    unsafe {
+        for e in [a, b] {
+            if !e.is_null() {
+                destroy_ev(e);
+            }
+        }
+    }
+    ok.then_some(ms as f64)
+}
