@@ -126,15 +126,36 @@ impl Out {
         if done > whole {
             let _ = self.file.set_len(self.written);
         }
-        let mark =
-            serde_json::json!({"trace_cut": {"records": self.records, "error": e.to_string()}});
-        let line = format!("{mark}\n");
-        if self
-            .file
-            .seek(std::io::SeekFrom::Start(self.written))
-            .is_ok()
-            && self.file.write_all(line.as_bytes()).is_err()
-        {
+        // Where a size limit leaves no room for the mark, give back the last records of this
+        // buffer, one at a time (8 at most): a trace that says it was cut is worth more than its
+        // last records, since readers could not tell it from a trace that simply ended.
+        let base = self.written - whole as u64;
+        let mut starts: Vec<u64> = std::iter::once(0)
+            .chain(
+                self.buf[..whole]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| **b == b'\n')
+                    .map(|(i, _)| i as u64 + 1),
+            )
+            .filter(|&i| i < whole as u64)
+            .collect();
+        for _ in 0..9 {
+            let mark =
+                serde_json::json!({"trace_cut": {"records": self.records, "error": e.to_string()}});
+            let line = format!("{mark}\n");
+            if self
+                .file
+                .seek(std::io::SeekFrom::Start(self.written))
+                .is_ok()
+                && self.file.write_all(line.as_bytes()).is_ok()
+            {
+                break;
+            }
+            let _ = self.file.set_len(self.written);
+            let Some(start) = starts.pop() else { break };
+            self.written = base + start;
+            self.records = self.records.saturating_sub(1);
             let _ = self.file.set_len(self.written);
         }
         self.failed = true;
