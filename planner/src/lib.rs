@@ -5,9 +5,11 @@
 //! (WR / WD) and the memory policies come with their issues.
 
 pub mod inspect;
+pub mod memory;
 pub mod microbatch;
 pub mod model;
-pub mod policy;
+/// The memory policies under their earlier name.
+pub use memory as policy;
 pub mod pool;
 pub mod sim;
 pub mod testdata;
