@@ -4,9 +4,10 @@
 //! the feedback of the replay's stalls.
 
 use super::analysis::{Analysis, Extension};
-use super::{Mechanism, rank_outcomes};
+use super::passive::online;
+use super::{DROPS, Deadline, Mechanism, best, rank_outcomes, with_passive};
 use crate::model::Trace;
-use crate::timeline::{Decision, Link, Outcome, Plan, Stall, simulate};
+use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
 
 /// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
 /// [`candidates`].
@@ -52,8 +53,9 @@ pub(super) fn iterative(
     budget: u64,
     link: Link,
     mech: Mechanism,
+    more: Deadline,
 ) -> (Plan, Outcome) {
-    iterative_from(t, a, budget, link, Selection::of(mech), Vec::new())
+    iterative_from(t, a, budget, link, Selection::of(mech), Vec::new(), more)
 }
 
 /// Capuchin's first pass over the load peak as a whole: the tensors (of at least 1 MiB) alive
@@ -119,17 +121,18 @@ pub(super) fn iterative_from(
     link: Link,
     sel: Selection,
     seed: Plan,
+    more: Deadline,
 ) -> (Plan, Outcome) {
     let mut banned: Vec<(usize, usize)> = Vec::new();
-    let mut best = select(t, a, budget, link, sel, seed.clone(), &banned);
+    let mut best = select(t, a, budget, link, sel, seed.clone(), &banned, more);
     let mut last = best.clone();
     for _ in 0..6 {
-        if best.1.feasible {
+        if best.1.feasible || !more() {
             break;
         }
         // The largest recomputation landing on an operation still over the budget.
         let stuck: Vec<usize> = last.1.overs.iter().map(|o| o.0).collect();
-        let Some(more) = last
+        let Some(worst) = last
             .0
             .iter()
             .filter_map(|&(s, d)| match d {
@@ -141,8 +144,8 @@ pub(super) fn iterative_from(
         else {
             break;
         };
-        banned.push(more);
-        last = select(t, a, budget, link, sel, seed.clone(), &banned);
+        banned.push(worst);
+        last = select(t, a, budget, link, sel, seed.clone(), &banned, more);
         if rank_outcomes(&last.1, &best.1).is_lt() {
             best = last.clone();
         }
@@ -151,6 +154,7 @@ pub(super) fn iterative_from(
 }
 
 /// One run of the selection loop; `banned` (storage, back-access) recomputations are not taken.
+#[allow(clippy::too_many_arguments)]
 fn select(
     t: &Trace,
     a: &Analysis,
@@ -159,6 +163,7 @@ fn select(
     sel: Selection,
     seed: Plan,
     banned: &[(usize, usize)],
+    more: Deadline,
 ) -> (Plan, Outcome) {
     let mut plan: Plan = seed;
     // Lifetimes grow as recomputations keep their sources.
@@ -179,7 +184,7 @@ fn select(
     }
     let mut out = simulate(t, budget, link, &plan);
     'outer: for _ in 0..4000 {
-        if out.feasible {
+        if out.feasible || !more() {
             break;
         }
         // The worst excess first; where nothing can move there, the next one.
@@ -277,8 +282,8 @@ fn select(
         out = simulate(t, budget, link, &plan);
     }
     if out.feasible {
-        prune(t, budget, link, &mut plan, &mut out);
-        adjust_triggers(t, a, budget, link, &mut plan, &mut out);
+        prune(t, budget, link, &mut plan, &mut out, more);
+        adjust_triggers(t, a, budget, link, &mut plan, &mut out, more);
     }
     (plan, out)
 }
@@ -286,7 +291,14 @@ fn select(
 /// Undoes what the selection took beyond need: each recomputation (the costliest first) is
 /// dropped from the plan when the replay stays within the budget and gets faster; then each
 /// extension nothing needs any more.
-fn prune(t: &Trace, budget: u64, link: Link, plan: &mut Plan, out: &mut Outcome) {
+pub(super) fn prune(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &mut Plan,
+    out: &mut Outcome,
+    more: Deadline,
+) {
     let cost = |d: &(usize, Decision)| match d.1 {
         Decision::Recompute { back, .. } if back != usize::MAX => {
             t.storages[d.0].producer.map_or(0.0, |p| t.ops[p].time_s)
@@ -307,6 +319,9 @@ fn prune(t: &Trace, budget: u64, link: Link, plan: &mut Plan, out: &mut Outcome)
         .chain(exts.collect::<Vec<_>>().into_iter().map(|d| (d, true)))
         .collect();
     for (d, as_fast) in tries {
+        if !more() {
+            return;
+        }
         let Some(k) = plan.iter().position(|x| *x == d) else {
             continue;
         };
@@ -502,8 +517,12 @@ fn adjust_triggers(
     link: Link,
     plan: &mut Plan,
     out: &mut Outcome,
+    more: Deadline,
 ) {
     for _ in 0..16 {
+        if !more() {
+            return;
+        }
         let mut improved = false;
         for group in [false, true] {
             let Some(moved) = moved_triggers(a, plan, out, group) else {
@@ -575,6 +594,7 @@ pub(super) fn refine_swaps(
     link: Link,
     plan: &mut Plan,
     out: &mut Outcome,
+    more: Deadline,
 ) {
     let mut stall_of: Vec<(f64, usize)> = Vec::new();
     for st in &out.stalls {
@@ -596,6 +616,9 @@ pub(super) fn refine_swaps(
     }
     tries.sort_by(|x, y| x.0.total_cmp(&y.0));
     for (_, k) in tries {
+        if !more() {
+            return;
+        }
         let mut cand = plan.clone();
         if let (s, Decision::Swap { after, back, .. }) = cand[k] {
             cand[k] = (s, Decision::Recompute { after, back });
@@ -606,4 +629,101 @@ pub(super) fn refine_swaps(
             *out = o;
         }
     }
+}
+
+/// Capuchin's selection with both mechanisms (MSPS ranking, FreeTime first, in-trigger
+/// feedback), and its stalled swaps turned into recomputations where cheaper.
+pub(super) fn both_selection(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let (mut plan, mut out) = iterative(t, a, budget, link, Mechanism::Both, more);
+    if out.feasible {
+        refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
+    }
+    (plan, out)
+}
+
+/// Capuchin's policy: its first, measured iteration in passive mode (swapping on demand), then
+/// its selection ([`both_selection`]) with the passive mode behind it where it falls short. Ours
+/// on top (README): a passive mode that may also drop by DTR's score, stuck recomputations
+/// ruled out and the selection rerun, what the selection took beyond need undone (prune), and
+/// stalled swaps turned into recomputations.
+pub(super) fn capuchin(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let sel = both_selection(t, a, budget, link, more);
+    let passive = [Evict::Lru, Evict::Dtr].map(|e| online(t, a, budget, link, e));
+    capuchin_from(t, a, budget, link, passive, sel)
+}
+
+/// [`capuchin`] from the passive runs alone (LRU, DTR) and its selection's result.
+pub(super) fn capuchin_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    passive: [(Plan, Outcome); 2],
+    sel: (Plan, Outcome),
+) -> (Plan, Outcome) {
+    let mut v = passive.to_vec();
+    v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel));
+    best(v)
+}
+
+/// Capuchin's selection restricted to swapping, with its passive mode (LRU) behind it.
+pub(super) fn swap_only(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let sel = iterative(t, a, budget, link, Mechanism::Swap, more);
+    best(with_passive(t, a, budget, link, Mechanism::Swap, sel))
+}
+
+/// Capuchin's selection restricted to recomputation, under either ranking (the better by
+/// replay), with its passive mode (dropping) behind it where it falls short, or alone (its
+/// first iteration) where that is better.
+pub(super) fn recompute_only(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let passive = [DROPS[0], DROPS[1]].map(|e| online(t, a, budget, link, e));
+    recompute_from(t, a, budget, link, more, passive)
+}
+
+/// [`recompute_only`] from the passive runs alone (the [`DROPS`] modes).
+pub(super) fn recompute_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+    passive: [(Plan, Outcome); 2],
+) -> (Plan, Outcome) {
+    let mut variants: Vec<_> = passive.to_vec();
+    for rank in [Rank::Msps, Rank::Area] {
+        if !more() {
+            break;
+        }
+        let sel = Selection {
+            rank,
+            ..Selection::of(Mechanism::Recompute)
+        };
+        let got = iterative_from(t, a, budget, link, sel, Vec::new(), more);
+        variants.extend(with_passive(t, a, budget, link, sel.mech, got));
+    }
+    best(variants)
 }

@@ -1,5 +1,6 @@
 //! Memory policies: functions from (trace, budget, link) to a plan that the timeline simulator
-//! replays, one file per paper: Capuchin's selection ([`capuchin`]), vDNN ([`vdnn`]), SINGA's
+//! replays, one file per paper: Capuchin's selection ([`capuchin`]), the portfolio ([`auto`]),
+//! the lower bound ([`bound`]), vDNN ([`vdnn`]), SINGA's
 //! AutoSwap ([`autoswap`]), Ito et al.'s hybrid ([`hybrid`]), DTR ([`dtr`]) and the passive
 //! LRU baseline ([`lru`]), over the shared analysis ([`analysis`]) and the passive mode
 //! ([`passive`]). Names from the papers: evicted-access (the access after which a tensor
@@ -8,7 +9,9 @@
 //! second).
 
 mod analysis;
+mod auto;
 mod autoswap;
+pub mod bound;
 mod capuchin;
 mod dtr;
 mod hybrid;
@@ -17,14 +20,15 @@ mod passive;
 mod vdnn;
 
 pub use analysis::Analysis;
-use capuchin::{Rank, Selection, iterative_from, peak_seed, refine_swaps};
+pub use bound::Bound;
 use passive::online_from;
 
 use crate::model::Trace;
 use crate::timeline::{Evict, Link, Outcome, Plan};
 
-/// Every policy `marmoset plan` knows.
+/// Every policy `marmoset plan` knows; `auto`, the portfolio, is the default.
 pub const POLICIES: &[&str] = &[
+    "auto",
     "capuchin",
     "swap",
     "recompute",
@@ -102,73 +106,58 @@ pub(super) fn best(v: impl IntoIterator<Item = (Plan, Outcome)>) -> (Plan, Outco
         .expect("at least one plan")
 }
 
-/// Runs policy `name`. Capuchin takes the better of its combined selection and of its selection
-/// restricted to one mechanism, by simulation (its measured-execution / feedback loop); its
-/// first, measured iteration runs in passive mode, kept where no plan beats it.
+/// Asked between (and inside) the steps of a search: false once time is up, and the search
+/// returns its best plan so far. The caller owns the clock (the crate reads none): the
+/// `marmoset` command and the shim pass `|| Instant::now() < end`; a test can count calls.
+pub type Deadline<'a> = &'a dyn Fn() -> bool;
+
+/// Policies' results by name.
+pub type Named = Vec<(&'static str, (Plan, Outcome))>;
+
+/// Runs policy `name` to completion.
 pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outcome)> {
+    run_until(name, t, budget, link, &|| true)
+}
+
+/// Runs policy `name` until `more` says time is up (see [`Deadline`]); `None` for a name not in
+/// [`POLICIES`].
+pub fn run_until(
+    name: &str,
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> Option<(Plan, Outcome)> {
     let a = Analysis::new(t);
-    // The passive first iteration alone: swapping, or recomputing.
-    let passive = |evict| passive::online(t, &a, budget, link, evict);
     Some(match name {
-        "capuchin" => {
-            let by_area = |mech| Selection {
-                rank: Rank::Area,
-                ..Selection::of(mech)
-            };
-            // Seeded by the whole-peak pass, tensors of 1 MiB and more.
-            let large = Selection {
-                min_size: 1 << 20,
-                ..Selection::of(Mechanism::Both)
-            };
-            let mut variants: Vec<_> = [Evict::Lru]
-                .iter()
-                .chain(DROPS)
-                .map(|&e| passive(e))
-                .collect();
-            for (sel, seed) in [
-                (Selection::of(Mechanism::Both), Vec::new()),
-                (by_area(Mechanism::Both), Vec::new()),
-                (Selection::of(Mechanism::Swap), Vec::new()),
-                (Selection::of(Mechanism::Recompute), Vec::new()),
-                (by_area(Mechanism::Recompute), Vec::new()),
-                (large, peak_seed(t, &a, budget, link, false)),
-                (large, peak_seed(t, &a, budget, link, true)),
-            ] {
-                let (mut plan, mut out) = iterative_from(t, &a, budget, link, sel, seed);
-                if out.feasible && sel.mech != Mechanism::Recompute {
-                    refine_swaps(t, &a, budget, link, &mut plan, &mut out);
-                }
-                variants.extend(with_passive(t, &a, budget, link, sel.mech, (plan, out)));
-            }
-            best(variants)
-        }
-        "swap" => {
-            let sel = capuchin::iterative(t, &a, budget, link, Mechanism::Swap);
-            best(with_passive(t, &a, budget, link, Mechanism::Swap, sel))
-        }
-        // Capuchin's selection with recomputation only, under either ranking (the better by
-        // replay, as capuchin itself picks), with its passive mode behind it where it falls
-        // short, or alone (its first iteration) where that is better.
-        "recompute" => {
-            let mut variants: Vec<_> = DROPS.iter().map(|&e| passive(e)).collect();
-            for rank in [Rank::Msps, Rank::Area] {
-                let sel = Selection {
-                    rank,
-                    ..Selection::of(Mechanism::Recompute)
-                };
-                let got = iterative_from(t, &a, budget, link, sel, Vec::new());
-                variants.extend(with_passive(t, &a, budget, link, sel.mech, got));
-            }
-            best(variants)
-        }
+        "auto" => auto::portfolio(t, &a, budget, link, more, false).0,
+        "capuchin" => capuchin::capuchin(t, &a, budget, link, more),
+        "swap" => capuchin::swap_only(t, &a, budget, link, more),
+        "recompute" => capuchin::recompute_only(t, &a, budget, link, more),
         "dtr" => dtr::dtr(t, &a, budget, link),
         "lru" => lru::lru(t, &a, budget, link),
         "vdnn-all" => vdnn::vdnn(t, &a, budget, link, false),
         "vdnn-conv" => vdnn::vdnn(t, &a, budget, link, true),
         "autoswap" => autoswap::autoswap(t, &a, budget, link),
-        "hybrid" => hybrid::hybrid(t, &a, budget, link),
+        "hybrid" => hybrid::hybrid(t, &a, budget, link, more),
         _ => return None,
     })
+}
+
+/// Every policy in [`POLICIES`] at once, each result exactly as [`run`] gives it, for the cost
+/// of `auto` alone (its steps are the other policies' searches).
+pub fn run_all(t: &Trace, budget: u64, link: Link) -> Named {
+    let a = Analysis::new(t);
+    let (best, named) = auto::portfolio(t, &a, budget, link, &|| true, true);
+    let mut all = vec![("auto", best)];
+    all.extend(named);
+    all.sort_by_key(|x| POLICIES.iter().position(|p| *p == x.0));
+    all
+}
+
+/// The lower bound on the makespan of any plan for `t` under `budget` (see [`bound`]).
+pub fn lower_bound(t: &Trace, budget: u64, link: Link) -> Bound {
+    bound::lower_bound(t, &Analysis::new(t), budget, link)
 }
 
 #[cfg(test)]
