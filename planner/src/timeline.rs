@@ -729,15 +729,17 @@ fn replay(
                 let op = &t.ops[i];
                 if let Some(ss) = triggers.get(&i) {
                     for &s in ss {
-                        let at = match sim.state[s] {
-                            // A swap-in cannot start before its swap-out ended.
-                            State::Leaving(e) => e.max(sim.now),
-                            State::Out => sim.now,
-                            _ => continue,
-                        };
-                        sim.release(at);
-                        if sim.state[s] == State::Out {
-                            sim.swap_in(s, at, i);
+                        sim.release(sim.now);
+                        match sim.state[s] {
+                            // Wanted back before its swap-out ended: it stays (the copy's
+                            // engine time is spent all the same). Releasing its memory at
+                            // the copy's end, before this operation allocates, would count
+                            // memory the device does not have yet.
+                            State::Leaving(_) => sim.state[s] = State::Resident,
+                            State::Out => {
+                                sim.swap_in(s, sim.now, i);
+                            }
+                            _ => {}
                         }
                     }
                 }

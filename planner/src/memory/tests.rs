@@ -5,6 +5,7 @@ use super::passive::passive_run;
 use super::*;
 use crate::model::Step;
 use crate::model::{Op, Storage};
+use crate::timeline::Plan;
 use crate::timeline::{Decision, simulate};
 
 struct Rng(u64);
@@ -458,5 +459,208 @@ fn smartpool_stays_within_two_percent_of_the_peak_load() {
         let p = crate::pool::smartpool(&t);
         assert!(p.ratio() <= 1.02, "{name}: {}", p.ratio());
         assert!(p.size >= p.peak_load);
+    }
+}
+
+/// Every policy's result at one budget, its bound, and the claims' misses.
+fn check(what: &str, t: &Trace, budget: u64, link: Link) -> Vec<String> {
+    let all = run_all(t, budget, link);
+    let bound = lower_bound(t, budget, link);
+    for (p, (plan, o)) in &all {
+        // What is reported is the plan's own replay.
+        let again = simulate(t, budget, link, plan);
+        assert_eq!(
+            (again.feasible, again.makespan),
+            (o.feasible, o.makespan),
+            "{what}: {p} reports its replay"
+        );
+    }
+    claim_misses(what, &all, &bound)
+}
+
+#[test]
+fn on_generated_families_the_policies_hold_their_claims() {
+    let mut misses = Vec::new();
+    let mut gaps = Vec::new();
+    for profile in ["h100", "p100"] {
+        let (p, _) = simgpu_model::Profile::load(profile).unwrap();
+        let link = Link::from_profile(&p);
+        for name in crate::generate::FAMILIES {
+            let t = crate::generate::family(name, 1, 8).unwrap().trace(&p);
+            t.validate().unwrap();
+            for f in [0.9, 0.7, 0.5, 0.3, 0.2] {
+                let budget = (t.peak() as f64 * f) as u64;
+                misses.extend(check(&format!("{name} {profile} {f}"), &t, budget, link));
+                let auto = run("auto", &t, budget, link).unwrap().1;
+                let bound = lower_bound(&t, budget, link);
+                if auto.feasible {
+                    gaps.push(format!(
+                        "{name} {profile} {f}: {:.1}%",
+                        100.0 * (auto.makespan / bound.makespan - 1.0)
+                    ));
+                } else if f >= 0.9 {
+                    misses.push(format!("{name} {profile} {f}: auto infeasible"));
+                }
+            }
+        }
+    }
+    eprintln!("auto's gap to the bound on the families (simulated): {gaps:?}");
+    assert!(misses.is_empty(), "{misses:#?}");
+}
+
+#[test]
+fn on_random_traces_the_policies_hold_their_claims() {
+    let mut r = Rng(14);
+    let mut misses = Vec::new();
+    for case in 0..60 {
+        let t = random_trace(&mut r, 6 + case % 14);
+        let budget = (t.peak() as f64 * (0.5 + 0.1 * (case % 5) as f64)) as u64;
+        misses.extend(check(&format!("case {case}"), &t, budget, LINK));
+        // run_all gives each policy exactly as run does.
+        if case % 10 == 0 {
+            for (p, (_, o)) in run_all(&t, budget, LINK) {
+                let alone = run(p, &t, budget, LINK).unwrap().1;
+                assert_eq!(
+                    (alone.feasible, alone.makespan),
+                    (o.feasible, o.makespan),
+                    "{p}"
+                );
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{misses:#?}");
+}
+
+/// The exact optimum over plans that move each tensor at most once per gap between two of its
+/// accesses: kept, recomputed, or swapped with its in-trigger at any operation of the gap; by
+/// enumeration (tiny traces only). `None` when no such plan fits, or there are too many.
+fn exhaustive(t: &Trace, budget: u64, link: Link) -> Option<Option<f64>> {
+    let a = Analysis::new(t);
+    let mut choices: Vec<Vec<Option<(usize, Decision)>>> = Vec::new();
+    for s in 0..t.storages.len() {
+        for w in a.accesses[s].windows(2) {
+            let (after, back) = (w[0], w[1]);
+            if back <= after + 1 {
+                continue;
+            }
+            let mut c = vec![None];
+            if a.recomputable(t, s, back) {
+                c.push(Some((s, Decision::Recompute { after, back })));
+            }
+            for trigger in after + 1..=back {
+                c.push(Some((
+                    s,
+                    Decision::Swap {
+                        after,
+                        trigger,
+                        back,
+                    },
+                )));
+            }
+            choices.push(c);
+        }
+    }
+    let count: f64 = choices.iter().map(|c| c.len() as f64).product();
+    if count > 20_000.0 {
+        return None;
+    }
+    let mut best: Option<f64> = None;
+    let mut pick = vec![0usize; choices.len()];
+    loop {
+        let plan: Plan = pick
+            .iter()
+            .zip(&choices)
+            .filter_map(|(&k, c)| c[k])
+            .collect();
+        let o = simulate(t, budget, link, &plan);
+        if o.feasible && best.is_none_or(|b| o.makespan < b) {
+            best = Some(o.makespan);
+        }
+        // The next combination (an odometer).
+        let mut i = 0;
+        while i < pick.len() {
+            pick[i] += 1;
+            if pick[i] < choices[i].len() {
+                break;
+            }
+            pick[i] = 0;
+            i += 1;
+        }
+        if i == pick.len() {
+            return Some(best);
+        }
+    }
+}
+
+#[test]
+fn the_bound_is_below_an_exhaustive_optimum() {
+    let mut r = Rng(1414);
+    let (mut compared, mut tight, mut worst_auto) = (0, 0, 1.0f64);
+    for case in 0..400 {
+        let t = random_trace_with(&mut r, 4 + case % 3, false);
+        let budget = (t.peak() as f64 * (0.6 + 0.1 * (case % 3) as f64)) as u64;
+        let Some(Some(opt)) = exhaustive(&t, budget, LINK) else {
+            continue;
+        };
+        compared += 1;
+        let bound = lower_bound(&t, budget, LINK);
+        assert!(
+            bound.makespan <= opt * (1.0 + 1e-9),
+            "case {case}: bound {} above the optimum {opt}",
+            bound.makespan
+        );
+        if bound.makespan >= opt * (1.0 - 1e-9) {
+            tight += 1;
+        }
+        let auto = run("auto", &t, budget, LINK).unwrap().1;
+        assert!(auto.feasible, "case {case}: the optimum fits, so must auto");
+        worst_auto = worst_auto.max(auto.makespan / opt);
+    }
+    assert!(compared >= 50, "enough traces compared: {compared}");
+    assert!(
+        worst_auto <= 1.35,
+        "auto is within {worst_auto:.3}x of the optimum"
+    );
+    eprintln!(
+        "bound against the exhaustive optimum: {compared} traces, tight on {tight}; auto within {worst_auto:.4}x of the optimum"
+    );
+}
+
+#[test]
+fn auto_under_a_deadline_returns_its_best_so_far() {
+    let (p, _) = simgpu_model::Profile::load("p100").unwrap();
+    let link = Link::from_profile(&p);
+    let t = crate::generate::family("unet", 1, 8).unwrap().trace(&p);
+    let budget = (t.peak() as f64 * 0.7) as u64;
+    let full = run("auto", &t, budget, link).unwrap().1;
+    let dtr = run("dtr", &t, budget, link).unwrap().1;
+    for allowed in [0usize, 1, 3, 10, 30, 100, 1000, usize::MAX] {
+        // A deadline that says stop after `allowed` questions, and counts those asked after.
+        let asked = std::cell::Cell::new(0usize);
+        let more = || {
+            asked.set(asked.get() + 1);
+            asked.get() <= allowed
+        };
+        let (plan, o) = run_until("auto", &t, budget, link, &more).unwrap();
+        let again = simulate(&t, budget, link, &plan);
+        assert_eq!((again.feasible, again.makespan), (o.feasible, o.makespan));
+        // DTR's passive run comes first: never worse than it, whatever the deadline.
+        assert!(
+            time(&o) <= time(&dtr),
+            "{allowed}: {} {}",
+            time(&o),
+            time(&dtr)
+        );
+        assert!(time(&o) >= time(&full) * (1.0 - 1e-12) || allowed < usize::MAX);
+        if allowed == usize::MAX {
+            assert_eq!(o.makespan, full.makespan);
+        } else {
+            // Once told to stop, every step asks once on its way out.
+            let after = asked.get().saturating_sub(allowed);
+            assert!(
+                after <= 40,
+                "{allowed}: asked {after} more times after the deadline"
+            );
+        }
     }
 }

@@ -469,13 +469,32 @@ fn load_model(path: &Path) -> Result<planner::model::Trace> {
 }
 
 fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
-    if format != "dtr" {
-        bail!("unknown format {format:?}: accepted is dtr");
-    }
-    let text =
-        std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
-    let t =
-        planner::model::import_dtr(&text).map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?;
+    let t = if format == "family" {
+        // A generated model: FAMILY[:SCALE[:PROFILE]] (planner::generate).
+        let spec = log.to_string_lossy();
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or_default();
+        let scale: usize = parts
+            .next()
+            .unwrap_or("1")
+            .parse()
+            .context("the family's scale")?;
+        let (prof, _) = simgpu_model::Profile::load(parts.next().unwrap_or("h100"))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let Some(m) = planner::generate::family(name, scale, 8) else {
+            bail!(
+                "unknown family {name:?}: accepted are {}",
+                planner::generate::FAMILIES.join(", ")
+            );
+        };
+        m.trace(&prof)
+    } else if format == "dtr" {
+        let text = std::fs::read_to_string(log)
+            .with_context(|| format!("cannot read {}", log.display()))?;
+        planner::model::import_dtr(&text).map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?
+    } else {
+        bail!("unknown format {format:?}: accepted are dtr, family");
+    };
     std::fs::write(output, serde_json::to_string(&t)?)
         .with_context(|| format!("cannot write {}", output.display()))?;
     eprintln!(
