@@ -18,8 +18,12 @@ for spec in "${specs[@]}"; do
   for budget in 0.5 0.2; do
     # Prints "<ms> <slowdown> <gap>" from one `marmoset plan`.
     one() {
-      "$m" plan "$trace" --budget "$budget" --profile p100 "$@" --json |
-        python3 -c 'import json,sys; v=json.load(sys.stdin); print(f"{1e3*v["planning_time_s"]:.1f} {v["overhead"]:.3f}x{"" if v["feasible"] else "(infeasible)"} {"-" if v["gap"] is None else f"{100*v["gap"]:.1f}%"}")'
+      "$m" plan "$trace" --budget "$budget" --profile p100 "$@" --json | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+x = "%.3fx" % v["overhead"] + ("" if v["feasible"] else "(infeasible)")
+gap = "-" if v["gap"] is None else "%.1f%%" % (100 * v["gap"])
+print("%.1f %s %s" % (1e3 * v["planning_time_s"], x, gap))'
     }
     read -r base_ms base_x base_gap < <(one --policy dtr)
     read -r full_ms full_x full_gap < <(one --policy auto)

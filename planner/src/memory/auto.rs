@@ -10,7 +10,7 @@ use super::capuchin::{
     refine_swaps, swap_only,
 };
 use super::hybrid::hybrid_from;
-use super::passive::online;
+use super::passive::online_until;
 use super::{Deadline, Mechanism, Named, autoswap, rank_outcomes, vdnn, with_passive};
 use crate::model::Trace;
 use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
@@ -71,14 +71,21 @@ pub(super) fn portfolio(
     // Cheapest and likeliest first. DTR's runtime: one passive run, feasible wherever anything
     // recomputable fits; Capuchin's selection restricted to swapping: cheap, and best wherever
     // the copy engines can hide the traffic.
-    let dtr = online(t, a, budget, link, Evict::Dtr);
+    let Some(dtr) = s
+        .go_on()
+        .then(|| online_until(t, a, budget, link, Evict::Dtr, more))
+    else {
+        return (s.best, s.named);
+    };
     s.policy("dtr", dtr.clone());
     let swp = s.go_on().then(|| swap_only(t, a, budget, link, more));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());
     }
     // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
-    let lru = s.go_on().then(|| online(t, a, budget, link, Evict::Lru));
+    let lru = s
+        .go_on()
+        .then(|| online_until(t, a, budget, link, Evict::Lru, more));
     if let Some(l) = &lru {
         s.policy("lru", l.clone());
     }
@@ -90,7 +97,7 @@ pub(super) fn portfolio(
     }
     // Recomputation only, and the hybrid search from the one-mechanism plans.
     let rec = s.go_on().then(|| {
-        let up = online(t, a, budget, link, Evict::DtrUpstream);
+        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
         s.offer(up.clone());
         recompute_from(t, a, budget, link, more, [dtr.clone(), up])
     });

@@ -39,6 +39,45 @@ impl Bound {
     }
 }
 
+/// The storages alive, as a list (walked at every operation over the budget) with each one's
+/// place in it.
+struct Alive {
+    list: Vec<usize>,
+    at: Vec<Option<usize>>,
+}
+
+impl Alive {
+    fn new(t: &Trace) -> Alive {
+        let mut a = Alive {
+            list: Vec::new(),
+            at: vec![None; t.storages.len()],
+        };
+        for (s, st) in t.storages.iter().enumerate() {
+            if st.constant {
+                a.set(s, true);
+            }
+        }
+        a
+    }
+
+    fn set(&mut self, s: usize, alive: bool) {
+        match (self.at[s], alive) {
+            (None, true) => {
+                self.at[s] = Some(self.list.len());
+                self.list.push(s);
+            }
+            (Some(k), false) => {
+                self.list.swap_remove(k);
+                if let Some(&moved) = self.list.get(k) {
+                    self.at[moved] = Some(k);
+                }
+                self.at[s] = None;
+            }
+            _ => {}
+        }
+    }
+}
+
 /// One tensor that could be absent at `p`: its bytes, the slack it needs to swap, and its
 /// producer (`None`: a weight, which only swapping can move).
 struct Absent {
@@ -60,25 +99,25 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
         at: None,
     };
     // The storages the program holds during each operation, in program order.
-    let mut alive: Vec<bool> = t.storages.iter().map(|s| s.constant).collect();
+    let mut alive = Alive::new(t);
     for step in &t.steps {
         let p = match *step {
             Step::Free(s) => {
-                alive[s] = false;
+                alive.set(s, false);
                 continue;
             }
             Step::Op(p) => p,
         };
         let op = &t.ops[p];
         for &s in &op.outputs {
-            alive[s] = true;
+            alive.set(s, true);
         }
         for &(old, new) in &op.inplace {
-            alive[old] = false;
-            alive[new] = true;
+            alive.set(old, false);
+            alive.set(new, true);
         }
         if over_at[p] > 0 {
-            let slack = slack_at(t, a, &alive, p, over_at[p], link, compute);
+            let slack = slack_at(t, a, &alive.list, p, over_at[p], link, compute);
             if compute + slack > bound.makespan {
                 bound = Bound {
                     makespan: compute + slack,
@@ -95,7 +134,7 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
 fn slack_at(
     t: &Trace,
     a: &Analysis,
-    alive: &[bool],
+    alive: &[usize],
     p: usize,
     over: u64,
     link: Link,
@@ -103,10 +142,8 @@ fn slack_at(
 ) -> f64 {
     let mut need = over;
     let mut absent: Vec<Absent> = Vec::new();
-    for (s, st) in t.storages.iter().enumerate() {
-        if !alive[s] {
-            continue;
-        }
+    for &s in alive {
+        let st = &t.storages[s];
         let acc = &a.accesses[s];
         let next = acc.partition_point(|&x| x < p);
         if acc.get(next) == Some(&p) {

@@ -2,6 +2,7 @@
 //! (Capuchin's first, measured iteration; DTR's runtime; the LRU baseline), and its evictions
 //! become a plan that is replayed as any other.
 
+use super::Deadline;
 use super::analysis::Analysis;
 use crate::model::Trace;
 use crate::timeline::{Evict, Link, Outcome, Passive, Plan, simulate, simulate_passive};
@@ -19,7 +20,7 @@ pub(super) fn online_from(
     evict: Evict,
     mut plan: Plan,
 ) -> (Plan, Outcome) {
-    let (evicted, _) = passive_run(t, a, budget, link, evict, &plan);
+    let (evicted, _) = passive_run(t, a, budget, link, evict, &plan, &|| true);
     plan.extend(evicted);
     let out = simulate(t, budget, link, &plan);
     (plan, out)
@@ -33,6 +34,7 @@ pub(super) fn passive_run(
     link: Link,
     evict: Evict,
     plan: &Plan,
+    more: Deadline,
 ) -> (Plan, Outcome) {
     let a = a.clone().extended(plan);
     let swap = evict == Evict::Lru;
@@ -54,6 +56,7 @@ pub(super) fn passive_run(
         evict,
         evictable: &evictable,
         horizon: (!swap).then_some(&a.horizon),
+        more: Some(more),
     };
     simulate_passive(t, budget, link, plan, &passive)
 }
@@ -66,4 +69,18 @@ pub(super) fn online(
     evict: Evict,
 ) -> (Plan, Outcome) {
     online_from(t, a, budget, link, evict, Vec::new())
+}
+
+/// [`online`] until `more` says time is up (a cut run's plan does not fit).
+pub(super) fn online_until(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    evict: Evict,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let (plan, _) = passive_run(t, a, budget, link, evict, &Vec::new(), more);
+    let out = simulate(t, budget, link, &plan);
+    (plan, out)
 }

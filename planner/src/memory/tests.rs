@@ -182,7 +182,7 @@ fn a_passive_run_and_the_replay_of_its_evictions_agree() {
         for f in [0.8, 0.6, 0.4] {
             let budget = (peak as f64 * f) as u64;
             for (m, evict) in modes.into_iter().enumerate() {
-                let (evicted, p) = passive_run(&t, &a, budget, LINK, evict, &Vec::new());
+                let (evicted, p) = passive_run(&t, &a, budget, LINK, evict, &Vec::new(), &|| true);
                 evictions[m] += evicted.len();
                 let o = simulate(&t, budget, LINK, &evicted);
                 assert!(!o.invalid && !p.invalid, "case {case} at {f}, {evict:?}");
@@ -214,7 +214,7 @@ fn a_freed_source_stays_as_metadata_for_a_later_recomputation() {
     let t = crate::timeline::tests::kept_source();
     let a = Analysis::new(&t);
     assert_eq!(a.horizon, vec![4, 4, 4, 4, 4]);
-    let (evicted, p) = passive_run(&t, &a, 220, LINK, Evict::Dtr, &Vec::new());
+    let (evicted, p) = passive_run(&t, &a, 220, LINK, Evict::Dtr, &Vec::new(), &|| true);
     assert_eq!(
         evicted,
         vec![
@@ -260,7 +260,7 @@ fn a_source_nothing_reads_again_may_go_while_something_made_from_it_lives() {
     );
     let a = Analysis::new(&t);
     assert_eq!(a.horizon[0], 4);
-    let (evicted, p) = passive_run(&t, &a, 220, LINK, Evict::Dtr, &Vec::new());
+    let (evicted, p) = passive_run(&t, &a, 220, LINK, Evict::Dtr, &Vec::new(), &|| true);
     assert_eq!(
         evicted,
         vec![(0, Decision::Recompute { after: 2, back: 4 })]
@@ -634,7 +634,7 @@ fn auto_under_a_deadline_returns_its_best_so_far() {
     let budget = (t.peak() as f64 * 0.7) as u64;
     let full = run("auto", &t, budget, link).unwrap().1;
     let dtr = run("dtr", &t, budget, link).unwrap().1;
-    for allowed in [0usize, 1, 3, 10, 30, 100, 1000, usize::MAX] {
+    for allowed in [0usize, 1, 3, 30, 100, 300, 1000, usize::MAX] {
         // A deadline that says stop after `allowed` questions, and counts those asked after.
         let asked = std::cell::Cell::new(0usize);
         let more = || {
@@ -644,14 +644,16 @@ fn auto_under_a_deadline_returns_its_best_so_far() {
         let (plan, o) = run_until("auto", &t, budget, link, &more).unwrap();
         let again = simulate(&t, budget, link, &plan);
         assert_eq!((again.feasible, again.makespan), (o.feasible, o.makespan));
-        // DTR's passive run comes first: never worse than it, whatever the deadline.
-        assert!(
-            time(&o) <= time(&dtr),
-            "{allowed}: {} {}",
-            time(&o),
-            time(&dtr)
-        );
-        assert!(time(&o) >= time(&full) * (1.0 - 1e-12) || allowed < usize::MAX);
+        // DTR's passive run comes first (asking once per operation): given that long, never
+        // worse than it.
+        if allowed > t.ops.len() + 2 {
+            assert!(
+                time(&o) <= time(&dtr),
+                "{allowed}: {} {}",
+                time(&o),
+                time(&dtr)
+            );
+        }
         if allowed == usize::MAX {
             assert_eq!(o.makespan, full.makespan);
         } else {
