@@ -60,10 +60,10 @@ pub(super) fn portfolio(
     all: bool,
 ) -> ((Plan, Outcome), Named) {
     let empty = simulate(t, budget, link, &Vec::new());
-    let bound = super::bound::lower_bound(t, a, budget, link).makespan;
     let mut s = Anytime {
         best: (Vec::new(), empty),
-        bound,
+        // Known after the first step (it costs about a replay).
+        bound: 0.0,
         more,
         all,
         named: Vec::new(),
@@ -78,6 +78,9 @@ pub(super) fn portfolio(
         return (s.best, s.named);
     };
     s.policy("dtr", dtr.clone());
+    if s.go_on() {
+        s.bound = super::bound::lower_bound(t, a, budget, link).makespan;
+    }
     let swp = s.go_on().then(|| swap_only(t, a, budget, link, more));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());

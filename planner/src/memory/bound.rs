@@ -117,7 +117,8 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
             alive.set(new, true);
         }
         if over_at[p] > 0 {
-            let slack = slack_at(t, a, &alive.list, p, over_at[p], link, compute);
+            let floor = bound.makespan - compute;
+            let slack = slack_at(t, a, &alive.list, p, over_at[p], link, compute, floor);
             if compute + slack > bound.makespan {
                 bound = Bound {
                     makespan: compute + slack,
@@ -130,7 +131,8 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
 }
 
 /// The least slack over the compute time with which `over` bytes can be absent at `p`
-/// (infinite when they cannot be at all).
+/// (infinite when they cannot be at all), or 0 when `floor` (the bound so far) is enough.
+#[allow(clippy::too_many_arguments)]
 fn slack_at(
     t: &Trace,
     a: &Analysis,
@@ -139,6 +141,7 @@ fn slack_at(
     over: u64,
     link: Link,
     compute: f64,
+    floor: f64,
 ) -> f64 {
     let mut need = over;
     let mut absent: Vec<Absent> = Vec::new();
@@ -169,6 +172,20 @@ fn slack_at(
     if need == 0 {
         return 0.0;
     }
+    let engines = |slack: f64| {
+        (link.d2h * (slack + a.start[p]))
+            .min(link.h2d * (slack + compute - a.end[p]))
+            .max(0.0)
+    };
+    // Most operations cannot raise the bound: swapping alone covers them at the bound so far.
+    let swappable: u64 = absent
+        .iter()
+        .filter(|x| x.swap_slack <= floor)
+        .map(|x| x.size)
+        .sum();
+    if (swappable as f64).min(engines(floor)) >= need as f64 {
+        return 0.0;
+    }
     // Producer re-runs, cheapest per byte first: (seconds, bytes).
     let mut by_producer: Vec<(usize, u64)> = absent
         .iter()
@@ -190,9 +207,7 @@ fn slack_at(
             .filter(|x| x.swap_slack <= slack)
             .map(|x| x.size)
             .sum();
-        let engines =
-            (link.d2h * (slack + a.start[p])).min(link.h2d * (slack + compute - a.end[p]));
-        let swapped = (swappable as f64).min(engines.max(0.0));
+        let swapped = (swappable as f64).min(engines(slack));
         let mut rest = need as f64 - swapped;
         let mut spent = 0.0;
         for &(secs, bytes) in &reruns {
@@ -205,7 +220,7 @@ fn slack_at(
         }
         rest <= 0.0 && spent <= slack
     };
-    if covers(0.0) {
+    if covers(floor) {
         return 0.0;
     }
     // Enough slack for every window, both engines and every re-run.
@@ -216,7 +231,7 @@ fn slack_at(
     if !covers(hi) {
         return f64::INFINITY;
     }
-    let mut lo = 0.0;
+    let mut lo = floor;
     for _ in 0..60 {
         let mid = 0.5 * (lo + hi);
         if covers(mid) {
