@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Issue 6's targets on the four DTR logs, from `marmoset plan --sweep --json` (simulated):
-capuchin feasible wherever recompute or dtr is, and no slower than the best other policy at
-every budget. Prints every miss; exits 1 if there is one."""
+"""Issue 14's claims on the four DTR logs, from `marmoset plan --sweep --json` (simulated):
+auto at or below every other policy; capuchin and recompute at or below dtr; hybrid at or below
+the better of swap and recompute; no figure below the lower bound. "At or below" includes
+feasible wherever the other is. Prints every miss and auto's gap to the bound; exits 1 on a miss."""
 import glob, json, subprocess, sys, os
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -10,6 +11,7 @@ logs = os.path.join(os.environ.get("MARMOSET_DATA") or os.path.join(root, "../sh
 found = sorted(glob.glob(os.path.join(logs, "*.log")))
 if not found:
     sys.exit(f"plan-check.py: DTR's logs are not in {logs}: run scripts/fetch-data.sh and set MARMOSET_DATA")
+CLAIMS = [("capuchin", ["dtr"]), ("recompute", ["dtr"]), ("hybrid", ["swap", "recompute"])]
 misses = 0
 for profile in ["h100", "p100"]:
     for log in found:
@@ -17,20 +19,21 @@ for profile in ["h100", "p100"]:
                              check=True, capture_output=True, text=True).stdout
         r = json.loads(out)["results"]
         name = os.path.basename(log).split("-")[0]
+        gaps = []
         for f in sorted({x["budget_fraction"] for x in r}, reverse=True):
             at = {x["policy"]: x for x in r if x["budget_fraction"] == f}
-            cap = at["capuchin"]
-            others = [x for p, x in at.items() if p != "capuchin" and x["feasible"]]
-            if not cap["feasible"]:
-                if any(x["policy"] in ("recompute", "dtr") for x in others):
-                    print(f"MISS {name} {profile} {f}: capuchin infeasible, recompute or dtr feasible")
+            time = lambda x: x["planned_time_s"] if x["feasible"] else float("inf")
+            claims = CLAIMS + [("auto", [p for p in at if p != "auto"])]
+            for who, than in claims:
+                best = min(than, key=lambda p: time(at[p]))
+                if time(at[who]) > time(at[best]) * (1 + 1e-12):
+                    print(f"MISS {name} {profile} {f}: {who} {time(at[who]):.6f} s, {best} {time(at[best]):.6f} s")
                     misses += 1
-                continue
-            if others:
-                best = min(others, key=lambda x: x["planned_time_s"])
-                if cap["planned_time_s"] > best["planned_time_s"] * (1 + 1e-12):
-                    print(f"MISS {name} {profile} {f}: capuchin {cap['overhead']:.5f}x, "
-                          f"{best['policy']} {best['overhead']:.5f}x")
+            for p, x in at.items():
+                if x["feasible"] and x["gap"] < -1e-9:
+                    print(f"MISS {name} {profile} {f}: {p} below the lower bound")
                     misses += 1
+            gaps.append(f"{f}: {100 * at['auto']['gap']:.1f}%" if at["auto"]["feasible"] else f"{f}: -")
+        print(f"{name} {profile} auto's gap to the bound: " + ", ".join(gaps))
 print(f"{misses} misses (simulated figures)")
 sys.exit(1 if misses else 0)

@@ -5,11 +5,14 @@
 //! (WR / WD) and the memory policies come with their issues.
 
 pub mod calibration;
+pub mod generate;
 pub mod inspect;
 pub mod iteration;
+pub mod memory;
 pub mod microbatch;
 pub mod model;
-pub mod policy;
+/// The memory policies under their earlier name.
+pub use memory as policy;
 pub mod pool;
 pub mod settings;
 pub mod shimtrace;

@@ -125,6 +125,9 @@ pub struct Passive<'a> {
     /// as DTR keeps what a recomputation may need, so that every dropped storage can be
     /// recomputed from its sources.
     pub horizon: Option<&'a [usize]>,
+    /// Asked before each operation: false once the caller's time is up, and the run stops
+    /// there, not feasible (see `memory::Deadline`).
+    pub more: Option<&'a dyn Fn() -> bool>,
 }
 
 struct Sim<'a> {
@@ -715,7 +718,9 @@ fn replay(
     // time (it thrashes; DTR's slowdowns stay below 2x where it fits at all).
     let give_up = 4.0 * t.ops.iter().map(|o| o.time_s).sum::<f64>();
     for step in &t.steps {
-        if passive.is_some() && sim.out.stall_s > give_up {
+        if let Some(p) = passive
+            && (sim.out.stall_s > give_up || p.more.is_some_and(|more| !more()))
+        {
             sim.out.feasible = false;
             break;
         }
@@ -729,15 +734,17 @@ fn replay(
                 let op = &t.ops[i];
                 if let Some(ss) = triggers.get(&i) {
                     for &s in ss {
-                        let at = match sim.state[s] {
-                            // A swap-in cannot start before its swap-out ended.
-                            State::Leaving(e) => e.max(sim.now),
-                            State::Out => sim.now,
-                            _ => continue,
-                        };
-                        sim.release(at);
-                        if sim.state[s] == State::Out {
-                            sim.swap_in(s, at, i);
+                        sim.release(sim.now);
+                        match sim.state[s] {
+                            // Wanted back before its swap-out ended: it stays (the copy's
+                            // engine time is spent all the same). Releasing its memory at
+                            // the copy's end, before this operation allocates, would count
+                            // memory the device does not have yet.
+                            State::Leaving(_) => sim.state[s] = State::Resident,
+                            State::Out => {
+                                sim.swap_in(s, sim.now, i);
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -1034,6 +1041,7 @@ pub(crate) mod tests {
             evict,
             evictable: &evictable,
             horizon: None,
+            more: None,
         };
         simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
     }

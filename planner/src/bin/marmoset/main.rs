@@ -74,10 +74,14 @@ enum Cmd {
         /// The budget: a size, or a fraction of the trace's peak (0.5).
         #[arg(long)]
         budget: Option<String>,
-        /// One of: capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv, autoswap, hybrid, smartpool
-        /// (SmartPool lays tensors out in one pool; --budget is optional with it).
-        #[arg(long, default_value = "capuchin")]
+        /// One of: auto (the portfolio), capuchin, swap, recompute, dtr, lru, vdnn-all, vdnn-conv,
+        /// autoswap, hybrid, smartpool (SmartPool lays tensors out in one pool; --budget is optional
+        /// with it).
+        #[arg(long, default_value = "auto")]
         policy: String,
+        /// Stop the search after this many milliseconds of host time, with the best plan so far.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
         /// Device profile for the PCIe links: h100, p100 or a profile .json.
         #[arg(long, default_value = "h100")]
         profile: String,
@@ -202,6 +206,7 @@ fn main() -> ExitCode {
             budget,
             policy,
             profile,
+            deadline_ms,
             sweep,
             explain,
             json,
@@ -210,6 +215,7 @@ fn main() -> ExitCode {
             budget.as_deref(),
             &policy,
             &profile,
+            deadline_ms,
             sweep,
             explain,
             json,
@@ -425,9 +431,6 @@ fn load_model(path: &Path) -> Result<planner::model::Trace> {
 }
 
 fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
-    if format != "dtr" {
-        bail!("unknown format {format:?}: accepted is dtr");
-    }
     // Writing the output over the log (the same file, by any name) would lose the log.
     use std::os::unix::fs::MetadataExt;
     if let (Ok(a), Ok(b)) = (std::fs::metadata(log), std::fs::metadata(output))
@@ -438,10 +441,32 @@ fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
             output.display()
         );
     }
-    let text =
-        std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
-    let t =
-        planner::model::import_dtr(&text).map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?;
+    let t = if format == "family" {
+        // A generated model: FAMILY[:SCALE[:PROFILE]] (planner::generate).
+        let spec = log.to_string_lossy();
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or_default();
+        let scale: usize = parts
+            .next()
+            .unwrap_or("1")
+            .parse()
+            .context("the family's scale")?;
+        let (prof, _) = simgpu_model::Profile::load(parts.next().unwrap_or("h100"))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let Some(m) = planner::generate::family(name, scale, 8) else {
+            bail!(
+                "unknown family {name:?}: accepted are {}",
+                planner::generate::FAMILIES.join(", ")
+            );
+        };
+        m.trace(&prof)
+    } else if format == "dtr" {
+        let text = std::fs::read_to_string(log)
+            .with_context(|| format!("cannot read {}", log.display()))?;
+        planner::model::import_dtr(&text).map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?
+    } else {
+        bail!("unknown format {format:?}: accepted are dtr, family");
+    };
     std::fs::write(output, serde_json::to_string(&t)?)
         .with_context(|| format!("cannot write {}", output.display()))?;
     eprintln!(
@@ -455,16 +480,18 @@ fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn plan(
     path: &Path,
     budget: Option<&str>,
     policy: &str,
     profile: &str,
+    deadline_ms: Option<u64>,
     sweep: bool,
     explain: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    use planner::policy::{POLICIES, run};
+    use planner::memory::{POLICIES, lower_bound, run_until};
     use planner::timeline::{Decision, Link};
     let t = load_model(path)?;
     let (prof, _) =
@@ -495,63 +522,86 @@ fn plan(
     if policy == "smartpool" && !sweep {
         return smartpool(&t, budget.map(parse_budget).transpose()?, explain, json);
     }
-    // One plan's figures, as `--json` prints them.
-    let summary = |policy: &str, budget_bytes: u64, o: &planner::timeline::Outcome| {
-        serde_json::json!({
-            "policy": policy,
-            "profile": prof.name,
-            "budget_bytes": budget_bytes,
-            "peak_bytes_baseline": peak,
-            "peak_bytes_planned": o.peak,
-            "baseline_time_s": base,
-            "planned_time_s": o.makespan,
-            "overhead": o.makespan / base,
-            "feasible": o.feasible,
-            "swapped_bytes": o.swapped_out,
-            "recomputed_ops": o.recomputed_ops,
-            "stall_s": o.stall_s,
-            "simulated": true,
-        })
+    // A policy's plan and the host time it took, within the deadline (measured here: the
+    // planner crate reads no clock).
+    let timed = |policy: &str, budget_bytes: u64| {
+        let began = std::time::Instant::now();
+        let end = deadline_ms.map(|ms| began + std::time::Duration::from_millis(ms));
+        let more = || end.is_none_or(|e| std::time::Instant::now() < e);
+        run_until(policy, &t, budget_bytes, link, &more).map(|r| (r, began.elapsed().as_secs_f64()))
     };
+    // One plan's figures, as `--json` prints them.
+    let summary =
+        |policy: &str, budget_bytes: u64, o: &planner::timeline::Outcome, secs: Option<f64>| {
+            let bound = lower_bound(&t, budget_bytes, link).makespan;
+            serde_json::json!({
+                "policy": policy,
+                "profile": prof.name,
+                "budget_bytes": budget_bytes,
+                "peak_bytes_baseline": peak,
+                "peak_bytes_planned": o.peak,
+                "baseline_time_s": base,
+                "planned_time_s": o.makespan,
+                "overhead": o.makespan / base,
+                "feasible": o.feasible,
+                "swapped_bytes": o.swapped_out,
+                "recomputed_ops": o.recomputed_ops,
+                "stall_s": o.stall_s,
+                "lower_bound_time_s": bound.is_finite().then_some(bound),
+                "lower_bound_overhead": bound.is_finite().then_some(bound / base),
+                "gap": (o.feasible && bound.is_finite()).then_some(o.makespan / bound - 1.0),
+                "planning_time_s": secs,
+                "simulated": true,
+            })
+        };
     if sweep {
         let fractions = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2];
-        // Every (policy, budget) on its own: spread over the cores, in table order.
-        let jobs: Vec<(&str, f64)> = POLICIES
-            .iter()
-            .flat_map(|&p| fractions.map(|f| (p, f)))
-            .collect();
+        // Every policy at one budget in one job (`run_all`: auto's steps are the other
+        // policies), the budgets spread over the cores.
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let done = std::sync::Mutex::new(vec![None; jobs.len()]);
+        let done = std::sync::Mutex::new(vec![None; fractions.len()]);
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let bar = progress::bar(jobs.len() as u64, "planning");
+        let bar = progress::bar(fractions.len() as u64, "planning");
         std::thread::scope(|sc| {
-            for _ in 0..workers.min(jobs.len()) {
+            for _ in 0..workers.min(fractions.len()) {
                 sc.spawn(|| {
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&(p, f)) = jobs.get(i) else { break };
-                        let (_, o) = run(p, &t, (peak as f64 * f) as u64, link).unwrap();
-                        done.lock().unwrap()[i] = Some(o);
+                        let Some(&f) = fractions.get(i) else { break };
+                        let began = std::time::Instant::now();
+                        let all = planner::memory::run_all(&t, (peak as f64 * f) as u64, link);
+                        let secs = began.elapsed().as_secs_f64();
+                        done.lock().unwrap()[i] = Some((all, secs));
                         bar.inc(1);
                     }
                 });
             }
         });
         bar.finish_and_clear();
-        let outcomes: Vec<planner::timeline::Outcome> = done
+        let runs: Vec<(planner::memory::Named, f64)> = done
             .into_inner()
             .unwrap()
             .into_iter()
             .map(|o| o.expect("every job ran"))
             .collect();
-        let outcome = |pi: usize, fi: usize| &outcomes[pi * fractions.len() + fi];
+        let outcome = |pi: usize, fi: usize| {
+            let (name, (_, o)) = &runs[fi].0[pi];
+            assert_eq!(*name, POLICIES[pi], "run_all gives POLICIES in order");
+            o
+        };
+        // Host time of the whole portfolio (auto) at each budget, two budgets at once.
+        let secs = |pi: usize, fi: usize| (POLICIES[pi] == "auto").then_some(runs[fi].1);
+        let bounds: Vec<f64> = fractions
+            .iter()
+            .map(|f| lower_bound(&t, (peak as f64 * f) as u64, link).makespan)
+            .collect();
         if json {
             let mut results = Vec::new();
             for (pi, p) in POLICIES.iter().enumerate() {
                 for (fi, f) in fractions.into_iter().enumerate() {
                     let budget_bytes = (peak as f64 * f) as u64;
                     let o = outcome(pi, fi);
-                    let mut v = summary(p, budget_bytes, o);
+                    let mut v = summary(p, budget_bytes, o, secs(pi, fi));
                     v["budget_fraction"] = serde_json::json!(f);
                     results.push(v);
                 }
@@ -601,6 +651,32 @@ fn plan(
             }
             println!();
         }
+        print!("{:<10}", "bound");
+        for b in &bounds {
+            if b.is_finite() {
+                print!(" {:>6.3}x", b / base);
+            } else {
+                print!(" {:>7}", "-");
+            }
+        }
+        println!();
+        // The optimality gap of the default policy: how far above the bound it may be.
+        let auto = POLICIES.iter().position(|p| *p == "auto").unwrap();
+        print!("{:<10}", "auto gap");
+        for (fi, b) in bounds.iter().enumerate() {
+            let o = outcome(auto, fi);
+            if o.feasible && b.is_finite() {
+                print!(" {:>6.1}%", 100.0 * (o.makespan / b - 1.0));
+            } else {
+                print!(" {:>7}", "-");
+            }
+        }
+        println!();
+        print!("{:<10}", "auto ms");
+        for fi in 0..fractions.len() {
+            print!(" {:>7.0}", secs(auto, fi).unwrap_or(0.0) * 1e3);
+        }
+        println!();
         let pool = planner::pool::smartpool(&t);
         println!(
             "smartpool: a pool of {:.4} GB for a peak load of {:.4} GB (competitive ratio {:.4})",
@@ -608,14 +684,16 @@ fn plan(
             pool.peak_load as f64 / 1e9,
             pool.ratio()
         );
-        println!("slowdown = simulated time / compute time; - = cannot keep within the budget");
+        println!(
+            "slowdown = simulated time / compute time; - = cannot keep within the budget; bound = no plan is faster; auto ms = host time to plan (every policy: two budgets at once)"
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let Some(budget) = budget else {
         bail!("--budget is needed (or --sweep)")
     };
     let budget_bytes = parse_budget(budget)?;
-    let Some((plan, o)) = run(policy, &t, budget_bytes, link) else {
+    let Some(((plan, o), secs)) = timed(policy, budget_bytes) else {
         bail!(
             "--policy: unknown policy {policy:?}: accepted are {}, smartpool",
             POLICIES.join(", ")
@@ -628,7 +706,7 @@ fn plan(
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&summary(policy, budget_bytes, &o))?
+            serde_json::to_string_pretty(&summary(policy, budget_bytes, &o, Some(secs)))?
         );
     } else {
         println!(
@@ -652,6 +730,22 @@ fn plan(
             o.recomputed_ops,
             o.stall_s
         );
+        let bound = lower_bound(&t, budget_bytes, link).makespan;
+        if bound.is_finite() {
+            println!(
+                "  lower bound {:.6} s ({:.3}x): no plan is faster{}",
+                bound,
+                bound / base,
+                if o.feasible {
+                    format!("; gap {:.1}%", 100.0 * (o.makespan / bound - 1.0))
+                } else {
+                    String::new()
+                }
+            );
+        } else {
+            println!("  lower bound: no plan can keep within the budget");
+        }
+        println!("  planned in {:.1} ms of host time", secs * 1e3);
         // Where an infeasible plan gives up, so the user sees how far it is.
         if let Some((op, over)) = o.worst {
             println!(

@@ -1,0 +1,227 @@
+//! What the policies share: the analysis of a trace (baseline times, accesses, lifetimes,
+//! horizons) and how a recomputation keeps its sources.
+
+use crate::model::{Step, Trace};
+use crate::timeline::{Decision, Plan};
+
+/// Facts about the trace the policies share: baseline times, accesses, lifetimes.
+#[derive(Clone)]
+pub struct Analysis {
+    /// Baseline start and end time of each operation.
+    pub start: Vec<f64>,
+    pub end: Vec<f64>,
+    /// Operations that read, write or create each storage, in order.
+    pub accesses: Vec<Vec<usize>>,
+    /// Operations that write each storage in place.
+    pub mutations: Vec<Vec<usize>>,
+    /// The first operation after the storage is freed (usize::MAX when never freed).
+    pub freed_before: Vec<usize>,
+    /// The first operation after the storage exists (0 for constants).
+    pub born: Vec<usize>,
+    /// Replaced by a later version (an in-place write).
+    pub overwritten: Vec<bool>,
+    /// The last operation that reads the storage or anything made from it, transitively: until
+    /// then a recomputation may need it.
+    pub horizon: Vec<usize>,
+}
+
+impl Analysis {
+    pub fn new(t: &Trace) -> Analysis {
+        let n = t.storages.len();
+        let mut a = Analysis {
+            start: vec![0.0; t.ops.len()],
+            end: vec![0.0; t.ops.len()],
+            accesses: vec![Vec::new(); n],
+            mutations: vec![Vec::new(); n],
+            freed_before: vec![usize::MAX; n],
+            born: vec![0; n],
+            overwritten: vec![false; n],
+            horizon: vec![0; n],
+        };
+        let mut now = 0.0;
+        let mut next_op = 0;
+        for step in &t.steps {
+            match *step {
+                Step::Op(i) => {
+                    a.start[i] = now;
+                    now += t.ops[i].time_s;
+                    a.end[i] = now;
+                    let op = &t.ops[i];
+                    for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
+                        if a.accesses[s].last() != Some(&i) {
+                            a.accesses[s].push(i);
+                        }
+                    }
+                    for &s in &op.outputs {
+                        a.born[s] = i;
+                    }
+                    for &(old, new) in &op.inplace {
+                        a.born[new] = i;
+                        a.overwritten[old] = true;
+                        // Its memory passes to the new version here.
+                        a.freed_before[old] = i + 1;
+                        if a.accesses[new].last() != Some(&i) {
+                            a.accesses[new].push(i);
+                        }
+                    }
+                    for &s in &op.mutates {
+                        a.mutations[s].push(i);
+                    }
+                    next_op = i + 1;
+                }
+                Step::Free(s) => a.freed_before[s] = next_op,
+            }
+        }
+        for (h, acc) in a.horizon.iter_mut().zip(&a.accesses) {
+            *h = acc.last().copied().unwrap_or(0);
+        }
+        // Outputs come after inputs: in reverse program order every output is final first.
+        for step in t.steps.iter().rev() {
+            if let Step::Op(o) = *step {
+                let op = &t.ops[o];
+                let made = op.outputs.iter().chain(op.inplace.iter().map(|v| &v.1));
+                let h = made.map(|&y| a.horizon[y]).max().unwrap_or(0);
+                let read = op.inputs.iter().chain(&op.mutates);
+                for &i in read.chain(op.inplace.iter().map(|v| &v.0)) {
+                    a.horizon[i] = a.horizon[i].max(h);
+                }
+            }
+        }
+        a
+    }
+
+    /// Lifetimes as a plan's extensions leave them.
+    pub fn extended(mut self, plan: &Plan) -> Analysis {
+        for &(s, d) in plan {
+            if let Decision::Extend { until } = d {
+                self.extend(s, until);
+            }
+        }
+        self
+    }
+
+    pub(super) fn extend(&mut self, s: usize, until: usize) {
+        if self.freed_before[s] != usize::MAX {
+            self.freed_before[s] = self.freed_before[s].max(until + 1);
+        }
+    }
+
+    /// The sources of `s`'s producer that a recomputation before `back` would find freed, kept
+    /// alive until then instead: dropped too (to be recomputed in turn, from their own sources,
+    /// a few levels deep) where that keeps fewer bytes, else resident. `None` when some source
+    /// can be neither found nor kept (overwritten, or dropped for good before `back`).
+    pub(super) fn to_extend(
+        &self,
+        t: &Trace,
+        s: usize,
+        back: usize,
+        planned: &[Vec<(usize, usize)>],
+        dead_after: &[usize],
+    ) -> Option<Extension> {
+        let p = t.storages[s].producer?;
+        let mut ext = Extension::default();
+        for &i in &t.ops[p].inputs {
+            if i == s || !self.resolve(t, i, back, planned, dead_after, 0, &mut ext) {
+                return None;
+            }
+        }
+        Some(ext)
+    }
+
+    /// Makes source `i` available at `back` in `ext`; false when it cannot be.
+    #[allow(clippy::too_many_arguments)]
+    fn resolve(
+        &self,
+        t: &Trace,
+        i: usize,
+        back: usize,
+        planned: &[Vec<(usize, usize)>],
+        dead_after: &[usize],
+        depth: usize,
+        ext: &mut Extension,
+    ) -> bool {
+        if self.overwritten[i] {
+            return dead_after[i] >= back && self.sources_at(t, i, back, 1);
+        }
+        if ext.kept.contains(&i) || ext.dropped.iter().any(|d| d.0 == i) || ext.revived.contains(&i)
+        {
+            return true;
+        }
+        // Dropped for good after its last use, before `back`: only a recomputation brings it
+        // back (its memory is already gone).
+        let dead = dead_after[i] < back;
+        if !dead && self.freed_before[i] > back {
+            return true;
+        }
+        let last = self.accesses[i].last().copied().unwrap_or(0);
+        if depth < 4
+            && let Some(pi) = t.storages[i].producer
+            && t.ops[pi].inplace.is_empty()
+            && (dead || !planned[i].iter().any(|&(x, y)| x < back && last < y))
+        {
+            let mut trial = ext.clone();
+            if dead {
+                trial.revived.push(i);
+            } else {
+                trial.dropped.push((i, last));
+            }
+            let kept = |e: &Extension| e.kept.iter().map(|&k| t.storages[k].size).sum::<u64>();
+            if t.ops[pi].inputs.iter().all(|&j| {
+                j != i && self.resolve(t, j, back, planned, dead_after, depth + 1, &mut trial)
+            }) && kept(&trial) - kept(ext) < t.storages[i].size
+            {
+                *ext = trial;
+                return true;
+            }
+        }
+        if dead {
+            return false;
+        }
+        ext.kept.push(i);
+        true
+    }
+
+    /// Whether dropping `s` after `after` and re-running its producer before `back` gives the
+    /// same bytes: the producer's inputs are alive until `back` (constants too: the program may
+    /// free those as well), or old versions that can themselves be recomputed then (versions
+    /// never change once made), `depth` levels down.
+    pub fn recomputable(&self, t: &Trace, s: usize, back: usize) -> bool {
+        self.sources_at(t, s, back, 0)
+    }
+
+    fn sources_at(&self, t: &Trace, s: usize, back: usize, depth: usize) -> bool {
+        let Some(p) = t.storages[s].producer else {
+            return false;
+        };
+        depth <= 8
+            && t.ops[p].inputs.iter().all(|&i| {
+                i != s
+                    && if self.overwritten[i] {
+                        self.sources_at(t, i, back, depth + 1)
+                    } else {
+                        self.freed_before[i] > back
+                    }
+            })
+    }
+
+    /// The in-trigger: the latest operation whose start leaves `secs` before `back` starts,
+    /// after `after`.
+    pub fn trigger(&self, after: usize, back: usize, secs: f64) -> usize {
+        let want = self.start[back] - secs;
+        let mut j = back;
+        while j > after + 1 && self.start[j] > want {
+            j -= 1;
+        }
+        j
+    }
+}
+
+/// The sources a recomputation keeps past the program's frees: resident, or dropped after
+/// their last access (storage, that access) and recomputed with it; and sources already
+/// dropped for good, recomputed with it (kept as metadata past their frees).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Extension {
+    pub(super) kept: Vec<usize>,
+    pub(super) dropped: Vec<(usize, usize)>,
+    pub(super) revived: Vec<usize>,
+}

@@ -1,0 +1,158 @@
+//! `auto`: the portfolio. Every other policy's search, and a few variants of Capuchin's
+//! selection, each replayed; the best replay wins. It is an anytime search: the steps run
+//! cheapest and likeliest first, the caller's [`Deadline`] is asked between (and inside) them,
+//! and when time is up the best plan so far is returned. It also stops once a plan reaches the
+//! lower bound ([`super::bound`]), as nothing can beat it.
+
+use super::analysis::Analysis;
+use super::capuchin::{
+    Rank, Selection, both_selection, capuchin_from, iterative_from, peak_seed, recompute_from,
+    refine_swaps, swap_only,
+};
+use super::hybrid::hybrid_from;
+use super::passive::online_until;
+use super::{Deadline, Mechanism, Named, autoswap, rank_outcomes, vdnn, with_passive};
+use crate::model::Trace;
+use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
+
+/// The best plan so far, when to stop looking, and (for [`super::run_all`]) what each other
+/// policy gave on the way.
+struct Anytime<'a> {
+    best: (Plan, Outcome),
+    /// The lower bound on the makespan: a feasible plan that reaches it is optimal.
+    bound: f64,
+    more: Deadline<'a>,
+    /// Run every step, even past an optimal plan (to give every policy's result).
+    all: bool,
+    named: Named,
+}
+
+impl Anytime<'_> {
+    fn offer(&mut self, x: (Plan, Outcome)) {
+        if rank_outcomes(&x.1, &self.best.1).is_lt() {
+            self.best = x;
+        }
+    }
+
+    /// A policy's own result: offered, and kept under its name.
+    fn policy(&mut self, name: &'static str, x: (Plan, Outcome)) {
+        self.offer(x.clone());
+        if self.all {
+            self.named.push((name, x));
+        }
+    }
+
+    /// Whether to run another step: time is left and the best is not yet optimal.
+    fn go_on(&self) -> bool {
+        let optimal = self.best.1.feasible && self.best.1.makespan <= self.bound * (1.0 + 1e-12);
+        (self.all || !optimal) && (self.more)()
+    }
+}
+
+/// The portfolio: its best plan, and (with `all`) every other policy's result by name, exactly
+/// as [`super::run`] gives it (the steps are those policies' own).
+pub(super) fn portfolio(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+    all: bool,
+) -> ((Plan, Outcome), Named) {
+    let empty = simulate(t, budget, link, &Vec::new());
+    let mut s = Anytime {
+        best: (Vec::new(), empty),
+        // Known after the first step (it costs about a replay).
+        bound: 0.0,
+        more,
+        all,
+        named: Vec::new(),
+    };
+    // Cheapest and likeliest first. DTR's runtime: one passive run, feasible wherever anything
+    // recomputable fits; Capuchin's selection restricted to swapping: cheap, and best wherever
+    // the copy engines can hide the traffic.
+    let Some(dtr) = s
+        .go_on()
+        .then(|| online_until(t, a, budget, link, Evict::Dtr, more))
+    else {
+        return (s.best, s.named);
+    };
+    s.policy("dtr", dtr.clone());
+    if s.go_on() {
+        s.bound = super::bound::lower_bound(t, a, budget, link).makespan;
+    }
+    let swp = s.go_on().then(|| swap_only(t, a, budget, link, more));
+    if let Some(w) = &swp {
+        s.policy("swap", w.clone());
+    }
+    // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
+    let lru = s
+        .go_on()
+        .then(|| online_until(t, a, budget, link, Evict::Lru, more));
+    if let Some(l) = &lru {
+        s.policy("lru", l.clone());
+    }
+    let sel_both = s.go_on().then(|| both_selection(t, a, budget, link, more));
+    if let (Some(l), Some(sel)) = (&lru, &sel_both) {
+        s.offer(sel.clone());
+        let cap = capuchin_from(t, a, budget, link, [l.clone(), dtr.clone()], sel.clone());
+        s.policy("capuchin", cap);
+    }
+    // Recomputation only, and the hybrid search from the one-mechanism plans.
+    let rec = s.go_on().then(|| {
+        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
+        s.offer(up.clone());
+        recompute_from(t, a, budget, link, more, [dtr.clone(), up])
+    });
+    if let Some(r) = &rec {
+        s.policy("recompute", r.clone());
+    }
+    if let (Some(r), Some(w), Some(sel)) = (rec, swp, sel_both)
+        && s.go_on()
+    {
+        s.policy("hybrid", hybrid_from(t, a, budget, link, more, [r, w, sel]));
+    }
+    // Variants of the selection (the ranking by memory-time, swaps refined, seeded by the whole
+    // peak), each with the passive mode behind it.
+    let by_area = |mech| Selection {
+        rank: Rank::Area,
+        ..Selection::of(mech)
+    };
+    let large = Selection {
+        min_size: 1 << 20,
+        ..Selection::of(Mechanism::Both)
+    };
+    let variants: [(Selection, Option<bool>); 4] = [
+        (by_area(Mechanism::Both), None),
+        (Selection::of(Mechanism::Swap), None),
+        (large, Some(false)),
+        (large, Some(true)),
+    ];
+    for (sel, seed) in variants {
+        if !s.go_on() {
+            break;
+        }
+        let seed = seed.map_or(Vec::new(), |by_area| peak_seed(t, a, budget, link, by_area));
+        let (mut plan, mut out) = iterative_from(t, a, budget, link, sel, seed, more);
+        if out.feasible {
+            refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
+        }
+        for x in with_passive(t, a, budget, link, sel.mech, (plan, out)) {
+            s.offer(x);
+        }
+    }
+    // The static policies: vDNN, AutoSwap (cheap; rarely best).
+    type Step = fn(&Trace, &Analysis, u64, Link) -> (Plan, Outcome);
+    let rest: [(&str, Step); 3] = [
+        ("vdnn-all", |t, a, b, l| vdnn::vdnn(t, a, b, l, false)),
+        ("vdnn-conv", |t, a, b, l| vdnn::vdnn(t, a, b, l, true)),
+        ("autoswap", autoswap::autoswap),
+    ];
+    for (name, step) in rest {
+        if !s.go_on() {
+            break;
+        }
+        s.policy(name, step(t, a, budget, link));
+    }
+    (s.best, s.named)
+}

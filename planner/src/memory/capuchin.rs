@@ -1,0 +1,729 @@
+//! Capuchin (Peng et al., ASPLOS '20): the selection driven by measured execution. At the worst
+//! excess, tensors alive across it are ranked (swaps that hide in their FreeTime first, then by
+//! MSPS, swap or recompute whichever costs less), in-triggers are placed and moved earlier by
+//! the feedback of the replay's stalls.
+
+use super::analysis::{Analysis, Extension};
+use super::passive::online;
+use super::{DROPS, Deadline, Mechanism, best, rank_outcomes, with_passive};
+use crate::model::Trace;
+use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
+
+/// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
+/// [`candidates`].
+type Candidate = (u8, f64, usize, Decision, Extension);
+
+/// One way of running Capuchin's selection: the mechanisms it may use, how it ranks candidates
+/// that cost time, and the smallest tensor it considers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Selection {
+    pub(super) mech: Mechanism,
+    pub(super) rank: Rank,
+    pub(super) min_size: u64,
+}
+
+impl Selection {
+    pub(super) fn of(mech: Mechanism) -> Selection {
+        Selection {
+            mech,
+            rank: Rank::Msps,
+            min_size: 0,
+        }
+    }
+}
+
+/// How the selection ranks the candidates that cost time: by memory saving per second (MSPS,
+/// Capuchin's), or by memory-time saved per second (MSPS x the time the tensor is away, which
+/// favours long absences, as DTR's staleness does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rank {
+    Msps,
+    Area,
+}
+
+/// Capuchin's selection (and its one-mechanism variants), driven by the simulator: while the
+/// replay exceeds the budget, take the operation where it exceeds most, and among the tensors
+/// alive across it with an access gap around it choose: swaps with no overhead first (largest
+/// FreeTime first), then by memory saving per second, swap or recompute, whichever costs less
+/// (recompute costs count sources already chosen for recomputation), until the excess is covered.
+/// Then in-triggers move earlier by the stalls the replay shows.
+pub(super) fn iterative(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    mech: Mechanism,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    iterative_from(t, a, budget, link, Selection::of(mech), Vec::new(), more)
+}
+
+/// Capuchin's first pass over the load peak as a whole: the tensors (of at least 1 MiB) alive
+/// across the peak of the unconstrained run, swapped in order of their FreeTime (`by_area`:
+/// of FreeTime x bytes, the memory-time they give back), until the peak's excess is covered.
+/// The iterative selection then continues from it.
+pub(super) fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_area: bool) -> Plan {
+    let probe = simulate(t, budget, link, &Vec::new());
+    let Some((p, over)) = probe.worst else {
+        return Vec::new();
+    };
+    let planned = vec![Vec::new(); t.storages.len()];
+    let recomputed = vec![false; t.storages.len()];
+    // Small tensors are not worth a transfer slot of their own (AutoSwap's 1 MB floor).
+    let mut cands: Vec<Candidate> = candidates(
+        t,
+        a,
+        link,
+        Selection::of(Mechanism::Swap),
+        p,
+        &planned,
+        &recomputed,
+    )
+    .into_iter()
+    .filter(|c| t.storages[c.2].size >= 1 << 20)
+    .map(|mut c| {
+        // Rank every candidate by FreeTime alone (largest first).
+        if let Decision::Swap { after, back, .. } = c.3 {
+            let size = t.storages[c.2].size as f64;
+            c.0 = 0;
+            let free_time = a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+            c.1 = if by_area {
+                -(free_time.max(0.0) + size / link.h2d) * size
+            } else {
+                -free_time
+            };
+        }
+        c
+    })
+    .collect();
+    cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
+    let mut plan = Vec::new();
+    let mut got = 0;
+    for (_, _, s, d, _) in cands {
+        if got >= over {
+            break;
+        }
+        plan.push((s, d));
+        got += t.storages[s].size;
+    }
+    plan
+}
+
+/// The selection loop `sel` from a `seed` plan.
+///
+/// A greedy selection can trap itself: recomputations that all land on one operation make a new
+/// peak there that nothing can lower. Then it starts over with those recomputations (storage,
+/// back-access) ruled out, a few times, keeping the best result.
+pub(super) fn iterative_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    sel: Selection,
+    seed: Plan,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let mut banned: Vec<(usize, usize)> = Vec::new();
+    let mut best = select(t, a, budget, link, sel, seed.clone(), &banned, more);
+    let mut last = best.clone();
+    for _ in 0..6 {
+        if best.1.feasible || !more() {
+            break;
+        }
+        // The largest recomputation landing on an operation still over the budget.
+        let stuck: Vec<usize> = last.1.overs.iter().map(|o| o.0).collect();
+        let Some(worst) = last
+            .0
+            .iter()
+            .filter_map(|&(s, d)| match d {
+                Decision::Recompute { back, .. } if stuck.contains(&back) => Some((s, back)),
+                _ => None,
+            })
+            .filter(|x| !banned.contains(x))
+            .max_by_key(|x| (t.storages[x.0].size, std::cmp::Reverse(x.0)))
+        else {
+            break;
+        };
+        banned.push(worst);
+        last = select(t, a, budget, link, sel, seed.clone(), &banned, more);
+        if rank_outcomes(&last.1, &best.1).is_lt() {
+            best = last.clone();
+        }
+    }
+    best
+}
+
+/// One run of the selection loop; `banned` (storage, back-access) recomputations are not taken.
+#[allow(clippy::too_many_arguments)]
+fn select(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    sel: Selection,
+    seed: Plan,
+    banned: &[(usize, usize)],
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let mut plan: Plan = seed;
+    // Lifetimes grow as recomputations keep their sources.
+    let mut a = a.clone().extended(&plan);
+    let a = &mut a;
+    // Per storage: the (after, back) intervals already planned.
+    let mut planned: Vec<Vec<(usize, usize)>> = vec![Vec::new(); t.storages.len()];
+    let mut recomputed: Vec<bool> = vec![false; t.storages.len()];
+    for (s, d) in &plan {
+        match *d {
+            Decision::Swap { after, back, .. } => planned[*s].push((after, back)),
+            Decision::Recompute { after, back } => {
+                planned[*s].push((after, back));
+                recomputed[*s] = true;
+            }
+            Decision::Extend { .. } => {}
+        }
+    }
+    let mut out = simulate(t, budget, link, &plan);
+    'outer: for _ in 0..4000 {
+        if out.feasible || !more() {
+            break;
+        }
+        // The worst excess first; where nothing can move there, the next one.
+        let mut found: Option<(u64, Vec<Candidate>)> = None;
+        for &(p, over) in out.overs.iter().take(64) {
+            let mut c = candidates(t, a, link, sel, p, &planned, &recomputed);
+            c.retain(|c| {
+                t.storages[c.2].size >= sel.min_size
+                    && !matches!(c.3, Decision::Recompute { back, .. } if banned.contains(&(c.2, back)))
+            });
+            if !c.is_empty() {
+                found = Some((over, c));
+                break;
+            }
+        }
+        let Some((over, mut cands)) = found else {
+            break 'outer;
+        };
+        cands.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)).then(x.2.cmp(&y.2)));
+        let mut freed = 0u64;
+        // Candidates were found against the plan as the round began: one dropped for good in
+        // this round must not be a source of another's recomputation in the same round.
+        let mut dead_now = vec![false; t.storages.len()];
+        let mut sourced_now = vec![false; t.storages.len()];
+        for (_, _, s, d, ext) in cands {
+            if freed >= over {
+                break;
+            }
+            let (after, back) = match d {
+                Decision::Swap { after, back, .. } | Decision::Recompute { after, back } => {
+                    (after, back)
+                }
+                Decision::Extend { .. } => continue,
+            };
+            if let Decision::Recompute { .. } = d {
+                if back == usize::MAX {
+                    if sourced_now[s] {
+                        continue;
+                    }
+                    dead_now[s] = true;
+                } else {
+                    let sources: Vec<usize> = std::iter::once(s)
+                        .chain(ext.dropped.iter().map(|x| x.0))
+                        .chain(ext.revived.iter().copied())
+                        .filter_map(|x| t.storages[x].producer)
+                        .flat_map(|pr| t.ops[pr].inputs.iter().copied())
+                        .collect();
+                    if sources.iter().any(|&i| dead_now[i]) {
+                        continue;
+                    }
+                    for i in sources {
+                        sourced_now[i] = true;
+                    }
+                }
+            }
+            // A source kept by an earlier candidate of this round may be alive already.
+            let alive = |i: usize| a.freed_before[i] > back;
+            let kept_ids: Vec<usize> = ext.kept.into_iter().filter(|&i| !alive(i)).collect();
+            let dropped: Vec<(usize, usize)> = ext
+                .dropped
+                .into_iter()
+                .filter(|&(i, _)| !alive(i))
+                .collect();
+            let kept: u64 = kept_ids.iter().map(|&i| t.storages[i].size).sum();
+            if kept >= t.storages[s].size {
+                continue;
+            }
+            planned[s].push((after, back));
+            if matches!(d, Decision::Recompute { .. }) {
+                recomputed[s] = true;
+            }
+            plan.push((s, d));
+            for i in kept_ids {
+                plan.push((i, Decision::Extend { until: back }));
+                a.extend(i, back);
+            }
+            for (i, last) in dropped {
+                plan.push((i, Decision::Extend { until: back }));
+                plan.push((i, Decision::Recompute { after: last, back }));
+                planned[i].push((last, back));
+                recomputed[i] = true;
+                a.extend(i, back);
+            }
+            for i in ext.revived {
+                if a.freed_before[i] <= back {
+                    plan.push((i, Decision::Extend { until: back }));
+                    a.extend(i, back);
+                }
+                let last = a.accesses[i].last().copied().unwrap_or(0);
+                planned[i].push((last, back));
+                recomputed[i] = true;
+            }
+            freed += t.storages[s].size - kept;
+        }
+        out = simulate(t, budget, link, &plan);
+    }
+    if out.feasible {
+        prune(t, budget, link, &mut plan, &mut out, more);
+        adjust_triggers(t, a, budget, link, &mut plan, &mut out, more);
+    }
+    (plan, out)
+}
+
+/// Undoes what the selection took beyond need: each recomputation (the costliest first) is
+/// dropped from the plan when the replay stays within the budget and gets faster; then each
+/// extension nothing needs any more.
+pub(super) fn prune(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &mut Plan,
+    out: &mut Outcome,
+    more: Deadline,
+) {
+    let cost = |d: &(usize, Decision)| match d.1 {
+        Decision::Recompute { back, .. } if back != usize::MAX => {
+            t.storages[d.0].producer.map_or(0.0, |p| t.ops[p].time_s)
+        }
+        _ => 0.0,
+    };
+    let mut order: Vec<(usize, Decision)> =
+        plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
+    order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
+    // An extension saves no time, so it goes when the replay is no slower.
+    let exts = plan
+        .iter()
+        .copied()
+        .filter(|d| matches!(d.1, Decision::Extend { .. }));
+    let tries: Vec<((usize, Decision), bool)> = order
+        .into_iter()
+        .map(|d| (d, false))
+        .chain(exts.collect::<Vec<_>>().into_iter().map(|d| (d, true)))
+        .collect();
+    for (d, as_fast) in tries {
+        if !more() {
+            return;
+        }
+        let Some(k) = plan.iter().position(|x| *x == d) else {
+            continue;
+        };
+        let mut cand = plan.clone();
+        cand.remove(k);
+        let o = simulate(t, budget, link, &cand);
+        if o.feasible && (o.makespan < out.makespan || as_fast && o.makespan <= out.makespan) {
+            *plan = cand;
+            *out = o;
+        }
+    }
+}
+
+/// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
+/// key, storage, decision); tier 0 are swaps with no overhead (key: -FreeTime), tier 1 the rest
+/// (key: -memory saving per second).
+fn candidates(
+    t: &Trace,
+    a: &Analysis,
+    link: Link,
+    sel: Selection,
+    p: usize,
+    planned: &[Vec<(usize, usize)>],
+    recomputed: &[bool],
+) -> Vec<Candidate> {
+    let mut cands: Vec<Candidate> = Vec::new();
+    // Dropped for good after an operation (dead until freed), and needed as a source by a
+    // planned recomputation before an operation: the drop must come after the last such need.
+    let dead_after: Vec<usize> = planned
+        .iter()
+        .map(|v| {
+            v.iter()
+                .filter(|&&(_, y)| y == usize::MAX)
+                .map(|&(x, _)| x)
+                .min()
+                .unwrap_or(usize::MAX)
+        })
+        .collect();
+    let mut source_until = vec![0; t.storages.len()];
+    for (x, &r) in recomputed.iter().enumerate() {
+        if r && let Some(pr) = t.storages[x].producer {
+            let until = planned[x]
+                .iter()
+                .map(|&(_, y)| y)
+                .filter(|&y| y != usize::MAX)
+                .max()
+                .unwrap_or(0);
+            for &i in &t.ops[pr].inputs {
+                source_until[i] = source_until[i].max(until);
+            }
+        }
+    }
+    for (s, st) in t.storages.iter().enumerate() {
+        let acc = &a.accesses[s];
+        if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) {
+            continue;
+        }
+        let next = acc.partition_point(|&x| x <= p);
+        let Some(&back) = acc.get(next) else {
+            // Dead until the program frees it: its memory can go at no cost (nothing reads it
+            // again), unless something made from it may still be recomputed: then it would
+            // have to be recomputed first, at its producer's cost (ranked by MSPS).
+            let may_source = a.horizon[s] > p;
+            // Weights stay: the optimizer and the next iteration read them.
+            if next > 0
+                && !st.constant
+                && acc[next - 1] < p
+                && st.size > 0
+                && dead_after[s] == usize::MAX
+                && acc[next - 1] >= source_until[s]
+            {
+                let (tier, key) = match (may_source, st.producer) {
+                    (false, _) => (0, f64::MIN),
+                    (true, Some(pr)) => (1, -(st.size as f64 / t.ops[pr].time_s.max(1e-9))),
+                    (true, None) => continue,
+                };
+                cands.push((
+                    tier,
+                    key,
+                    s,
+                    Decision::Recompute {
+                        after: acc[next - 1],
+                        back: usize::MAX,
+                    },
+                    Extension::default(),
+                ));
+            }
+            continue;
+        };
+        let after = if next == 0 {
+            if !st.constant {
+                continue;
+            }
+            // A weight not yet used: it can leave before the first operation.
+            0
+        } else {
+            acc[next - 1]
+        };
+        if acc.get(next.wrapping_sub(1)) == Some(&p) || after >= p || back <= p {
+            continue;
+        }
+        if planned[s].iter().any(|&(x, y)| x < back && after < y) {
+            continue;
+        }
+        let size = st.size as f64;
+        if size == 0.0 {
+            continue;
+        }
+        let gap = a.start[back] - a.end[after];
+        let swap_secs = size / link.d2h + size / link.h2d;
+        let free_time = gap - swap_secs;
+        let swap_cost = (-free_time).max(0.0);
+        // Sources the program frees before `back` are kept alive for the recomputation (DTR
+        // does the same) when that still saves memory.
+        let ext = if sel.mech == Mechanism::Swap {
+            None
+        } else {
+            a.to_extend(t, s, back, planned, &dead_after)
+                .filter(|e| e.kept.iter().map(|&i| t.storages[i].size).sum::<u64>() < st.size)
+        };
+        let rec = ext.is_some();
+        let kept = ext
+            .iter()
+            .flat_map(|e| &e.kept)
+            .map(|&i| t.storages[i].size)
+            .sum::<u64>() as f64;
+        let rec_cost = if rec {
+            let p_op = st.producer.unwrap();
+            t.ops[p_op].time_s
+                + t.ops[p_op]
+                    .inputs
+                    .iter()
+                    .filter(|&&i| recomputed[i])
+                    .map(|&i| t.ops[t.storages[i].producer.unwrap_or(p_op)].time_s)
+                    .sum::<f64>()
+                + ext
+                    .iter()
+                    .flat_map(|e| &e.dropped)
+                    .filter_map(|&(i, _)| t.storages[i].producer)
+                    .map(|pi| t.ops[pi].time_s)
+                    .sum::<f64>()
+        } else {
+            f64::INFINITY
+        };
+        let use_swap = match sel.mech {
+            Mechanism::Swap => true,
+            Mechanism::Recompute => false,
+            Mechanism::Both => swap_cost <= rec_cost,
+        };
+        if !use_swap && !rec {
+            continue;
+        }
+        let (cost, saved, d, ext) = if use_swap {
+            (
+                swap_cost,
+                size,
+                Decision::Swap {
+                    after,
+                    trigger: a.trigger(after, back, size / link.h2d),
+                    back,
+                },
+                Extension::default(),
+            )
+        } else {
+            (
+                rec_cost,
+                size - kept,
+                Decision::Recompute { after, back },
+                ext.unwrap_or_default(),
+            )
+        };
+        if cost == 0.0 {
+            cands.push((0, -free_time, s, d, ext));
+        } else {
+            let weight = match sel.rank {
+                Rank::Msps => 1.0,
+                Rank::Area => gap.max(1e-9),
+            };
+            cands.push((1, -(saved * weight / cost), s, d, ext));
+        }
+    }
+    cands
+}
+
+/// Moves in-triggers earlier by the stalls the replay shows, keeping a move only when the replay
+/// stays within the budget and gets faster. First the stalled swap-in alone; when that does not
+/// help (it waited behind others on the H2D engine), with every swap-in queued in the same
+/// window, so the whole queue starts earlier.
+fn adjust_triggers(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    plan: &mut Plan,
+    out: &mut Outcome,
+    more: Deadline,
+) {
+    for _ in 0..16 {
+        if !more() {
+            return;
+        }
+        let mut improved = false;
+        for group in [false, true] {
+            let Some(moved) = moved_triggers(a, plan, out, group) else {
+                continue;
+            };
+            let o = simulate(t, budget, link, &moved);
+            if o.feasible && o.makespan < out.makespan {
+                *plan = moved;
+                *out = o;
+                improved = true;
+                break;
+            }
+        }
+        if !improved {
+            return;
+        }
+    }
+}
+
+/// The plan with triggers moved by the swap-in stalls of `out` (see [`adjust_triggers`]), or
+/// `None` when nothing can move.
+fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Option<Plan> {
+    let mut moved = plan.clone();
+    let mut any = false;
+    for st in &out.stalls {
+        let Stall::SwapIn { op, storage, secs } = *st else {
+            continue;
+        };
+        // The stalled swap-in's window: from its trigger to the operation that waited.
+        let Some(first) = plan.iter().find_map(|(s, d)| match *d {
+            Decision::Swap { trigger, back, .. } if *s == storage && back == op => Some(trigger),
+            _ => None,
+        }) else {
+            continue;
+        };
+        for (s, d) in moved.iter_mut() {
+            if let Decision::Swap {
+                after,
+                trigger,
+                back,
+            } = d
+            {
+                let hit = if group {
+                    // Queued in the same window (its original trigger, before any move).
+                    *back >= first && *trigger <= op
+                } else {
+                    *s == storage && *back == op
+                };
+                if hit {
+                    let earlier =
+                        a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
+                    if earlier < *trigger {
+                        *trigger = earlier;
+                        any = true;
+                    }
+                }
+            }
+        }
+    }
+    any.then_some(moved)
+}
+
+/// Turns a swap into a recomputation where recomputing costs less than the stall the swap
+/// causes, smallest ratio first, keeping each change only if the replay improves.
+pub(super) fn refine_swaps(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    plan: &mut Plan,
+    out: &mut Outcome,
+    more: Deadline,
+) {
+    let mut stall_of: Vec<(f64, usize)> = Vec::new();
+    for st in &out.stalls {
+        if let Stall::SwapIn { storage, secs, .. } = *st {
+            stall_of.push((secs, storage));
+        }
+    }
+    let mut tries: Vec<(f64, usize)> = Vec::new();
+    for (k, (s, d)) in plan.iter().enumerate() {
+        if let Decision::Swap { back, .. } = *d
+            && a.recomputable(t, *s, back)
+        {
+            let stall: f64 = stall_of.iter().filter(|x| x.1 == *s).map(|x| x.0).sum();
+            let rec = t.ops[t.storages[*s].producer.unwrap()].time_s;
+            if stall > 0.0 && rec < stall {
+                tries.push((rec / stall, k));
+            }
+        }
+    }
+    tries.sort_by(|x, y| x.0.total_cmp(&y.0));
+    for (_, k) in tries {
+        if !more() {
+            return;
+        }
+        let mut cand = plan.clone();
+        if let (s, Decision::Swap { after, back, .. }) = cand[k] {
+            cand[k] = (s, Decision::Recompute { after, back });
+        }
+        let o = simulate(t, budget, link, &cand);
+        if o.feasible && o.makespan < out.makespan {
+            *plan = cand;
+            *out = o;
+        }
+    }
+}
+
+/// Capuchin's selection with both mechanisms (MSPS ranking, FreeTime first, in-trigger
+/// feedback), and its stalled swaps turned into recomputations where cheaper.
+pub(super) fn both_selection(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let (mut plan, mut out) = iterative(t, a, budget, link, Mechanism::Both, more);
+    if out.feasible {
+        refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
+    }
+    (plan, out)
+}
+
+/// Capuchin's policy: its first, measured iteration in passive mode (swapping on demand), then
+/// its selection ([`both_selection`]) with the passive mode behind it where it falls short. Ours
+/// on top (README): a passive mode that may also drop by DTR's score, stuck recomputations
+/// ruled out and the selection rerun, what the selection took beyond need undone (prune), and
+/// stalled swaps turned into recomputations.
+pub(super) fn capuchin(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let sel = both_selection(t, a, budget, link, more);
+    let passive = [Evict::Lru, Evict::Dtr].map(|e| online(t, a, budget, link, e));
+    capuchin_from(t, a, budget, link, passive, sel)
+}
+
+/// [`capuchin`] from the passive runs alone (LRU, DTR) and its selection's result.
+pub(super) fn capuchin_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    passive: [(Plan, Outcome); 2],
+    sel: (Plan, Outcome),
+) -> (Plan, Outcome) {
+    let mut v = passive.to_vec();
+    v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel));
+    best(v)
+}
+
+/// Capuchin's selection restricted to swapping, with its passive mode (LRU) behind it.
+pub(super) fn swap_only(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let sel = iterative(t, a, budget, link, Mechanism::Swap, more);
+    best(with_passive(t, a, budget, link, Mechanism::Swap, sel))
+}
+
+/// Capuchin's selection restricted to recomputation, under either ranking (the better by
+/// replay), with its passive mode (dropping) behind it where it falls short, or alone (its
+/// first iteration) where that is better.
+pub(super) fn recompute_only(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let passive = [DROPS[0], DROPS[1]].map(|e| online(t, a, budget, link, e));
+    recompute_from(t, a, budget, link, more, passive)
+}
+
+/// [`recompute_only`] from the passive runs alone (the [`DROPS`] modes).
+pub(super) fn recompute_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+    passive: [(Plan, Outcome); 2],
+) -> (Plan, Outcome) {
+    let mut variants: Vec<_> = passive.to_vec();
+    for rank in [Rank::Msps, Rank::Area] {
+        if !more() {
+            break;
+        }
+        let sel = Selection {
+            rank,
+            ..Selection::of(Mechanism::Recompute)
+        };
+        let got = iterative_from(t, a, budget, link, sel, Vec::new(), more);
+        variants.extend(with_passive(t, a, budget, link, sel.mech, got));
+    }
+    best(variants)
+}

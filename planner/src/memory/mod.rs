@@ -1,0 +1,164 @@
+//! Memory policies: functions from (trace, budget, link) to a plan that the timeline simulator
+//! replays, one file per paper: Capuchin's selection ([`capuchin`]), the portfolio ([`auto`]),
+//! the lower bound ([`bound`]), vDNN ([`vdnn`]), SINGA's
+//! AutoSwap ([`autoswap`]), Ito et al.'s hybrid ([`hybrid`]), DTR ([`dtr`]) and the passive
+//! LRU baseline ([`lru`]), over the shared analysis ([`analysis`]) and the passive mode
+//! ([`passive`]). Names from the papers: evicted-access (the access after which a tensor
+//! leaves), back-access (the access that needs it again), in-trigger (the operation at whose
+//! start its swap-in begins), FreeTime (time a swap can hide in), MSPS (memory saving per
+//! second).
+
+mod analysis;
+mod auto;
+mod autoswap;
+pub mod bound;
+mod capuchin;
+mod dtr;
+mod hybrid;
+mod lru;
+mod passive;
+mod vdnn;
+
+pub use analysis::Analysis;
+pub use bound::Bound;
+use passive::online_from;
+
+use crate::model::Trace;
+use crate::timeline::{Evict, Link, Outcome, Plan};
+
+/// Every policy `marmoset plan` knows; `auto`, the portfolio, is the default.
+pub const POLICIES: &[&str] = &[
+    "auto",
+    "capuchin",
+    "swap",
+    "recompute",
+    "dtr",
+    "lru",
+    "vdnn-all",
+    "vdnn-conv",
+    "autoswap",
+    "hybrid",
+];
+
+/// Which mechanisms a selection may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mechanism {
+    Swap,
+    Recompute,
+    Both,
+}
+
+/// Which of two replays is better: feasible before infeasible; among feasible ones the faster;
+/// among infeasible ones the one closer to the budget (its worst excess), then the faster.
+pub(super) fn rank_outcomes(x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
+    let over = |o: &Outcome| {
+        if o.invalid {
+            u64::MAX
+        } else {
+            o.worst.map_or(0, |w| w.1)
+        }
+    };
+    (!x.feasible)
+        .cmp(&!y.feasible)
+        .then_with(|| {
+            if x.feasible {
+                std::cmp::Ordering::Equal
+            } else {
+                over(x).cmp(&over(y))
+            }
+        })
+        .then_with(|| x.makespan.total_cmp(&y.makespan))
+}
+
+/// A plan and, where it does not fit, Capuchin's passive mode behind it: the replay evicts on
+/// demand where the plan leaves memory over the budget, by each mechanism `mech` allows, and the
+/// evictions join the plan.
+pub(super) fn with_passive(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    mech: Mechanism,
+    (plan, out): (Plan, Outcome),
+) -> Vec<(Plan, Outcome)> {
+    let modes: &[Evict] = match (out.feasible, mech) {
+        (true, _) => &[],
+        (false, Mechanism::Swap) => &[Evict::Lru],
+        (false, Mechanism::Recompute) => DROPS,
+        (false, Mechanism::Both) => &[Evict::Lru, Evict::Dtr],
+    };
+    let mut v: Vec<(Plan, Outcome)> = modes
+        .iter()
+        .map(|&evict| online_from(t, a, budget, link, evict, plan.clone()))
+        .collect();
+    v.push((plan, out));
+    v
+}
+
+/// The passive modes that drop: DTR's heuristic, and the variant whose cost counts only what
+/// would come back with a tensor (better on some traces, by replay).
+pub(super) const DROPS: &[Evict] = &[Evict::Dtr, Evict::DtrUpstream];
+
+/// The best of several replays (see [`rank_outcomes`]).
+pub(super) fn best(v: impl IntoIterator<Item = (Plan, Outcome)>) -> (Plan, Outcome) {
+    v.into_iter()
+        .min_by(|x, y| rank_outcomes(&x.1, &y.1))
+        .expect("at least one plan")
+}
+
+/// Asked between (and inside) the steps of a search: false once time is up, and the search
+/// returns its best plan so far. The caller owns the clock (the crate reads none): the
+/// `marmoset` command and the shim pass `|| Instant::now() < end`; a test can count calls.
+pub type Deadline<'a> = &'a dyn Fn() -> bool;
+
+/// Policies' results by name.
+pub type Named = Vec<(&'static str, (Plan, Outcome))>;
+
+/// Runs policy `name` to completion.
+pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outcome)> {
+    run_until(name, t, budget, link, &|| true)
+}
+
+/// Runs policy `name` until `more` says time is up (see [`Deadline`]); `None` for a name not in
+/// [`POLICIES`].
+pub fn run_until(
+    name: &str,
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> Option<(Plan, Outcome)> {
+    let a = Analysis::new(t);
+    Some(match name {
+        "auto" => auto::portfolio(t, &a, budget, link, more, false).0,
+        "capuchin" => capuchin::capuchin(t, &a, budget, link, more),
+        "swap" => capuchin::swap_only(t, &a, budget, link, more),
+        "recompute" => capuchin::recompute_only(t, &a, budget, link, more),
+        "dtr" => dtr::dtr(t, &a, budget, link),
+        "lru" => lru::lru(t, &a, budget, link),
+        "vdnn-all" => vdnn::vdnn(t, &a, budget, link, false),
+        "vdnn-conv" => vdnn::vdnn(t, &a, budget, link, true),
+        "autoswap" => autoswap::autoswap(t, &a, budget, link),
+        "hybrid" => hybrid::hybrid(t, &a, budget, link, more),
+        _ => return None,
+    })
+}
+
+/// Every policy in [`POLICIES`] at once, each result exactly as [`run`] gives it, for the cost
+/// of `auto` alone (its steps are the other policies' searches).
+pub fn run_all(t: &Trace, budget: u64, link: Link) -> Named {
+    let a = Analysis::new(t);
+    let (best, named) = auto::portfolio(t, &a, budget, link, &|| true, true);
+    let mut all = vec![("auto", best)];
+    all.extend(named);
+    all.sort_by_key(|x| POLICIES.iter().position(|p| *p == x.0));
+    all
+}
+
+/// The lower bound on the makespan of any plan for `t` under `budget` (see [`bound`]).
+pub fn lower_bound(t: &Trace, budget: u64, link: Link) -> Bound {
+    bound::lower_bound(t, &Analysis::new(t), budget, link)
+}
+
+#[cfg(test)]
+mod tests;

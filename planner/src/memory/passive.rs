@@ -1,0 +1,86 @@
+//! The passive mode: the simulator evicts on demand when an allocation would exceed the budget
+//! (Capuchin's first, measured iteration; DTR's runtime; the LRU baseline), and its evictions
+//! become a plan that is replayed as any other.
+
+use super::Deadline;
+use super::analysis::Analysis;
+use crate::model::Trace;
+use crate::timeline::{Evict, Link, Outcome, Passive, Plan, simulate, simulate_passive};
+
+/// The online policies, run by the simulator in passive mode from `plan` (empty: the policy
+/// alone; else Capuchin's passive mode behind its plan): when an allocation would exceed the
+/// budget, evict (see [`Evict`]): least recently used, swapped out and back on demand (the
+/// passive baseline), or by DTR's heuristic, dropped and recomputed on demand, evicting during
+/// recomputations too. The evictions join the plan, and the plan is replayed as any other.
+pub(super) fn online_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    evict: Evict,
+    mut plan: Plan,
+) -> (Plan, Outcome) {
+    let (evicted, _) = passive_run(t, a, budget, link, evict, &plan, &|| true);
+    plan.extend(evicted);
+    let out = simulate(t, budget, link, &plan);
+    (plan, out)
+}
+
+/// The passive run behind [`online_from`]: its evictions, and its own outcome.
+pub(super) fn passive_run(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    evict: Evict,
+    plan: &Plan,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let a = a.clone().extended(plan);
+    let swap = evict == Evict::Lru;
+    let evictable = |s: usize, op: usize| -> Option<usize> {
+        let acc = &a.accesses[s];
+        match acc.get(acc.partition_point(|&x| x <= op)) {
+            // Weights stay: the optimizer and the next iteration read them.
+            None if t.storages[s].constant => None,
+            None if swap => (a.horizon[s] <= op).then_some(usize::MAX),
+            // Nothing reads it again, nor anything made from it: it goes for good.
+            None if a.horizon[s] <= op => Some(usize::MAX),
+            // Something made from it may be recomputed until its horizon: recomputable until
+            // then, as DTR's evictions are.
+            None => Some(a.horizon[s]),
+            Some(&back) => Some(back),
+        }
+    };
+    let passive = Passive {
+        evict,
+        evictable: &evictable,
+        horizon: (!swap).then_some(&a.horizon),
+        more: Some(more),
+    };
+    simulate_passive(t, budget, link, plan, &passive)
+}
+
+pub(super) fn online(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    evict: Evict,
+) -> (Plan, Outcome) {
+    online_from(t, a, budget, link, evict, Vec::new())
+}
+
+/// [`online`] until `more` says time is up (a cut run's plan does not fit).
+pub(super) fn online_until(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    evict: Evict,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let (plan, _) = passive_run(t, a, budget, link, evict, &Vec::new(), more);
+    let out = simulate(t, budget, link, &plan);
+    (plan, out)
+}
