@@ -209,7 +209,7 @@ fn plans_fit_half_and_three_tenths_of_the_peak_on_every_workloads_trace() {
         )
         .unwrap();
         for budget in ["0.5", "0.3"] {
-            let v = plan(&path, budget, "capuchin");
+            let v = plan(&path, budget, "auto");
             assert_eq!(
                 v["feasible"], true,
                 "{prog} {mode} {args:?} at {budget}: {v}"
