@@ -689,6 +689,14 @@ fn with<R>(f: impl FnOnce(&mut Manager) -> R) -> Option<R> {
     g.as_mut().map(f)
 }
 
+/// The budget in bytes (None: not managed).
+pub fn budget() -> Option<u64> {
+    if !active() {
+        return None;
+    }
+    with(|m| m.budget)
+}
+
 /// An allocation under the memory policy (None: not managed, forward it).
 pub fn alloc(out: *mut u64, size: usize) -> Option<c_int> {
     if !active() || out.is_null() {
