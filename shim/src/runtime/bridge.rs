@@ -17,11 +17,8 @@ use std::time::Instant;
 /// A plan for the iteration the tracker found.
 pub struct Ready {
     pub found: Found,
-    /// The model and the decisions: what the executor will act on (eviction after the
-    /// evicted-access, prefetch at the in-trigger, drops, recomputation), not yet done.
-    #[allow(dead_code)]
+    /// The model (call offsets, tensor names) and the decisions the executor acts on.
     pub converted: Converted,
-    #[allow(dead_code)]
     pub plan: Plan,
     pub outcome: Outcome,
 }
@@ -98,6 +95,16 @@ pub fn plan(found: Found, records: Vec<Record>) {
                             if outcome.feasible { "" } else { " (not feasible within the budget)" }
                         ),
                     );
+                    // The model's cut becomes the tracker's iteration boundary, so that the
+                    // plan's call offsets and tensor names are the tracker's.
+                    let aligned = converted.iteration.as_ref().is_ok_and(|st| {
+                        crate::runtime::tracker::realign(found.generation, st.start)
+                    });
+                    if !aligned {
+                        no_plan(policy, "the program diverged while it was planned".into(), planning_ms);
+                        PLANNING.store(false, Ordering::Release);
+                        return;
+                    }
                     crate::runtime::executor::offer(Ready {
                         found,
                         converted,

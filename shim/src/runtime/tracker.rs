@@ -33,6 +33,8 @@ pub struct Found {
     pub boundary: usize,
     /// The `seq` of the steady iteration's first call (what the bridge plans).
     pub start_seq: u64,
+    /// Which detection found it (a restart makes the tracker's call indices new ones).
+    pub generation: u64,
 }
 
 /// What the caller does once the tracker's lock is released (planning, records).
@@ -57,6 +59,9 @@ struct Tracker {
     records: Vec<Record>,
     /// Tokens of the calls so far (index = call index).
     tokens: Vec<u64>,
+    /// The allocation each call made, if it made one (index = call index).
+    allocs: Vec<Option<u64>>,
+    generation: u64,
     /// Allocation id -> size, of live allocations (tokens name sizes, never ids).
     sizes: HashMap<u64, u64>,
     /// Allocations made in each iteration since the repetition was found, in order: the
@@ -84,6 +89,8 @@ pub fn observe(r: &Record) {
         let t = g.get_or_insert_with(|| Tracker {
             records: Vec::new(),
             tokens: Vec::new(),
+            allocs: Vec::new(),
+            generation: 0,
             sizes: HashMap::new(),
             made: Vec::new(),
             found: None,
@@ -169,6 +176,12 @@ impl Tracker {
         }
         let index = self.tokens.len();
         self.tokens.push(token);
+        self.allocs.push(match r.event {
+            Event::Alloc {
+                alloc, result: 0, ..
+            } => Some(alloc),
+            _ => None,
+        });
         if let Some(f) = self.found.clone() {
             if (index - f.boundary).is_multiple_of(f.period) {
                 self.made.push(Vec::new());
@@ -219,22 +232,24 @@ impl Tracker {
         // Records arrive nearly in `seq` order (a free takes its number before it is forwarded);
         // from here the order of `seq` is the order of the calls.
         self.tokens = tokens.clone();
+        self.allocs = calls
+            .iter()
+            .map(|c| match c.effect {
+                iteration::Effect::Alloc { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
         let n = tokens.len();
-        // The last boundary at or before the latest call.
-        let boundary = st.start + (n - 1 - st.start) / st.period * st.period;
+        self.generation += 1;
         let found = Found {
             period: st.period,
-            boundary,
+            boundary: 0,
             start_seq: calls[st.start].seq,
+            generation: self.generation,
         };
-        self.made = vec![Vec::new()];
-        // Allocations already made in the current (partial) iteration.
-        for c in &calls[boundary..] {
-            if let iteration::Effect::Alloc { id, .. } = c.effect {
-                self.made[0].push(id);
-            }
-        }
         self.found = Some(found.clone());
+        self.align(st.start);
+        let found = self.found.clone().expect("set above");
         After::Plan {
             found,
             records: sorted,
@@ -246,6 +261,7 @@ impl Tracker {
     /// still live before it (tensor sizes and lifetimes need them).
     fn restart(&mut self, index: usize) {
         self.found = None;
+        self.generation += 1;
         self.made.clear();
         let live = &self.sizes;
         let keep_from = self.records.len() - 1;
@@ -267,7 +283,59 @@ impl Tracker {
             }
         }
         self.tokens.push(last);
+        let last_alloc = self.allocs[index];
+        self.allocs = self.records[..allocs]
+            .iter()
+            .map(|r| match r.event {
+                Event::Alloc { alloc, .. } => Some(alloc),
+                _ => None,
+            })
+            .collect();
+        self.allocs.push(last_alloc);
         self.next_check = self.tokens.len() + CHECK;
+    }
+
+    /// Iterations start at call `start` (and every period from there): the boundary is the
+    /// last such call at or before the latest one, and each iteration's allocations are listed
+    /// again (its `TensorId::Rel` names).
+    fn align(&mut self, start: usize) {
+        let Some(f) = self.found.as_mut() else { return };
+        let (n, p) = (self.tokens.len(), f.period);
+        if start >= n {
+            return;
+        }
+        let first = start % p;
+        f.boundary = start + (n - 1 - start) / p * p;
+        self.made = (first..n)
+            .step_by(p)
+            .map(|b| {
+                self.allocs[b..(b + p).min(n)]
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .collect()
+            })
+            .collect();
+    }
+}
+
+/// The planner's model cut the iteration at call `start` of detection `generation`: from
+/// now on iterations begin there, so that the plan's call offsets and tensor names are the
+/// tracker's. False when the tracker has moved on (a divergence since).
+pub fn realign(generation: u64, start: usize) -> bool {
+    let Ok(mut g) = TRACKER.lock() else {
+        return false;
+    };
+    g.as_mut().is_some_and(|t| t.realign(generation, start))
+}
+
+impl Tracker {
+    fn realign(&mut self, generation: u64, start: usize) -> bool {
+        if self.generation != generation || self.found.is_none() {
+            return false;
+        }
+        self.align(start);
+        true
     }
 }
 
@@ -286,8 +354,23 @@ impl Tracker {
     }
 }
 
+/// The offset within the iteration of the next call (None: no iteration is being followed).
+pub fn next_offset() -> Option<usize> {
+    let g = TRACKER.lock().ok()?;
+    let t = g.as_ref()?;
+    let f = t.found.as_ref()?;
+    Some((t.tokens.len() - f.boundary) % f.period)
+}
+
+/// The offset within the iteration of the call just seen, if it was followed (not a divergence).
+pub fn last_offset() -> Option<usize> {
+    let g = TRACKER.lock().ok()?;
+    let t = g.as_ref()?;
+    let f = t.found.as_ref()?;
+    Some((t.tokens.len().checked_sub(1)? - f.boundary) % f.period)
+}
+
 /// [`Tracker::resolve`] on the process's tracker (for the executor).
-#[allow(dead_code)] // the executor's decisions use it once they act (see executor.rs)
 pub fn resolve(name: TensorId) -> Option<u64> {
     TRACKER.lock().ok()?.as_ref()?.resolve(name)
 }
@@ -309,6 +392,8 @@ mod tests {
                 t: Tracker {
                     records: Vec::new(),
                     tokens: Vec::new(),
+                    allocs: Vec::new(),
+                    generation: 0,
                     sizes: HashMap::new(),
                     made: Vec::new(),
                     found: None,
@@ -460,6 +545,39 @@ mod tests {
         let found = plans(&seen);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].period, 7);
+    }
+
+    #[test]
+    fn the_models_cut_becomes_the_iteration_boundary() {
+        let mut s = Stream::new();
+        let (w, _) = s.alloc(1 << 20);
+        let mut seen = Vec::new();
+        for _ in 0..CHECK / 7 + 2 {
+            seen.extend(s.iteration(w, 2));
+        }
+        let f = plans(&seen)[0].clone();
+        // Cut two calls later (after the iteration's two allocations): those two now belong to
+        // the iteration before, and the next iteration starts at its first launch.
+        assert!(realign_in(&mut s.t, f.generation, f.boundary + 2));
+        let g = s.t.found.clone().unwrap();
+        assert_eq!((g.boundary - f.boundary) % 7, 2);
+        let before = s.t.made.len();
+        let (a, _) = s.alloc(4096);
+        assert_eq!(
+            s.t.made.len(),
+            before,
+            "an allocation ends the iteration now"
+        );
+        assert_eq!(s.t.made.last().unwrap().last(), Some(&a));
+        s.alloc(8192);
+        s.launch(1, &[w, a]);
+        assert_eq!(s.t.made.len(), before + 1, "the first launch starts one");
+        // A stale generation changes nothing.
+        assert!(!realign_in(&mut s.t, f.generation + 1, f.boundary));
+    }
+
+    fn realign_in(t: &mut Tracker, generation: u64, start: usize) -> bool {
+        t.realign(generation, start)
     }
 
     fn resolve_in(t: &Tracker, name: TensorId) -> Option<u64> {
