@@ -687,11 +687,12 @@ impl Manager {
     /// used first, never the tensors in `protect`); on any failure the tensor stays evicted and
     /// the back-access restores it on demand.
     fn prefetch(&mut self, va: u64, protect: &HashSet<u64>) -> Result<(), c_int> {
+        // Already resident (never evicted, or brought back on demand): nothing to do.
         let Some(t) = self.tensors.get(&va) else {
-            return Err(1);
+            return Ok(());
         };
         let Place::Evicted(buf) = t.place else {
-            return Err(1);
+            return Ok(());
         };
         let (size, mapped) = (t.size, t.mapped);
         let mut keep = protect.clone();
@@ -747,7 +748,20 @@ pub fn prefetch(id: u64, protect: &[u64]) -> bool {
         .iter()
         .filter_map(|&a| crate::state::allocation(a).map(|x| x.0))
         .collect();
-    with(|m| m.prefetch(va, &keep).is_ok()).unwrap_or(false)
+    match with(|m| m.prefetch(va, &keep)) {
+        Some(Ok(())) => true,
+        Some(Err(code)) => {
+            log(
+                Level::Warn,
+                &format!(
+                    "memory: prefetching allocation {id} failed ({}); it comes back on demand",
+                    error_name(code)
+                ),
+            );
+            false
+        }
+        None => false,
+    }
 }
 
 /// A driver error as the driver names it, with its number: `CUDA_ERROR_UNKNOWN (999)`.
