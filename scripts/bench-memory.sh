@@ -1,41 +1,63 @@
 #!/usr/bin/env bash
 # Benchmark (simulated GPU, shape mode): the trainer at a size whose peak is above 8 GiB, run
-# without Marmoset (unlimited) and under the passive policy (MARMOSET_POLICY=lru) at 0.9, 0.7,
-# 0.5 and 0.3 of that peak, in the same invocation. Prints the virtual time (simulated) against
-# the unlimited run, and the bytes moved each way. This is the baseline later policies must beat.
+# without Marmoset (unlimited), under the passive policy (MARMOSET_POLICY=lru) and under the
+# planner's policies run in-process (measured, then guided execution: capuchin, swap, recompute by
+# default; MARMOSET_BENCH_POLICIES to choose) at 0.9, 0.7, 0.5 and 0.3 of that peak, in the same
+# invocation. Prints the virtual time (simulated) against the unlimited run, the bytes moved each
+# way and, for a planner policy, its plan (swaps, recomputations) with the planner's prediction
+# for one guided iteration and the planning time (from the run's `plan` trace record).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --workspace --release -q
 bin=$(scripts/build-workloads.sh)
 m=target/release/marmoset
-args=(${MARMOSET_BENCH_ARGS:-2 256 256 6})
+# Enough iterations for the tracker to find, verify and plan one, and to run guided after it.
+args=(${MARMOSET_BENCH_ARGS:-6 256 256 6})
+policies=(${MARMOSET_BENCH_POLICIES:-lru capuchin swap recompute})
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+# The plan record of a trace, as "swaps/recomputes predicted_ms planning_ms", or "-".
+plan() {
+  python3 - "$1" <<'PY'
+import json, sys
+p = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"plan"' in l]
+print(f"{p[0]['swaps']}s/{p[0]['recomputes']}r {p[0]['predicted_ms']:.2f} {p[0]['planning_ms']:.1f}" if p else "- - -")
+PY
+}
 
 SIMGPU_MODE=shape SIMGPU_REPORT=$tmp/base.json "$m" run --sim=h100 --no-shim -- "$bin/trainer" "${args[@]}" > /dev/null
 peak=$(field "$tmp/base.json" peak_bytes)
 base=$(field "$tmp/base.json" virtual_time_s)
 printf 'trainer %s (shape mode, simulated H100): peak %.2f GiB, %.3f s per run unlimited (simulated)\n' "${args[*]}" \
   "$(echo "$peak / 1073741824" | bc -l)" "$base"
-printf '%8s %12s %12s %10s %14s %14s %9s\n' budget "budget GiB" "peak GiB" "time s" "slowdown" "to host GiB" "back GiB"
+printf '%-9s %6s %10s %10s %9s %10s %12s %9s %9s %13s %12s\n' policy budget "budget GiB" "peak GiB" "time s" slowdown \
+  "to host GiB" "back GiB" plan "predicted ms" "planning ms"
 # Progress on a terminal only (stderr): "[k/n] what", rewritten in place, cleared at the end.
 progress() { if [ -t 2 ]; then printf '\r\033[2K[%s] %s' "$1" "$2" >&2; fi; }
 progress_done() { if [ -t 2 ]; then printf '\r\033[2K' >&2; fi; }
 k=0
+n=$((4 * ${#policies[@]}))
 for f in 0.9 0.7 0.5 0.3; do
-  k=$((k + 1)); progress "$k/4" "lru at $f of the peak"
   budget=$(python3 -c "print(int($peak * $f))")
-  if SIMGPU_MODE=shape SIMGPU_REPORT=$tmp/r.json "$m" run --sim=h100 --policy lru --memory-limit "$budget" -- \
-       "$bin/trainer" "${args[@]}" > /dev/null 2> "$tmp/err"; then
-    t=$(field "$tmp/r.json" virtual_time_s)
-    progress_done
-    printf '%8s %12.2f %12.2f %10.3f %13.3fx %14.2f %9.2f\n' "$f" "$(echo "$budget / 1073741824" | bc -l)" \
-      "$(echo "$(field "$tmp/r.json" peak_bytes) / 1073741824" | bc -l)" "$t" "$(echo "$t / $base" | bc -l)" \
-      "$(echo "$(field "$tmp/r.json" d2h_bytes) / 1073741824" | bc -l)" "$(echo "$(field "$tmp/r.json" h2d_bytes) / 1073741824" | bc -l)"
-  else
-    progress_done
-    printf '%8s %12.2f  failed: %s\n' "$f" "$(echo "$budget / 1073741824" | bc -l)" "$(tail -1 "$tmp/err")"
-  fi
+  for pol in "${policies[@]}"; do
+    k=$((k + 1)); progress "$k/$n" "$pol at $f of the peak"
+    rm -f "$tmp/t.jsonl"
+    if SIMGPU_MODE=shape SIMGPU_REPORT=$tmp/r.json "$m" run --sim=h100 --policy "$pol" --memory-limit "$budget" \
+         --trace "$tmp/t.jsonl" -- "$bin/trainer" "${args[@]}" > /dev/null 2> "$tmp/err"; then
+      t=$(field "$tmp/r.json" virtual_time_s)
+      read -r pl pred ptime <<< "$(plan "$tmp/t.jsonl")"
+      progress_done
+      printf '%-9s %6s %10.2f %10.2f %9.3f %9.3fx %12.2f %9.2f %9s %13s %12s\n' "$pol" "$f" \
+        "$(echo "$budget / 1073741824" | bc -l)" "$(echo "$(field "$tmp/r.json" peak_bytes) / 1073741824" | bc -l)" \
+        "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$(field "$tmp/r.json" d2h_bytes) / 1073741824" | bc -l)" \
+        "$(echo "$(field "$tmp/r.json" h2d_bytes) / 1073741824" | bc -l)" "$pl" "$pred" "$ptime"
+    else
+      progress_done
+      printf '%-9s %6s %10.2f  failed: %s\n' "$pol" "$f" "$(echo "$budget / 1073741824" | bc -l)" "$(tail -1 "$tmp/err")"
+    fi
+  done
 done
 echo "Times are virtual (simulated GPU); bytes moved count the trainer's own copies too (a few MiB)."
+echo "A planner policy's first iterations run passively while they are measured; the prediction is"
+echo "the planner's for one guided iteration (its timeline simulator), the time is the whole run's."

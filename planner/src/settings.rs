@@ -2,8 +2,21 @@
 //! command refuses a bad flag (exit 2, naming the flag) with the very rules the library applies
 //! to its environment variable.
 
-/// The names MARMOSET_POLICY accepts in the library, in the order its messages list them.
-pub const RUNTIME_POLICIES: &[&str] = &["none", "lru"];
+/// The names MARMOSET_POLICY accepts in the library, in the order its messages list them: none,
+/// the passive `lru`, then the planner's policies the library runs by measured and guided
+/// execution (`crate::policy::run` names), best first.
+pub const RUNTIME_POLICIES: &[&str] = &[
+    "none",
+    "lru",
+    "capuchin",
+    "swap",
+    "recompute",
+    "dtr",
+    "vdnn-all",
+    "vdnn-conv",
+    "autoswap",
+    "hybrid",
+];
 
 /// A memory budget: bytes, or a fraction of the device.
 #[derive(Debug, Clone, Copy, PartialEq)]

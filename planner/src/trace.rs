@@ -218,6 +218,33 @@ pub enum Event {
     /// What replaying the next call record of the same thread needs (written just before the
     /// call is forwarded; evict and restore records may come between).
     Lineage { replay: Replay },
+    /// The shim's tracker found and verified a repeating iteration: `period` calls, the steady
+    /// one starting at the call record `start` (a sequence number), after `calls` calls.
+    Iteration { start: u64, period: u64, calls: u64 },
+    /// The shim's planner bridge planned that iteration with `policy` for `budget` bytes, in
+    /// `planning_ms` of host time (on a background thread); the plan's decisions, and what the
+    /// planner predicts for one guided iteration (`predicted_ms`, simulated on its model).
+    Plan {
+        policy: String,
+        budget: u64,
+        start: u64,
+        period: u64,
+        ops: u64,
+        swaps: u64,
+        recomputes: u64,
+        feasible: bool,
+        predicted_ms: f64,
+        planning_ms: f64,
+    },
+    /// Planning found no plan (`why`): execution stays passive.
+    NoPlan {
+        policy: String,
+        why: String,
+        planning_ms: f64,
+    },
+    /// The program left the planned sequence at call `call` of the iteration (the record
+    /// `at`, a sequence number): the rest of the iteration runs passively, and the planner replans.
+    Divergence { at: u64, call: u64, period: u64 },
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -250,6 +277,10 @@ impl Event {
             Event::Evict { .. } => "evict",
             Event::Restore { .. } => "restore",
             Event::Lineage { .. } => "lineage",
+            Event::Iteration { .. } => "iteration",
+            Event::Plan { .. } => "plan",
+            Event::NoPlan { .. } => "no_plan",
+            Event::Divergence { .. } => "divergence",
         }
     }
 

@@ -20,21 +20,41 @@ pub enum Policy {
     None,
     /// Passive memory virtualisation: evict least recently used tensors on demand.
     Lru,
+    /// A planner policy (`marmoset plan --policy`): the first iteration runs passively while it
+    /// is measured, the planner plans it off the hot path (runtime::bridge).
+    Guided(&'static str),
 }
 
+/// The planner's policies the shim runs by name (`planner::policy::run`), best first: the names
+/// MARMOSET_POLICY accepts after none and lru.
+pub const GUIDED: &[&str] = {
+    let (_, guided) = planner::settings::RUNTIME_POLICIES.split_at(2);
+    guided
+};
+
 impl Policy {
-    pub const ACCEPTED: &'static str = "none, lru";
+    pub const ACCEPTED: &'static str =
+        "none, lru, capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv, autoswap, hybrid";
 
     pub fn name(self) -> &'static str {
         match self {
             Policy::None => "none",
             Policy::Lru => "lru",
+            Policy::Guided(name) => name,
         }
     }
 
     /// Whether Marmoset allocates and moves the program's device memory.
     pub fn manages_memory(self) -> bool {
-        self == Policy::Lru
+        self != Policy::None
+    }
+
+    /// The planner policy whose plan guides execution, if any.
+    pub fn guided(self) -> Option<&'static str> {
+        match self {
+            Policy::Guided(name) => Some(name),
+            _ => None,
+        }
     }
 
     /// Whether the policy needs one allocation per tensor from the framework.
@@ -130,6 +150,9 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
         match v.as_str() {
             "none" => c.policy = Policy::None,
             "lru" => c.policy = Policy::Lru,
+            name if GUIDED.contains(&name) => {
+                c.policy = Policy::Guided(GUIDED.iter().find(|&&g| g == name).expect("listed"))
+            }
             _ => errors.push(bad("MARMOSET_POLICY", &v, Policy::ACCEPTED)),
         }
     }
@@ -327,7 +350,7 @@ mod tests {
     #[test]
     fn every_bad_value_is_named_with_what_is_accepted() {
         for (var, val, accepted) in [
-            ("MARMOSET_POLICY", "capuchin2", "none, lru"),
+            ("MARMOSET_POLICY", "capuchin2", "none, lru, capuchin"),
             ("MARMOSET_MIN_TENSOR", "big", "MiB"),
             ("MARMOSET_HOST_LIMIT", "-1", "MiB"),
             ("MARMOSET_LOG", "loud", "error, warn, info, debug"),

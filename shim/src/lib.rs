@@ -11,12 +11,14 @@
 mod caller;
 mod config;
 mod hooks;
-mod memory;
 mod microbatch;
 mod real;
+mod runtime;
 mod state;
 mod timing;
 mod trace;
+
+use runtime::memory;
 
 use std::ffi::{CStr, c_char, c_void};
 

@@ -62,7 +62,9 @@ fn destroy(e: usize) {
 
 /// Records the start event before an operation on `stream`.
 pub fn begin(stream: u64) -> Option<usize> {
-    if !crate::state::config().trace_timing {
+    // A planner policy measures every operation: the plan is made from these durations.
+    let c = crate::state::config();
+    if !c.trace_timing && c.policy.guided().is_none() {
         return None;
     }
     record(stream)

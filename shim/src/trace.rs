@@ -206,15 +206,23 @@ pub fn emit(event: Event) {
 
 /// Writes an event with a sequence number taken earlier (allocations and frees).
 pub fn emit_seq(seq: u64, event: Event) {
-    if !enabled() {
+    let tracked = crate::runtime::tracker::enabled();
+    if !enabled() && !tracked {
         return;
     }
-    send(Record {
+    let r = Record {
         seq,
         t_ns: crate::state::now_ns(),
         tid: crate::state::tid(),
         event,
-    });
+    };
+    // The tracker sees every record, written to a file or not.
+    if tracked {
+        crate::runtime::tracker::observe(&r);
+    }
+    if enabled() {
+        send(r);
+    }
 }
 
 /// Waits (up to 2 s) until everything sent so far is on disk.

@@ -209,9 +209,23 @@ pub fn run(
             None
         }
     };
-    // Every tensor the call touches must be resident before it runs.
+    // Guided execution: the prefetches whose in-trigger this call is; then every tensor the
+    // call touches must be resident before it runs.
     if let Some(p) = &pending {
         let (touches, stream) = (p.event.touches(), stream_of(&p.event));
+        if crate::runtime::tracker::enabled() {
+            let ids: Vec<u64> = touches.iter().map(|t| t.alloc).collect();
+            if catch_unwind(AssertUnwindSafe(|| {
+                crate::runtime::executor::before_call(&ids)
+            }))
+            .is_err()
+            {
+                state::disable(&format!(
+                    "internal error (panic) before {}",
+                    entry.name.to_string_lossy()
+                ));
+            }
+        }
         if let Err(code) = crate::memory::before(touches, stream) {
             // cuDNN speaks its own codes: a device allocation failure, or a driver failure.
             let code = match (&p.event, code) {
@@ -227,7 +241,14 @@ pub fn run(
     }
     let r = real();
     if let Some(p) = pending
-        && catch_unwind(AssertUnwindSafe(|| p.finish(r))).is_err()
+        && catch_unwind(AssertUnwindSafe(|| {
+            p.finish(r);
+            // Guided execution: the evictions whose evicted-access this call was.
+            if crate::runtime::tracker::enabled() {
+                crate::runtime::executor::after_call();
+            }
+        }))
+        .is_err()
     {
         state::disable(&format!(
             "internal error (panic) after {}",

@@ -18,7 +18,9 @@ pub struct RunArgs {
     /// Run without libmarmoset.so (plain CUDA, or the plain simulated GPU).
     #[arg(long)]
     no_shim: bool,
-    /// Marmoset's policy (MARMOSET_POLICY): none, lru.
+    /// Marmoset's policy (MARMOSET_POLICY): none, lru (passive), or a planner policy run by
+    /// measured and guided execution: capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv,
+    /// autoswap, hybrid.
     #[arg(long, value_name = "P")]
     policy: Option<String>,
     /// Write a trace of every call (MARMOSET_TRACE).

@@ -102,6 +102,9 @@ struct Tensor {
     streams: HashSet<u64>,
     /// Marmoset's own buffers (workspaces) are never evicted.
     internal: bool,
+    /// A prefetch's copy in (guided execution): the next operation that touches the tensor
+    /// waits for this event, not the host.
+    arrival: Option<usize>,
 }
 
 /// A release waiting for the work issued before it to finish.
@@ -307,6 +310,10 @@ impl Manager {
     /// Evicts one tensor (Ok: its bytes are on the host and its memory is being released).
     fn evict(&mut self, va: u64) -> Result<(), c_int> {
         let t = self.tensors.get(&va).ok_or(1)?;
+        if let Some(e) = t.arrival {
+            // A prefetch still arriving: the copy out must follow it.
+            sync_event(e);
+        }
         let Place::Resident(phys) = t.place else {
             return Err(1);
         };
@@ -346,6 +353,9 @@ impl Manager {
         if let Some(t) = self.tensors.get_mut(&va) {
             t.place = Place::Evicted(buf);
             t.streams.clear();
+            if let Some(e) = t.arrival.take() {
+                destroy_event(e);
+            }
         }
         crate::trace::emit(Event::Evict {
             alloc: alloc_of(va),
@@ -478,6 +488,7 @@ impl Manager {
                         last_use: self.clock,
                         streams: HashSet::new(),
                         internal,
+                        arrival: None,
                     },
                 );
                 Ok(va)
@@ -495,6 +506,10 @@ impl Manager {
             return Some(0);
         }
         let t = self.tensors.remove(&ptr)?;
+        if let Some(e) = t.arrival {
+            // The release below follows the swap-in stream, where the prefetch was copied.
+            destroy_event(e);
+        }
         match t.place {
             Place::Evicted(buf) => {
                 self.host_free.entry(t.size).or_default().push(buf);
@@ -570,9 +585,14 @@ impl Manager {
         self.clock += 1;
         let protect: HashSet<u64> = vas.iter().copied().collect();
         for &va in vas {
-            let Some(t) = self.tensors.get(&va) else {
+            let Some(t) = self.tensors.get_mut(&va) else {
                 continue;
             };
+            if let Some(e) = t.arrival.take() {
+                // Prefetched: the operation's stream waits for the copy in, by event.
+                let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
+                destroy_event(e);
+            }
             let Place::Evicted(buf) = t.place else {
                 continue;
             };
@@ -653,6 +673,97 @@ impl Manager {
     }
 }
 
+impl Manager {
+    /// Guided execution's eviction after the evicted-access: Ok when the tensor left.
+    fn evict_planned(&mut self, va: u64) -> Result<(), c_int> {
+        match self.tensors.get(&va) {
+            Some(t) if !t.internal && matches!(t.place, Place::Resident(_)) => self.evict(va),
+            _ => Err(1),
+        }
+    }
+
+    /// Guided execution's prefetch at the in-trigger: the copy in starts on the swap-in stream
+    /// and the back-access waits for it by event. Room is made as for a restore (least recently
+    /// used first, never the tensors in `protect`); on any failure the tensor stays evicted and
+    /// the back-access restores it on demand.
+    fn prefetch(&mut self, va: u64, protect: &HashSet<u64>) -> Result<(), c_int> {
+        // Already resident (never evicted, or brought back on demand): nothing to do.
+        let Some(t) = self.tensors.get(&va) else {
+            return Ok(());
+        };
+        let Place::Evicted(buf) = t.place else {
+            return Ok(());
+        };
+        let (size, mapped) = (t.size, t.mapped);
+        let mut keep = protect.clone();
+        keep.insert(va);
+        self.make_room(mapped, &keep).map_err(|_| OUT_OF_MEMORY)?;
+        let (phys, e) = self.copy_in(va, buf, size, mapped)?;
+        let arrival = event().inspect(|&a| {
+            let _ = record(a, self.swap_in as u64);
+        });
+        self.host_busy.push((e, buf, size));
+        let Some(arrival) = arrival else {
+            // No event to wait on: wait for the copy here rather than risk a race.
+            sync_event(e);
+            if let Some(t) = self.tensors.get_mut(&va) {
+                t.place = Place::Resident(phys);
+            }
+            return Ok(());
+        };
+        if let Some(t) = self.tensors.get_mut(&va) {
+            t.place = Place::Resident(phys);
+            t.arrival = Some(arrival);
+        }
+        crate::trace::emit(Event::Restore {
+            alloc: alloc_of(va),
+            bytes: size,
+            stream: self.swap_in as u64,
+        });
+        Ok(())
+    }
+}
+
+/// Evicts allocation `id` now (guided execution, after its evicted-access).
+pub fn evict_planned(id: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    with(|m| m.evict_planned(va).is_ok()).unwrap_or(false)
+}
+
+/// Starts bringing allocation `id` back (guided execution, at its in-trigger), never evicting
+/// the allocations in `protect` to make room.
+pub fn prefetch(id: u64, protect: &[u64]) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    let keep: HashSet<u64> = protect
+        .iter()
+        .filter_map(|&a| crate::state::allocation(a).map(|x| x.0))
+        .collect();
+    match with(|m| m.prefetch(va, &keep)) {
+        Some(Ok(())) => true,
+        Some(Err(code)) => {
+            log(
+                Level::Warn,
+                &format!(
+                    "memory: prefetching allocation {id} failed ({}); it comes back on demand",
+                    error_name(code)
+                ),
+            );
+            false
+        }
+        None => false,
+    }
+}
+
 /// A driver error as the driver names it, with its number: `CUDA_ERROR_UNKNOWN (999)`.
 fn error_name(code: c_int) -> String {
     let mut name: *const std::ffi::c_char = std::ptr::null();
@@ -687,6 +798,14 @@ fn with<R>(f: impl FnOnce(&mut Manager) -> R) -> Option<R> {
         *g = Some(Manager::new()?);
     }
     g.as_mut().map(f)
+}
+
+/// The budget in bytes (None: not managed).
+pub fn budget() -> Option<u64> {
+    if !active() {
+        return None;
+    }
+    with(|m| m.budget)
 }
 
 /// An allocation under the memory policy (None: not managed, forward it).

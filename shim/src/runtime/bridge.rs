@@ -1,0 +1,154 @@
+//! The planner's bridge: a verified iteration (the tracker's records, no trace file needed)
+//! becomes the planner's model (`planner::shimtrace::convert`) and is planned by the policy
+//! `MARMOSET_POLICY` names (`planner::policy::run`, the code `marmoset plan` runs) on a background
+//! thread, off the hooks' path (Capuchin's measured execution: the program goes on passively
+//! meanwhile). The plan waits in the executor until the next iteration boundary.
+
+use crate::config::Level;
+use crate::runtime::tracker::Found;
+use crate::state::{config, log};
+use planner::shimtrace::{Converted, convert};
+use planner::timeline::{Decision, Link, Outcome, Plan};
+use planner::trace::{Event, Record};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// A plan for the iteration the tracker found.
+pub struct Ready {
+    pub found: Found,
+    /// The model (call offsets, tensor names) and the decisions the executor acts on.
+    pub converted: Converted,
+    pub plan: Plan,
+    pub outcome: Outcome,
+}
+
+/// One planning at a time: a divergence while planning waits for the next detection.
+static PLANNING: AtomicBool = AtomicBool::new(false);
+
+/// PCIe bandwidths the plan assumes: what this run's evictions measured (bytes over the device
+/// time of their copies), else a PCIe 4.0 x16 link.
+fn link(records: &[Record]) -> Link {
+    let (mut bytes, mut ms) = (0u64, 0f64);
+    for r in records {
+        if let Event::Evict {
+            bytes: b,
+            device_ms,
+            ..
+        } = r.event
+            && device_ms > 0.0
+        {
+            bytes += b;
+            ms += device_ms;
+        }
+    }
+    let bw = if ms > 0.0 && bytes > 0 {
+        bytes as f64 / (ms * 1e-3)
+    } else {
+        25e9
+    };
+    Link { h2d: bw, d2h: bw }
+}
+
+/// Plans the iteration in the background (nothing when a planning is already running).
+pub fn plan(found: Found, records: Vec<Record>) {
+    let Some(policy) = config().policy.guided() else {
+        return;
+    };
+    let Some(budget) = crate::memory::budget() else {
+        return;
+    };
+    if PLANNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("marmoset-plan".into())
+        .spawn(move || {
+            let t0 = Instant::now();
+            let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
+            let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
+            match got {
+                Ok(Ok((converted, plan, outcome))) => {
+                    let (swaps, recomputes) = plan.iter().fold((0, 0), |(s, r), (_, d)| match d {
+                        Decision::Swap { .. } => (s + 1, r),
+                        Decision::Recompute { .. } => (s, r + 1),
+                        Decision::Extend { .. } => (s, r),
+                    });
+                    crate::trace::emit(Event::Plan {
+                        policy: policy.into(),
+                        budget,
+                        start: found.start_seq,
+                        period: found.period as u64,
+                        ops: converted.trace.ops.len() as u64,
+                        swaps,
+                        recomputes,
+                        feasible: outcome.feasible,
+                        predicted_ms: outcome.makespan * 1e3,
+                        planning_ms,
+                    });
+                    log(
+                        Level::Info,
+                        &format!(
+                            "bridge: {policy} planned {} operations in {planning_ms:.1} ms: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
+                            converted.trace.ops.len(),
+                            outcome.makespan * 1e3,
+                            if outcome.feasible { "" } else { " (not feasible within the budget)" }
+                        ),
+                    );
+                    // The model's cut becomes the tracker's iteration boundary, so that the
+                    // plan's call offsets and tensor names are the tracker's.
+                    let aligned = converted.iteration.as_ref().is_ok_and(|st| {
+                        crate::runtime::tracker::realign(found.generation, st.start)
+                    });
+                    if !aligned {
+                        no_plan(policy, "the program diverged while it was planned".into(), planning_ms);
+                        PLANNING.store(false, Ordering::Release);
+                        return;
+                    }
+                    crate::runtime::executor::offer(Ready {
+                        found,
+                        converted,
+                        plan,
+                        outcome,
+                    });
+                }
+                Ok(Err(why)) => no_plan(policy, why, planning_ms),
+                Err(_) => no_plan(policy, "the planner panicked".into(), planning_ms),
+            }
+            PLANNING.store(false, Ordering::Release);
+        });
+    if spawned.is_err() {
+        PLANNING.store(false, Ordering::Release);
+        log(
+            Level::Warn,
+            "bridge: cannot start the planning thread; execution stays passive",
+        );
+    }
+}
+
+fn no_plan(policy: &str, why: String, planning_ms: f64) {
+    log(
+        Level::Info,
+        &format!("bridge: {policy} gave no plan ({why}); execution stays passive"),
+    );
+    crate::trace::emit(Event::NoPlan {
+        policy: policy.into(),
+        why,
+        planning_ms,
+    });
+}
+
+/// The model of the records' steady iteration and the policy's plan for it.
+fn plan_now(
+    policy: &str,
+    budget: u64,
+    records: &[Record],
+) -> Result<(Converted, Plan, Outcome), String> {
+    let converted = convert(records)?;
+    if let Err(why) = &converted.iteration {
+        return Err(format!("the model found no steady iteration: {why}"));
+    }
+    let (plan, outcome) = planner::policy::run(policy, &converted.trace, budget, link(records))
+        .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
+    Ok((converted, plan, outcome))
+}

@@ -1,0 +1,586 @@
+//! The tracker: every record the hooks build (whether or not a trace file is written) as it
+//! happens, online iteration detection, and the position of each call within the iteration.
+//!
+//! SINGA's way, on Marmoset's calls: every `CHECK` calls, the calls so far are tokenised
+//! (`planner::iteration::calls`), the repetition is found (`detect`) and verified (`steady`:
+//! every touched tensor named alike in consecutive iterations). A repetition counts only if it
+//! reaches the latest call, so that the next call's place in the iteration is known: it must
+//! repeat the call one period before it. A call that does not is a divergence (Capuchin's
+//! "the program left the measured sequence"): the guided plan stops for the rest of the
+//! iteration, and detection starts again from the divergence, with the allocations still live.
+
+use crate::config::Level;
+use crate::state::{config, log};
+use planner::iteration::{self, TensorId};
+use planner::trace::{Event, Record};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Calls between two detection attempts at least (SINGA checks every few hundred allocations);
+/// the interval grows with the calls seen, a quarter of them, so that detection's cost over a
+/// long stream stays proportional to it.
+const CHECK: usize = 128;
+/// Records kept at most; past this the tracker stops (the iteration is longer than it can plan).
+const MAX_RECORDS: usize = 400_000;
+
+/// A verified repetition that reaches the latest call.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Calls per iteration.
+    pub period: usize,
+    /// Index (among the tracker's calls) of the first call of an iteration: calls at
+    /// `boundary + j * period` start iterations.
+    pub boundary: usize,
+    /// The `seq` of the steady iteration's first call (what the bridge plans).
+    pub start_seq: u64,
+    /// Which detection found it (a restart makes the tracker's call indices new ones).
+    pub generation: u64,
+}
+
+/// What the caller does once the tracker's lock is released (planning, records).
+pub enum After {
+    Nothing,
+    /// A repetition was found and verified: plan it from this snapshot of the records.
+    Plan {
+        found: Found,
+        records: Vec<Record>,
+        calls: usize,
+    },
+    /// The call at `index` left the repetition.
+    Diverged {
+        seq: u64,
+        call: usize,
+        period: usize,
+    },
+}
+
+struct Tracker {
+    /// Every record since tracking (re)started, plus the allocations still live from before.
+    records: Vec<Record>,
+    /// Tokens of the calls so far (index = call index).
+    tokens: Vec<u64>,
+    /// The allocation each call made, if it made one (index = call index).
+    allocs: Vec<Option<u64>>,
+    generation: u64,
+    /// Allocation id -> size, of live allocations (tokens name sizes, never ids).
+    sizes: HashMap<u64, u64>,
+    /// Allocations made in each iteration since the repetition was found, in order: the
+    /// iteration's `TensorId::Rel{k}` names (the current one last).
+    made: Vec<Vec<u64>>,
+    found: Option<Found>,
+    next_check: usize,
+    stopped: bool,
+}
+
+static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
+
+/// Whether the tracker runs: a planner policy manages memory.
+pub fn enabled() -> bool {
+    config().policy.guided().is_some() && crate::memory::active()
+}
+
+/// Sees one record (every record the shim writes or would write).
+pub fn observe(r: &Record) {
+    if !enabled() {
+        return;
+    }
+    let after = {
+        let Ok(mut g) = TRACKER.lock() else { return };
+        let t = g.get_or_insert_with(|| Tracker {
+            records: Vec::new(),
+            tokens: Vec::new(),
+            allocs: Vec::new(),
+            generation: 0,
+            sizes: HashMap::new(),
+            made: Vec::new(),
+            found: None,
+            next_check: CHECK,
+            stopped: false,
+        });
+        t.observe(r)
+    };
+    match after {
+        After::Nothing => {}
+        After::Plan {
+            found,
+            records,
+            calls,
+        } => {
+            crate::trace::emit(Event::Iteration {
+                start: found.start_seq,
+                period: found.period as u64,
+                calls: calls as u64,
+            });
+            log(
+                Level::Info,
+                &format!(
+                    "tracker: an iteration of {} calls, verified after {calls} calls; planning it",
+                    found.period
+                ),
+            );
+            crate::runtime::bridge::plan(found, records);
+        }
+        After::Diverged { seq, call, period } => {
+            crate::trace::emit(Event::Divergence {
+                at: seq,
+                call: call as u64,
+                period: period as u64,
+            });
+            log(
+                Level::Info,
+                &format!(
+                    "tracker: call {call} of the {period}-call iteration left the planned sequence; passive for the rest of it, replanning"
+                ),
+            );
+            crate::runtime::executor::diverged();
+        }
+    }
+}
+
+impl Tracker {
+    fn observe(&mut self, r: &Record) -> After {
+        if self.stopped {
+            return After::Nothing;
+        }
+        if self.records.len() >= MAX_RECORDS {
+            self.stopped = true;
+            log(
+                Level::Warn,
+                &format!(
+                    "tracker: no repeating iteration in {MAX_RECORDS} records; execution stays passive"
+                ),
+            );
+            self.records = Vec::new();
+            return After::Nothing;
+        }
+        self.records.push(r.clone());
+        if let Event::Alloc {
+            alloc,
+            size,
+            result: 0,
+            ..
+        } = r.event
+        {
+            self.sizes.insert(alloc, size);
+        }
+        let Some(token) = iteration::token(&r.event, &self.sizes) else {
+            return After::Nothing;
+        };
+        if let Event::Free {
+            alloc: Some(id),
+            result: 0,
+            ..
+        } = r.event
+        {
+            self.sizes.remove(&id);
+        }
+        let index = self.tokens.len();
+        self.tokens.push(token);
+        self.allocs.push(match r.event {
+            Event::Alloc {
+                alloc, result: 0, ..
+            } => Some(alloc),
+            _ => None,
+        });
+        if let Some(f) = self.found.clone() {
+            if (index - f.boundary).is_multiple_of(f.period) {
+                self.made.push(Vec::new());
+                crate::runtime::executor::boundary(f.period);
+            }
+            if let Event::Alloc {
+                alloc, result: 0, ..
+            } = r.event
+                && let Some(m) = self.made.last_mut()
+            {
+                m.push(alloc);
+            }
+            // The repetition continues only if this call repeats the one a period before.
+            if self.tokens[index - f.period] != token {
+                let call = (index - f.boundary) % f.period;
+                self.restart(index);
+                return After::Diverged {
+                    seq: r.seq,
+                    call,
+                    period: f.period,
+                };
+            }
+            return After::Nothing;
+        }
+        if self.tokens.len() < self.next_check {
+            return After::Nothing;
+        }
+        self.next_check = self.tokens.len() + CHECK.max(self.tokens.len() / 4);
+        self.detect()
+    }
+
+    /// Finds and verifies a repetition reaching the latest call.
+    fn detect(&mut self) -> After {
+        let mut sorted = self.records.clone();
+        sorted.sort_by_key(|r| r.seq);
+        let calls = iteration::calls(&sorted);
+        let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
+        let Some(region) = iteration::detect(&tokens) else {
+            return After::Nothing;
+        };
+        if region.end != tokens.len() {
+            return After::Nothing;
+        }
+        let cuts = region.cuts();
+        let Ok(st) = iteration::steady(&calls, region, cuts.start) else {
+            return After::Nothing;
+        };
+        // Records arrive nearly in `seq` order (a free takes its number before it is forwarded);
+        // from here the order of `seq` is the order of the calls.
+        self.tokens = tokens.clone();
+        self.allocs = calls
+            .iter()
+            .map(|c| match c.effect {
+                iteration::Effect::Alloc { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
+        let n = tokens.len();
+        self.generation += 1;
+        let found = Found {
+            period: st.period,
+            boundary: 0,
+            start_seq: calls[st.start].seq,
+            generation: self.generation,
+        };
+        self.found = Some(found.clone());
+        self.align(st.start);
+        let found = self.found.clone().expect("set above");
+        After::Plan {
+            found,
+            records: sorted,
+            calls: n,
+        }
+    }
+
+    /// Starts detection again at call `index`: the records from there, and the allocations
+    /// still live before it (tensor sizes and lifetimes need them).
+    fn restart(&mut self, index: usize) {
+        self.found = None;
+        self.generation += 1;
+        self.made.clear();
+        let live = &self.sizes;
+        let keep_from = self.records.len() - 1;
+        let mut kept: Vec<Record> = self.records[..keep_from]
+            .iter()
+            .filter(|r| matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc)))
+            .cloned()
+            .collect();
+        kept.push(self.records[keep_from].clone());
+        self.records = kept;
+        let allocs = self.records.len() - 1;
+        // Tokens: the kept allocations, then this call.
+        let last = self.tokens[index];
+        self.tokens = Vec::new();
+        let sizes: HashMap<u64, u64> = HashMap::new();
+        for r in &self.records[..allocs] {
+            if let Some(t) = iteration::token(&r.event, &sizes) {
+                self.tokens.push(t);
+            }
+        }
+        self.tokens.push(last);
+        let last_alloc = self.allocs[index];
+        self.allocs = self.records[..allocs]
+            .iter()
+            .map(|r| match r.event {
+                Event::Alloc { alloc, .. } => Some(alloc),
+                _ => None,
+            })
+            .collect();
+        self.allocs.push(last_alloc);
+        self.next_check = self.tokens.len() + CHECK;
+    }
+
+    /// Iterations start at call `start` (and every period from there): the boundary is the
+    /// last such call at or before the latest one, and each iteration's allocations are listed
+    /// again (its `TensorId::Rel` names).
+    fn align(&mut self, start: usize) {
+        let Some(f) = self.found.as_mut() else { return };
+        let (n, p) = (self.tokens.len(), f.period);
+        if start >= n {
+            return;
+        }
+        let first = start % p;
+        f.boundary = start + (n - 1 - start) / p * p;
+        self.made = (first..n)
+            .step_by(p)
+            .map(|b| {
+                self.allocs[b..(b + p).min(n)]
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .collect()
+            })
+            .collect();
+    }
+}
+
+/// The planner's model cut the iteration at call `start` of detection `generation`: from
+/// now on iterations begin there, so that the plan's call offsets and tensor names are the
+/// tracker's. False when the tracker has moved on (a divergence since).
+pub fn realign(generation: u64, start: usize) -> bool {
+    let Ok(mut g) = TRACKER.lock() else {
+        return false;
+    };
+    g.as_mut().is_some_and(|t| t.realign(generation, start))
+}
+
+impl Tracker {
+    fn realign(&mut self, generation: u64, start: usize) -> bool {
+        if self.generation != generation || self.found.is_none() {
+            return false;
+        }
+        self.align(start);
+        true
+    }
+}
+
+impl Tracker {
+    /// The allocation a plan's tensor name stands for in the current iteration, if it exists
+    /// (`Persistent`: the same allocation; `Rel{back, k}`: the k-th allocation of the
+    /// iteration `back` before this one).
+    fn resolve(&self, name: TensorId) -> Option<u64> {
+        match name {
+            TensorId::Persistent { alloc, .. } => Some(alloc),
+            TensorId::Rel { back, k, .. } => {
+                let i = self.made.len().checked_sub(1 + back)?;
+                self.made[i].get(k).copied()
+            }
+        }
+    }
+}
+
+/// The offset within the iteration of the next call (None: no iteration is being followed).
+pub fn next_offset() -> Option<usize> {
+    let g = TRACKER.lock().ok()?;
+    let t = g.as_ref()?;
+    let f = t.found.as_ref()?;
+    Some((t.tokens.len() - f.boundary) % f.period)
+}
+
+/// The offset within the iteration of the call just seen, if it was followed (not a divergence).
+pub fn last_offset() -> Option<usize> {
+    let g = TRACKER.lock().ok()?;
+    let t = g.as_ref()?;
+    let f = t.found.as_ref()?;
+    Some((t.tokens.len().checked_sub(1)? - f.boundary) % f.period)
+}
+
+/// [`Tracker::resolve`] on the process's tracker (for the executor).
+pub fn resolve(name: TensorId) -> Option<u64> {
+    TRACKER.lock().ok()?.as_ref()?.resolve(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planner::trace::{Access, Touch};
+
+    struct Stream {
+        t: Tracker,
+        seq: u64,
+        next_alloc: u64,
+    }
+
+    impl Stream {
+        fn new() -> Stream {
+            Stream {
+                t: Tracker {
+                    records: Vec::new(),
+                    tokens: Vec::new(),
+                    allocs: Vec::new(),
+                    generation: 0,
+                    sizes: HashMap::new(),
+                    made: Vec::new(),
+                    found: None,
+                    next_check: CHECK,
+                    stopped: false,
+                },
+                seq: 1,
+                next_alloc: 1,
+            }
+        }
+        fn push(&mut self, event: Event) -> After {
+            self.seq += 1;
+            self.t.observe(&Record {
+                seq: self.seq,
+                t_ns: 0,
+                tid: 1,
+                event,
+            })
+        }
+        fn alloc(&mut self, size: u64) -> (u64, After) {
+            let id = self.next_alloc;
+            self.next_alloc += 1;
+            let a = self.push(Event::Alloc {
+                api: "cudaMalloc".into(),
+                alloc: id,
+                ptr: id << 32,
+                size,
+                stream: None,
+                result: 0,
+            });
+            (id, a)
+        }
+        fn free(&mut self, id: u64) -> After {
+            self.push(Event::Free {
+                api: "cudaFree".into(),
+                ptr: id << 32,
+                alloc: Some(id),
+                size: None,
+                stream: None,
+                result: 0,
+            })
+        }
+        fn launch(&mut self, func: u64, allocs: &[u64]) -> After {
+            self.push(Event::Launch {
+                api: "cudaLaunchKernel".into(),
+                func,
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+                stream: None,
+                touches: allocs
+                    .iter()
+                    .map(|&a| Touch {
+                        alloc: a,
+                        offset: 0,
+                        bytes: 0,
+                        access: Access::Rw,
+                    })
+                    .collect(),
+                result: 0,
+            })
+        }
+        /// One training-like iteration of 7 calls (kernel `f` in the middle); what each said.
+        fn iteration(&mut self, w: u64, f: u64) -> Vec<After> {
+            let mut out = Vec::new();
+            let (a, r) = self.alloc(4096);
+            out.push(r);
+            let (b, r) = self.alloc(8192);
+            out.push(r);
+            out.push(self.launch(1, &[w, a]));
+            out.push(self.launch(f, &[a, b]));
+            out.push(self.launch(3, &[b, w]));
+            out.push(self.free(a));
+            out.push(self.free(b));
+            out
+        }
+    }
+
+    fn plans(v: &[After]) -> Vec<&Found> {
+        v.iter()
+            .filter_map(|a| match a {
+                After::Plan { found, .. } => Some(found),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_repeating_iteration_is_found_verified_and_followed_until_it_diverges() {
+        let mut s = Stream::new();
+        let (w, _) = s.alloc(1 << 20);
+        let mut seen = Vec::new();
+        // Not before CHECK calls.
+        for _ in 0..CHECK / 7 {
+            seen.extend(s.iteration(w, 2));
+        }
+        assert!(plans(&seen).is_empty());
+        seen.clear();
+        for _ in 0..2 {
+            seen.extend(s.iteration(w, 2));
+        }
+        let found = plans(&seen);
+        assert_eq!(found.len(), 1, "found once, at a check");
+        assert_eq!(found[0].period, 7);
+        // Boundaries are the iterations' first calls (an alloc of 4096 B after the weight).
+        assert_eq!((found[0].boundary - 1) % 7, 0);
+        // The tensors of the current iteration are named as the plan names them.
+        assert_eq!(
+            resolve_in(
+                &s.t,
+                TensorId::Persistent {
+                    alloc: w,
+                    size: 1 << 20
+                }
+            ),
+            Some(w)
+        );
+        // The same iteration again: followed, nothing said.
+        let again = s.iteration(w, 2);
+        assert!(again.iter().all(|a| matches!(a, After::Nothing)));
+        let k0 = resolve_in(
+            &s.t,
+            TensorId::Rel {
+                back: 0,
+                k: 0,
+                size: 4096,
+            },
+        );
+        assert_eq!(
+            k0,
+            Some(s.next_alloc - 2),
+            "the 0th allocation of this iteration"
+        );
+        // Another kernel at call 3: a divergence there, once.
+        let changed = s.iteration(w, 9);
+        let div: Vec<(usize, usize)> = changed
+            .iter()
+            .filter_map(|a| match a {
+                After::Diverged { call, period, .. } => Some((*call, *period)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(div, vec![(3, 7)]);
+        assert!(s.t.found.is_none());
+        // The new sequence repeats: found again, from the divergence on.
+        let mut seen = Vec::new();
+        for _ in 0..60 {
+            seen.extend(s.iteration(w, 9));
+        }
+        let found = plans(&seen);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].period, 7);
+    }
+
+    #[test]
+    fn the_models_cut_becomes_the_iteration_boundary() {
+        let mut s = Stream::new();
+        let (w, _) = s.alloc(1 << 20);
+        let mut seen = Vec::new();
+        for _ in 0..CHECK / 7 + 2 {
+            seen.extend(s.iteration(w, 2));
+        }
+        let f = plans(&seen)[0].clone();
+        // Cut two calls later (after the iteration's two allocations): those two now belong to
+        // the iteration before, and the next iteration starts at its first launch.
+        assert!(realign_in(&mut s.t, f.generation, f.boundary + 2));
+        let g = s.t.found.clone().unwrap();
+        assert_eq!((g.boundary - f.boundary) % 7, 2);
+        let before = s.t.made.len();
+        let (a, _) = s.alloc(4096);
+        assert_eq!(
+            s.t.made.len(),
+            before,
+            "an allocation ends the iteration now"
+        );
+        assert_eq!(s.t.made.last().unwrap().last(), Some(&a));
+        s.alloc(8192);
+        s.launch(1, &[w, a]);
+        assert_eq!(s.t.made.len(), before + 1, "the first launch starts one");
+        // A stale generation changes nothing.
+        assert!(!realign_in(&mut s.t, f.generation + 1, f.boundary));
+    }
+
+    fn realign_in(t: &mut Tracker, generation: u64, start: usize) -> bool {
+        t.realign(generation, start)
+    }
+
+    fn resolve_in(t: &Tracker, name: TensorId) -> Option<u64> {
+        t.resolve(name)
+    }
+}

@@ -1,0 +1,238 @@
+//! Measured and guided execution (MARMOSET_POLICY=capuchin and the planner's other policies) on
+//! the simulated GPU: the shim's tracker finds and verifies the iteration while the program runs
+//! passively under the budget, the bridge plans it on a background thread with the planner's
+//! code, and results stay bit for bit those of an unlimited run.
+
+use marmoset_e2e::*;
+use serde_json::Value;
+
+fn report(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
+}
+
+/// The trainer, 12 blocks deep at 64 x 64, for 4 iterations; tensors from 64 KiB are evictable
+/// (smaller ones stay in the pool and would fill a third of the peak).
+const TRAINER: [&str; 4] = ["4", "8", "64", "12"];
+const MIN_TENSOR: (&str, &str) = ("MARMOSET_MIN_TENSOR", "65536");
+
+fn peak_of(prog: &str, args: &[&str]) -> (u64, String) {
+    let r0 = temp_path(&format!("guided-{prog}-unlimited.json"));
+    let plain = run_sim(
+        "h100",
+        &[("SIMGPU_REPORT", r0.to_str().unwrap())],
+        prog,
+        args,
+    );
+    ok(&plain);
+    (report(&r0)["peak_bytes"].as_u64().unwrap(), stdout(&plain))
+}
+
+/// The trainer under `policy` at half and a third of its peak.
+fn trainer_under(policy: &str) {
+    let (peak, plain) = peak_of("trainer", &TRAINER);
+    {
+        for fraction in [0.5, 0.3] {
+            let budget = (peak as f64 * fraction) as u64;
+            let r = temp_path(&format!("guided-{policy}-{fraction}.json"));
+            let (o, records) = run_shim(
+                &[
+                    ("MARMOSET_POLICY", policy),
+                    ("MARMOSET_MEMORY_LIMIT", &budget.to_string()),
+                    ("SIMGPU_REPORT", r.to_str().unwrap()),
+                    ("MARMOSET_LOG", "info"),
+                    MIN_TENSOR,
+                ],
+                "trainer",
+                &TRAINER,
+            );
+            ok(&o);
+            // The plan guided the iterations after it was made.
+            assert!(
+                stderr(&o).contains("the plan guides from this iteration"),
+                "{policy} at {fraction} P: {}",
+                stderr(&o)
+            );
+            assert_eq!(
+                stdout(&o),
+                plain,
+                "{policy} at {fraction} P: the same losses and checksum, bit for bit"
+            );
+            let rep = report(&r);
+            assert!(
+                rep["peak_bytes"].as_u64().unwrap() <= budget,
+                "{policy} at {fraction} P: {rep}"
+            );
+            assert_eq!(rep["sticky_error"], Value::Null, "no trap");
+            // The iteration was found and verified, then planned by this policy, in the
+            // background, for this budget; the record says how long planning took.
+            // The setup's loop over the layers repeats too and may be found first; it
+            // diverges when the setup ends. The last iteration found is the training step.
+            let its = of_kind(&records, "iteration");
+            let period = its.last().expect("an iteration")["period"]
+                .as_u64()
+                .unwrap();
+            assert_eq!(period, 141, "{policy} at {fraction} P: {its:?}");
+            let plans: Vec<_> = of_kind(&records, "plan")
+                .into_iter()
+                .filter(|p| p["period"] == period)
+                .collect();
+            assert_eq!(
+                plans.len(),
+                1,
+                "{policy} at {fraction} P: {:?}",
+                of_kind(&records, "no_plan")
+            );
+            let p = plans[0];
+            assert_eq!(p["policy"], policy);
+            assert_eq!(p["budget"].as_u64().unwrap(), budget);
+            assert_eq!(p["period"].as_u64().unwrap(), period);
+            assert!(p["planning_ms"].as_f64().unwrap() > 0.0);
+            assert!(p["predicted_ms"].as_f64().unwrap() > 0.0);
+            assert!(
+                p["swaps"].as_u64().unwrap() + p["recomputes"].as_u64().unwrap() > 0,
+                "below the peak the plan moves something: {p}"
+            );
+            // The training step is followed to the program's end (the checksum): no departure
+            // from it before.
+            let div = of_kind(&records, "divergence");
+            assert!(
+                div.iter()
+                    .filter(|d| d["period"] == period)
+                    .all(|d| d["call"] == 0),
+                "{policy} at {fraction} P: {div:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_trainer_under_capuchin() {
+    trainer_under("capuchin");
+}
+
+#[test]
+fn the_trainer_under_swap() {
+    trainer_under("swap");
+}
+
+#[test]
+fn the_trainer_under_recompute() {
+    trainer_under("recompute");
+}
+
+#[test]
+fn without_a_repeating_iteration_nothing_is_planned_and_results_stay_exact() {
+    // One iteration: nothing repeats, so there is nothing to plan; lru's passive mode runs it.
+    let args = ["1", "8", "64", "12"];
+    let (peak, plain) = peak_of("trainer", &args);
+    let budget = (peak as f64 * 0.5) as u64;
+    let (o, records) = run_shim(
+        &[
+            ("MARMOSET_POLICY", "capuchin"),
+            ("MARMOSET_MEMORY_LIMIT", &budget.to_string()),
+            MIN_TENSOR,
+        ],
+        "trainer",
+        &args,
+    );
+    ok(&o);
+    assert_eq!(stdout(&o), plain);
+    // Only the setup's loop over the layers repeats; no training step is found or planned.
+    assert!(
+        of_kind(&records, "iteration")
+            .iter()
+            .all(|i| i["period"].as_u64().unwrap() < 141),
+        "{:?}",
+        of_kind(&records, "iteration")
+    );
+    assert!(
+        of_kind(&records, "plan")
+            .iter()
+            .all(|i| i["period"].as_u64().unwrap() < 141)
+    );
+    assert!(
+        !of_kind(&records, "evict").is_empty(),
+        "passive eviction ran"
+    );
+}
+
+#[test]
+fn an_unknown_policy_is_named_with_the_planner_policies_accepted() {
+    let (o, _) = run_shim(&[("MARMOSET_POLICY", "capuchin2")], "trainer", &["1"]);
+    let e = stderr(&o);
+    assert!(
+        e.contains("capuchin2") && e.contains("capuchin, swap, recompute"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_failing_copy_during_guided_iterations_loses_nothing() {
+    // Six iterations: the last ones are guided; copies near the end are the plan's evictions
+    // and prefetches (and the program's own), and each one failing in turn changes no byte.
+    let args = ["6", "8", "64", "12"];
+    let (peak, plain) = peak_of("trainer", &args);
+    let budget = ((peak as f64) * 0.3) as u64;
+    let env = |report: &str| {
+        vec![
+            ("MARMOSET_POLICY".to_string(), "capuchin".to_string()),
+            ("MARMOSET_MEMORY_LIMIT".to_string(), budget.to_string()),
+            ("SIMGPU_REPORT".to_string(), report.to_string()),
+            (MIN_TENSOR.0.to_string(), MIN_TENSOR.1.to_string()),
+            // A restore's failed first try is said at info.
+            ("MARMOSET_LOG".to_string(), "info".to_string()),
+        ]
+    };
+    let r = temp_path("guided-copies.json");
+    let e = env(r.to_str().unwrap());
+    let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (o, records) = run_shim(&e, "trainer", &args);
+    ok(&o);
+    assert_eq!(stdout(&o), plain);
+    assert!(of_kind(&records, "plan").iter().any(|p| p["period"] == 141));
+    let copies = report(&r)["copies"].as_u64().unwrap();
+    assert!(
+        !stderr(&o).contains("prefetching"),
+        "no prefetch fails unless a copy does: {}",
+        stderr(&o)
+    );
+    let mut marmosets = 0;
+    for back in [31, 77, 150] {
+        // The program's own copies fail the program (as they would without Marmoset): the
+        // copy before it is then Marmoset's.
+        for n in (copies - back - 3..=copies - back).rev() {
+            let r = temp_path(&format!("guided-fail-{n}.json"));
+            let mut e = env(r.to_str().unwrap());
+            e.push(("SIMGPU_FAIL".into(), format!("copy:{n}")));
+            let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let (o, _) = run_shim(&e, "trainer", &args);
+            let err = stderr(&o);
+            assert!(
+                err.contains("injected failure"),
+                "copy {n} of {copies}: {err}"
+            );
+            if err.contains("trainer.c:") {
+                continue;
+            }
+            assert!(
+                ["evicting", "prefetching", "restoring"]
+                    .iter()
+                    .any(|w| err.contains(w)),
+                "copy {n} of {copies} was Marmoset's: {err}"
+            );
+            ok(&o);
+            assert_eq!(
+                stdout(&o),
+                plain,
+                "copy {n} of {copies} failing loses nothing"
+            );
+            assert_eq!(report(&r)["sticky_error"], Value::Null, "no trap");
+            marmosets += 1;
+            break;
+        }
+    }
+    assert_eq!(
+        marmosets, 3,
+        "each of the three failures hit one of Marmoset's copies"
+    );
+}
