@@ -8,6 +8,7 @@
 pub const RUNTIME_POLICIES: &[&str] = &[
     "none",
     "lru",
+    "auto",
     "capuchin",
     "swap",
     "recompute",

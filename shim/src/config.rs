@@ -34,7 +34,7 @@ pub const GUIDED: &[&str] = {
 
 impl Policy {
     pub const ACCEPTED: &'static str =
-        "none, lru, capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv, autoswap, hybrid";
+        "none, lru, auto, capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv, autoswap, hybrid";
 
     pub fn name(self) -> &'static str {
         match self {
