@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn every_bad_value_is_named_with_what_is_accepted() {
         for (var, val, accepted) in [
-            ("MARMOSET_POLICY", "capuchin2", "none, lru, capuchin"),
+            ("MARMOSET_POLICY", "capuchin2", "none, lru, auto, capuchin"),
             ("MARMOSET_MIN_TENSOR", "big", "MiB"),
             ("MARMOSET_HOST_LIMIT", "-1", "MiB"),
             ("MARMOSET_LOG", "loud", "error, warn, info, debug"),
