@@ -148,6 +148,8 @@ struct FailSpec {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counters {
     pub kernels: u64,
+    /// Of `kernels`, those a math library (cuBLAS, cuBLASLt) ran inside its own calls.
+    pub library_kernels: u64,
     pub cudnn_calls: u64,
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
@@ -999,7 +1001,7 @@ impl Device {
                 "{{\n  \"simulated\": true,\n  \"profile\": {:?},\n  \"mode\": {:?},\n",
                 "  \"virtual_time_s\": {:e},\n  \"peak_bytes\": {},\n  \"capacity_bytes\": {},\n",
                 "  \"in_use_bytes\": {},\n  \"h2d_bytes\": {},\n  \"d2h_bytes\": {},\n  \"d2d_bytes\": {},\n",
-                "  \"kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
+                "  \"kernels\": {},\n  \"library_kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
                 "  \"fatbin_kernels\": {{{}}},\n",
                 "  \"sticky_error\": {}\n}}\n"
             ),
@@ -1017,6 +1019,7 @@ impl Device {
             c.d2h_bytes,
             c.d2d_bytes,
             c.kernels,
+            c.library_kernels,
             c.cudnn_calls,
             c.allocs,
             c.copies,
