@@ -338,6 +338,8 @@ mod lt {
     const DESC_AUX_DATA_TYPE: u32 = 22;
     const DESC_BIAS_DATA_TYPE: u32 = 26;
     const LAYOUT_TYPE: u32 = 0;
+    const LAYOUT_ORDER: u32 = 1;
+    const ORDER_ROW: u64 = 1;
     const LAYOUT_ROWS: u32 = 2;
     const LAYOUT_COLS: u32 = 3;
     const LAYOUT_LD: u32 = 4;
@@ -372,24 +374,36 @@ mod lt {
         )
     }
 
-    fn layout(role: &'static str, ptr: C, l: C, access: Access) -> Mat {
+    /// The matrix as stored, and its logical (rows, cols).
+    fn layout(role: &'static str, ptr: C, l: C, access: Access) -> (Mat, (u64, u64)) {
         let get = lib!(
             crate::real::CUBLASLT,
             c"cublasLtMatrixLayoutGetAttribute",
             (C, u32, P, usize, *mut usize)
         );
         let a = |attr: u32, size: usize| self::attr(get, l, attr, size);
-        Mat {
+        let logical = (
+            a(LAYOUT_ROWS, 8).unwrap_or(0),
+            a(LAYOUT_COLS, 8).unwrap_or(0),
+        );
+        // Extents follow the storage order: a row-major matrix is its transpose in columns.
+        let (rows, cols) = if a(LAYOUT_ORDER, 4) == Some(ORDER_ROW) {
+            (logical.1, logical.0)
+        } else {
+            logical
+        };
+        let mat = Mat {
             role,
             ptr: ptr as u64,
             ty: a(LAYOUT_TYPE, 4).unwrap_or(0) as i32,
-            rows: a(LAYOUT_ROWS, 8).unwrap_or(0),
-            cols: a(LAYOUT_COLS, 8).unwrap_or(0),
+            rows,
+            cols,
             ld: a(LAYOUT_LD, 8).unwrap_or(0) as i64,
             batch: (a(LAYOUT_BATCH_COUNT, 4).unwrap_or(1) as i32).max(1) as u64,
             stride: a(LAYOUT_STRIDED_BATCH_OFFSET, 8).unwrap_or(0) as i64,
             access,
-        }
+        };
+        (mat, logical)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -405,7 +419,7 @@ mod lt {
     ) -> Option<Pending> {
         let get = desc_get();
         let da = |attr: u32, size: usize| attr_of(get, desc, attr, size);
-        let d_mat = layout("D", d, dd, Access::W);
+        let (d_mat, (m, n)) = layout("D", d, dd, Access::W);
         let compute = da(DESC_COMPUTE_TYPE, 4).unwrap_or(68) as i32;
         let scale = da(DESC_SCALE_TYPE, 4)
             .map(|v| v as i32)
@@ -418,20 +432,20 @@ mod lt {
             3 => false,
             _ => true,
         };
-        let (m, n, batch) = (d_mat.rows, d_mat.cols, d_mat.batch);
-        let a_mat = layout("A", a, ad, Access::R);
+        let batch = d_mat.batch;
+        let (a_mat, a_dims) = layout("A", a, ad, Access::R);
         // k: A is m x k (or k x m when transposed): the side that is not m.
-        let k = if a_mat.rows == m {
-            a_mat.cols
-        } else {
-            a_mat.rows
-        };
+        let k = if a_dims.0 == m { a_dims.1 } else { a_dims.0 };
         let (mut tensors, mut touches) = (Vec::new(), Vec::new());
         a_mat.push(&mut tensors, &mut touches);
-        layout("B", b, bd, Access::R).push(&mut tensors, &mut touches);
+        layout("B", b, bd, Access::R)
+            .0
+            .push(&mut tensors, &mut touches);
         // C and D may be the same matrix: C read-write when read, else only D's write counts.
         if c != d && c_read {
-            layout("C", c, cd, Access::R).push(&mut tensors, &mut touches);
+            layout("C", c, cd, Access::R)
+                .0
+                .push(&mut tensors, &mut touches);
         }
         let mut d_mat = d_mat;
         if c == d && c_read {
