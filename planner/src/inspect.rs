@@ -21,6 +21,11 @@ pub struct Summary {
     /// Device milliseconds by kind, from timing records.
     pub device_ms: BTreeMap<String, f64>,
     pub frees_of_unknown_pointers: u64,
+    /// Kernels the device ran: the program's successful launches, and the kernels cuBLAS /
+    /// cuBLASLt ran inside successful GEMM calls (as SIMGPU_REPORT splits `kernels` into
+    /// `fatbin_kernels` and `library_kernels`).
+    pub launches: u64,
+    pub library_kernels: u64,
     /// Memory virtualisation: bytes moved to host (evictions) and back (restores), and the
     /// device time of the eviction copies (the host waits for them).
     pub evicted_bytes: u64,
@@ -83,6 +88,10 @@ pub fn summarize(records: &[Record]) -> Summary {
                 s.evict_ms += device_ms;
             }
             Event::Restore { bytes, .. } => s.restored_bytes += bytes,
+            Event::Launch { result: 0, .. } => s.launches += 1,
+            Event::Cublas {
+                kernels, result: 0, ..
+            } => s.library_kernels += u64::from(*kernels),
             _ => {}
         }
         if r.event.result() != 0 {
@@ -128,6 +137,13 @@ impl fmt::Display for Summary {
         for (api, n) in apis {
             writeln!(f, "  {api:<48} {n}")?;
         }
+        writeln!(
+            f,
+            "kernels: {} ({} launches, {} in cuBLAS/cuBLASLt calls)",
+            self.launches + self.library_kernels,
+            self.launches,
+            self.library_kernels
+        )?;
         writeln!(
             f,
             "allocations: {} ({} in all)",
@@ -197,6 +213,9 @@ mod tests {
 {"seq":6,"t_ns":60,"tid":1,"kind":"launch","api":"cudaLaunchKernel","func":7,"grid":[1,1,1],"block":[1,1,1],"touches":[],"result":0}
 {"seq":7,"t_ns":70,"tid":1,"kind":"timing","of":6,"device_ms":1.5}
 {"seq":8,"t_ns":80,"tid":1,"kind":"free","api":"cudaFree","ptr":77,"result":1}
+{"seq":9,"t_ns":90,"tid":1,"kind":"cublas","api":"cublasGemmEx","m":4,"n":4,"k":4,"batch":1,"kernels":1,"touches":[],"result":0}
+{"seq":10,"t_ns":95,"tid":1,"kind":"cublas","api":"cublasGemmEx","m":0,"n":4,"k":4,"batch":1,"kernels":0,"touches":[],"result":0}
+{"seq":11,"t_ns":99,"tid":1,"kind":"cublas","api":"cublasLtMatmul","m":4,"n":4,"k":4,"batch":1,"kernels":1,"touches":[],"result":7}
 "#;
         let s = summarize(&read(text).unwrap());
         assert_eq!(s.peak_load, 4000);
@@ -205,13 +224,19 @@ mod tests {
         assert_eq!(s.bytes_allocated, 4500);
         assert_eq!(s.by_kind["alloc"], 4);
         assert_eq!(s.by_api["cudaMalloc"], 3);
-        assert_eq!(s.failed_calls, 2);
+        assert_eq!(s.failed_calls, 3);
+        assert_eq!((s.launches, s.library_kernels), (1, 1));
+        assert_eq!(s.by_kind["cublas"], 3);
         assert_eq!(s.frees_of_unknown_pointers, 1);
         assert_eq!(s.largest[0], (3000, "cudaMalloc".to_string(), 2));
         assert_eq!(s.device_ms["launch"], 1.5);
         let text = s.to_string();
         assert!(
             text.contains("peak memory load: 3.91 KiB at record 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kernels: 2 (1 launches, 1 in cuBLAS/cuBLASLt calls)"),
             "{text}"
         );
     }

@@ -196,6 +196,23 @@ pub enum Event {
         touches: Vec<Touch>,
         result: i32,
     },
+    /// A cuBLAS or cuBLASLt GEMM call: the library runs it as its own kernel(s) on `stream`.
+    /// `kernels` is how many kernels it counts as (1, or 0 when m, n or the batch is 0 and
+    /// nothing runs); A, B, C, D, bias, aux and workspace are in `tensors` with their accesses.
+    Cublas {
+        api: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        m: u64,
+        n: u64,
+        k: u64,
+        batch: u64,
+        kernels: u32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tensors: Vec<TensorArg>,
+        touches: Vec<Touch>,
+        result: i32,
+    },
     /// A synchronisation: stream, event, device, or a stream waiting for an event.
     Sync {
         api: String,
@@ -257,6 +274,7 @@ macro_rules! api_call {
             | Event::Memset { $f, .. }
             | Event::Launch { $f, .. }
             | Event::Cudnn { $f, .. }
+            | Event::Cublas { $f, .. }
             | Event::Sync { $f, .. }
     };
 }
@@ -272,6 +290,7 @@ impl Event {
             Event::Memset { .. } => "memset",
             Event::Launch { .. } => "launch",
             Event::Cudnn { .. } => "cudnn",
+            Event::Cublas { .. } => "cublas",
             Event::Sync { .. } => "sync",
             Event::Timing { .. } => "timing",
             Event::Evict { .. } => "evict",
@@ -313,7 +332,8 @@ impl Event {
             Event::Copy { touches, .. }
             | Event::Memset { touches, .. }
             | Event::Launch { touches, .. }
-            | Event::Cudnn { touches, .. } => touches,
+            | Event::Cudnn { touches, .. }
+            | Event::Cublas { touches, .. } => touches,
             _ => &[],
         }
     }

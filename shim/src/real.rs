@@ -60,3 +60,5 @@ pub const CUDNN: &[&CStr] = &[
     c"libcudnn_ops.so.9",
     c"libcudnn_cnn.so.9",
 ];
+pub const CUBLAS: &[&CStr] = &[c"libcublas.so.13", c"libcublas.so.12"];
+pub const CUBLASLT: &[&CStr] = &[c"libcublasLt.so.13", c"libcublasLt.so.12"];

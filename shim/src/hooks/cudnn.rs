@@ -317,8 +317,29 @@ fn call(
     })
 }
 
+/// Adds an untyped device buffer the call reads and writes (BatchNorm's reserve space).
+fn raw(p: Option<Pending>, role: &str, ptr: C, bytes: usize) -> Option<Pending> {
+    let mut p = p?;
+    if let Event::Cudnn {
+        tensors, touches, ..
+    } = &mut p.event
+        && !ptr.is_null()
+        && bytes > 0
+    {
+        touches.extend(range(ptr as u64, bytes as u64, Rw));
+        tensors.push(TensorArg {
+            role: role.into(),
+            ptr: ptr as u64,
+            dims: vec![],
+            strides: vec![],
+            access: Rw,
+        });
+    }
+    Some(p)
+}
+
 use crate::microbatch::{self, AlgoPerf, Call, Dir, Query, backend};
-use Access::{R, Rw};
+use Access::{R, Rw, W};
 
 type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P) -> c_int;
 
@@ -464,6 +485,40 @@ hooks! {
         lineage(
             call("cudnnAddTensor", h, None, None, &[("a", T, ad, a, R), ("c", T, cdesc, c, out_access(beta))], true),
             (alpha, beta, ad), None, None, None);
+    [""] fn cudnnBatchNormalizationForwardTraining(h: P, mode: c_int, alpha: C, beta: C, xd: C, x: C, yd: C, y: P, pd: C,
+        scale: C, bias: C, factor: f64, rmean: P, rvar: P, eps: f64, smean: P, sinv: P) =>
+        call("cudnnBatchNormalizationForwardTraining", h, None, None,
+            &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta)), ("scale", T, pd, scale, R), ("bias", T, pd, bias, R),
+              ("running_mean", T, pd, rmean, Rw), ("running_var", T, pd, rvar, Rw),
+              ("saved_mean", T, pd, smean, W), ("saved_inv_var", T, pd, sinv, W)], true);
+    [""] fn cudnnBatchNormalizationForwardTrainingEx(h: P, mode: c_int, ops: c_int, alpha: C, beta: C, xd: C, x: C, zd: C,
+        z: C, yd: C, y: P, pd: C, scale: C, bias: C, factor: f64, rmean: P, rvar: P, eps: f64, smean: P, sinv: P, ad: C,
+        ws: P, wss: usize, rs: P, rss: usize) =>
+        raw(call("cudnnBatchNormalizationForwardTrainingEx", h, None, Some((ws, wss)),
+            &[("x", T, xd, x, R), ("z", T, zd, z, R), ("y", T, yd, y, out_access(beta)), ("scale", T, pd, scale, R),
+              ("bias", T, pd, bias, R), ("running_mean", T, pd, rmean, Rw), ("running_var", T, pd, rvar, Rw),
+              ("saved_mean", T, pd, smean, W), ("saved_inv_var", T, pd, sinv, W)], true),
+            "reserve", rs, rss);
+    [""] fn cudnnBatchNormalizationForwardInference(h: P, mode: c_int, alpha: C, beta: C, xd: C, x: C, yd: C, y: P, pd: C,
+        scale: C, bias: C, mean: C, var: C, eps: f64) =>
+        call("cudnnBatchNormalizationForwardInference", h, None, None,
+            &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta)), ("scale", T, pd, scale, R), ("bias", T, pd, bias, R),
+              ("mean", T, pd, mean, R), ("var", T, pd, var, R)], true);
+    [""] fn cudnnBatchNormalizationBackward(h: P, mode: c_int, ad: C, bd: C, ap: C, bp: C, xd: C, x: C, dyd: C, dy: C,
+        dxd: C, dx: P, pd: C, scale: C, dscale: P, dbias: P, eps: f64, smean: C, sinv: C) =>
+        call("cudnnBatchNormalizationBackward", h, None, None,
+            &[("x", T, xd, x, R), ("dy", T, dyd, dy, R), ("dx", T, dxd, dx, out_access(bd)), ("scale", T, pd, scale, R),
+              ("dscale", T, pd, dscale, out_access(bp)), ("dbias", T, pd, dbias, out_access(bp)),
+              ("saved_mean", T, pd, smean, R), ("saved_inv_var", T, pd, sinv, R)], true);
+    [""] fn cudnnBatchNormalizationBackwardEx(h: P, mode: c_int, ops: c_int, ad: C, bd: C, ap: C, bp: C, xd: C, x: C,
+        yd: C, y: C, dyd: C, dy: C, dzd: C, dz: P, dxd: C, dx: P, pd: C, scale: C, bias: C, dscale: P, dbias: P, eps: f64,
+        smean: C, sinv: C, act: C, ws: P, wss: usize, rs: P, rss: usize) =>
+        raw(call("cudnnBatchNormalizationBackwardEx", h, None, Some((ws, wss)),
+            &[("x", T, xd, x, R), ("y", T, yd, y, R), ("dy", T, dyd, dy, R), ("dz", T, dzd, dz, W),
+              ("dx", T, dxd, dx, out_access(bd)), ("scale", T, pd, scale, R), ("bias", T, pd, bias, R),
+              ("dscale", T, pd, dscale, out_access(bp)), ("dbias", T, pd, dbias, out_access(bp)),
+              ("saved_mean", T, pd, smean, R), ("saved_inv_var", T, pd, sinv, R)], true),
+            "reserve", rs, rss);
     [""] fn cudnnSetStream(h: P, s: P) => None;
     [""] fn cudnnSetTensor4dDescriptor(d: P, fmt: c_int, dt: c_int, n: c_int, c: c_int, hh: c_int, w: c_int) => None;
     [""] fn cudnnSetTensor4dDescriptorEx(d: P, dt: c_int, n: c_int, c: c_int, hh: c_int, w: c_int, ns: c_int, cs: c_int,

@@ -7,6 +7,7 @@
 //! after it), forwards to the real function, and finishes the record with the result. A panic
 //! in either step turns Marmoset off and never reaches the caller; the call is forwarded once.
 
+pub mod cublas;
 pub mod cudnn;
 pub mod dl;
 pub mod driver;
@@ -75,8 +76,15 @@ impl Entry {
 }
 
 /// All tables.
-pub fn tables() -> [&'static [Entry]; 4] {
-    [&runtime::TABLE, &driver::TABLE, &cudnn::TABLE, &dl::TABLE]
+pub fn tables() -> [&'static [Entry]; 6] {
+    [
+        &runtime::TABLE,
+        &driver::TABLE,
+        &cudnn::TABLE,
+        &cublas::TABLE,
+        &cublas::LT_TABLE,
+        &dl::TABLE,
+    ]
 }
 
 /// The hooked function named exactly `name`.
@@ -169,7 +177,8 @@ fn stream_of(e: &Event) -> Option<u64> {
         Event::Copy { stream, .. }
         | Event::Memset { stream, .. }
         | Event::Launch { stream, .. }
-        | Event::Cudnn { stream, .. } => *stream,
+        | Event::Cudnn { stream, .. }
+        | Event::Cublas { stream, .. } => *stream,
         _ => None,
     }
 }
@@ -231,6 +240,9 @@ pub fn run(
             let code = match (&p.event, code) {
                 (Event::Cudnn { .. }, 2) => 4004,
                 (Event::Cudnn { .. }, _) => 5001,
+                // cuBLAS: CUBLAS_STATUS_ALLOC_FAILED, or EXECUTION_FAILED.
+                (Event::Cublas { .. }, 2) => 3,
+                (Event::Cublas { .. }, _) => 13,
                 _ => code,
             };
             if let Some(p) = pending {

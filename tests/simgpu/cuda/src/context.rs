@@ -816,6 +816,7 @@ pub fn procs() -> &'static [(&'static str, c_int, usize)] {
 pub extern "C" fn simgpuAllocModuleData(size: usize, dptr: *mut CUdeviceptr) -> CUresult {
     with(|d| {
         let p = d.alloc_mapped(size as u64)?;
+        d.counters.module_bytes += (size as u64).max(1).div_ceil(512) * 512;
         out(dptr, p)
     })
 }

@@ -148,6 +148,11 @@ struct FailSpec {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counters {
     pub kernels: u64,
+    /// Of `kernels`, those a math library (cuBLAS, cuBLASLt) ran inside its own calls.
+    pub library_kernels: u64,
+    /// Device memory of modules' variables (`__cudaRegisterVar`): counted in `peak_bytes`,
+    /// never the program's allocations, so no allocator (nor Marmoset's budget) holds it.
+    pub module_bytes: u64,
     pub cudnn_calls: u64,
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
@@ -998,8 +1003,8 @@ impl Device {
             concat!(
                 "{{\n  \"simulated\": true,\n  \"profile\": {:?},\n  \"mode\": {:?},\n",
                 "  \"virtual_time_s\": {:e},\n  \"peak_bytes\": {},\n  \"capacity_bytes\": {},\n",
-                "  \"in_use_bytes\": {},\n  \"h2d_bytes\": {},\n  \"d2h_bytes\": {},\n  \"d2d_bytes\": {},\n",
-                "  \"kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
+                "  \"in_use_bytes\": {},\n  \"module_bytes\": {},\n  \"h2d_bytes\": {},\n  \"d2h_bytes\": {},\n  \"d2d_bytes\": {},\n",
+                "  \"kernels\": {},\n  \"library_kernels\": {},\n  \"cudnn_calls\": {},\n  \"allocations\": {},\n  \"copies\": {},\n",
                 "  \"fatbin_kernels\": {{{}}},\n",
                 "  \"sticky_error\": {}\n}}\n"
             ),
@@ -1013,10 +1018,12 @@ impl Device {
             self.peak,
             self.capacity,
             self.used,
+            c.module_bytes,
             c.h2d_bytes,
             c.d2h_bytes,
             c.d2d_bytes,
             c.kernels,
+            c.library_kernels,
             c.cudnn_calls,
             c.allocs,
             c.copies,

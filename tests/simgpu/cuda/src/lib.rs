@@ -328,6 +328,25 @@ pub extern "C" fn cuMemPoolSetAttribute(
     })
 }
 
+/// A pool's attributes: the reuse flags read as off and the release threshold as 0; the
+/// reserved and used figures (current and high) are the device's, since the simulated device has
+/// one memory from which every pool allocates without caching.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c_void) -> CUresult {
+    with(|d| {
+        if !d.pools.contains(&(pool as u64)) || value.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        match attr {
+            1..=3 => out(value as *mut c_int, 0),
+            4 => out(value as *mut u64, 0),
+            5 | 7 => out(value as *mut u64, d.used),
+            6 | 8 => out(value as *mut u64, d.peak),
+            _ => Err(INVALID_VALUE),
+        }
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     with(|d| {
@@ -1167,6 +1186,7 @@ proc_table! {
     "cuMemPoolCreate", 11020 => cuMemPoolCreate,
     "cuMemPoolTrimTo", 11020 => cuMemPoolTrimTo,
     "cuMemPoolSetAttribute", 11020 => cuMemPoolSetAttribute,
+    "cuMemPoolGetAttribute", 11020 => cuMemPoolGetAttribute,
     "cuMemGetInfo", 3020 => cuMemGetInfo_v2,
     "cuMemAllocHost", 3020 => cuMemAllocHost_v2,
     "cuMemHostAlloc", 2020 => cuMemHostAlloc,

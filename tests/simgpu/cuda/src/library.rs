@@ -12,6 +12,7 @@ pub extern "C" fn simgpu_submit_kernel(stream: Handle, seconds: f64, sync: c_int
         }
         d.count_launch()?;
         d.counters.kernels += 1;
+        d.counters.library_kernels += 1;
         let cost = d.profile.launch();
         let (_, end) = d.issue(stream as u64, ENGINE_COMPUTE, seconds, cost)?;
         if sync != 0 {

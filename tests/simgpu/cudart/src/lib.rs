@@ -72,6 +72,7 @@ const DRIVER_FNS: &[(&str, c_int)] = &[
     ("cuDeviceGetDefaultMemPool", 11020),
     ("cuMemPoolSetAttribute", 11020),
     ("cuMemPoolTrimTo", 11020),
+    ("cuMemPoolGetAttribute", 11020),
     ("cuMemGetInfo", 3020),
     ("cuMemAllocHost", 3020),
     ("cuMemHostAlloc", 2020),
@@ -391,6 +392,11 @@ pub extern "C" fn cudaDeviceGetDefaultMemPool(pool: *mut Handle, dev: c_int) -> 
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaMemPoolSetAttribute(pool: Handle, attr: c_int, v: *mut c_void) -> Err {
     drv!("cuMemPoolSetAttribute" (Handle, c_int, *mut c_void) (pool, attr, v))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaMemPoolGetAttribute(pool: Handle, attr: c_int, v: *mut c_void) -> Err {
+    drv!("cuMemPoolGetAttribute" (Handle, c_int, *mut c_void) (pool, attr, v))
 }
 
 #[unsafe(no_mangle)]
