@@ -221,8 +221,10 @@ __attribute__((destructor)) static void fini(void) {
 }
 "#;
 
-fn build_tool() -> PathBuf {
-    let dir = temp_path("preload-tool");
+/// Builds the tool into a directory of its own (`name`): the tests run in parallel threads of
+/// one process, and one test's build must not be read half-written by another.
+fn build_tool(name: &str) -> PathBuf {
+    let dir = temp_path(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tool.c"), TOOL).unwrap();
     let lib = dir.join("libtool.so");
@@ -242,7 +244,7 @@ fn build_tool() -> PathBuf {
 /// not the tool's own function and not our hook.
 #[test]
 fn a_preload_tool_after_marmoset_finds_the_next_function_after_itself() {
-    let tool = build_tool();
+    let tool = build_tool("tool-after");
     let mut c = Command::new(marmoset());
     c.args(["run", "--sim=h100", "--trace"])
         .arg(temp_path("tool.jsonl"))
@@ -270,7 +272,7 @@ fn a_preload_tool_after_marmoset_finds_the_next_function_after_itself() {
 /// go tool -> Marmoset -> runtime, each once.
 #[test]
 fn a_preload_tool_before_marmoset_calls_marmoset_next() {
-    let tool = build_tool();
+    let tool = build_tool("tool-before");
     let shim = build_dir().join("libmarmoset.so");
     let trace = temp_path("tool-first.jsonl");
     let mut c = Command::new(marmoset());
