@@ -119,6 +119,8 @@ struct Pending {
 
 struct Manager {
     budget: u64,
+    /// Device memory in use before Marmoset took over, counted in `used` for good.
+    preexisting: u64,
     used: u64,
     gran: u64,
     min_tensor: u64,
@@ -220,16 +222,21 @@ impl Manager {
             cu!(c"cuStreamCreate" (*mut P, u32) (&mut h, 1)).ok()?;
             *s = h as usize;
         }
+        // What the process already holds when Marmoset takes over (the context, the modules'
+        // variables: torch's are 22 MB) counts against the budget too: the budget is what the
+        // process may use in all, and no eviction can give that memory back.
+        let preexisting = total.saturating_sub(free) as u64;
         log(
             Level::Info,
             &format!(
-                "memory: budget {budget} B of {total} B, tensors from {} B, host staging up to {} B",
+                "memory: budget {budget} B of {total} B ({preexisting} B already in use), tensors from {} B, host staging up to {} B",
                 cfg.min_tensor, cfg.host_limit
             ),
         );
         Some(Manager {
             budget,
-            used: 0,
+            preexisting,
+            used: preexisting,
             gran: gran.max(1) as u64,
             min_tensor: cfg.min_tensor,
             host_limit: cfg.host_limit,
@@ -800,12 +807,13 @@ fn with<R>(f: impl FnOnce(&mut Manager) -> R) -> Option<R> {
     g.as_mut().map(f)
 }
 
-/// The budget in bytes (None: not managed).
+/// The budget in bytes for the program's own memory: the budget less what the process held
+/// before Marmoset took over (None: not managed).
 pub fn budget() -> Option<u64> {
     if !active() {
         return None;
     }
-    with(|m| m.budget)
+    with(|m| m.budget.saturating_sub(m.preexisting))
 }
 
 /// An allocation under the memory policy (None: not managed, forward it).

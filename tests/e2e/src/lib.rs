@@ -169,3 +169,22 @@ pub fn ok(o: &Output) {
         stderr(o)
     );
 }
+
+/// Runs a PyTorch example (through `marmoset run`). A defect not yet found: now and then, on a
+/// loaded machine, the process aborts *after* its last line, "terminate called without an active
+/// exception" (a C++ `std::terminate` during exit; seen with and without Marmoset's memory
+/// policy, about once in ten loaded runs, never reproduced alone). Such a run is reported loudly
+/// and run once more; any other failure, or the same one twice, stands.
+pub fn torch_output(c: &mut Command) -> Output {
+    let o = c.output().expect("run marmoset");
+    let aborted_at_exit = o.status.code() == Some(134)
+        && stderr(&o).contains("terminate called without an active exception")
+        && stdout(&o).contains("peak memory allocated by torch");
+    if !aborted_at_exit {
+        return o;
+    }
+    eprintln!(
+        "*** the known abort at exit after a complete run (std::terminate; not yet found): running it once more ***"
+    );
+    c.output().expect("run marmoset")
+}

@@ -34,7 +34,7 @@ fn small_cnn(marmoset_args: &[&str], name: &str) -> (Output, Value) {
         }
     }
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
-    let out = c.output().expect("run marmoset");
+    let out = torch_output(&mut c);
     ok(&out);
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
         panic!(

@@ -41,7 +41,7 @@ fn run(marmoset_args: &[&str], script: &str, batch: u32, name: &str) -> (Output,
         }
     }
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
-    let out = c.output().expect("run marmoset");
+    let out = torch_output(&mut c);
     ok(&out);
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
         panic!(
@@ -185,10 +185,12 @@ fn under_lru_at_half_its_peak(script: &str, batch: u32, name: &str, min_peak: u6
         &format!("{name}-lru"),
     );
     trained(&out, &report);
-    let held = count(&report, "peak_bytes") - count(&report, "module_bytes");
+    // The whole simulated peak, the modules' variables included: what the process held before
+    // Marmoset took over counts against the budget.
+    let held = count(&report, "peak_bytes");
     assert!(
         held <= budget,
-        "simulated peak {held} B (without module variables) over the budget {budget} B"
+        "simulated peak {held} B over the budget {budget} B"
     );
     assert!(
         count(&report, "d2h_bytes") > 1 << 30,
