@@ -188,3 +188,63 @@ pub fn torch_output(c: &mut Command) -> Output {
     );
     c.output().expect("run marmoset")
 }
+
+/// The Python of `.venv/` (scripts/setup-torch.sh makes it; the README's test command runs it).
+/// A missing venv fails the test with that command: torch tests never skip.
+pub fn venv_python() -> PathBuf {
+    let py = root().join(".venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/setup-torch.sh (the README's test command does)",
+        py.display()
+    );
+    py
+}
+
+/// `marmoset run --sim MARMOSET_ARGS -- .venv/bin/python examples/SCRIPT ARGS` in shape mode,
+/// with no inherited Marmoset, simulator or framework settings; returns the output (which must
+/// succeed) and the simulator's report.
+pub fn torch_example(
+    marmoset_args: &[&str],
+    script: &str,
+    args: &[&str],
+    name: &str,
+) -> (Output, serde_json::Value) {
+    let report = temp_path(&format!("torch-{name}-report.json"));
+    let mut c = Command::new(marmoset());
+    c.args(["run", "--sim"]).args(marmoset_args).arg("--");
+    c.arg(venv_python())
+        .arg(root().join("examples").join(script))
+        .args(args);
+    for (k, _) in std::env::vars() {
+        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
+    let out = torch_output(&mut c);
+    ok(&out);
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!(
+            "no simulator report ({e}):\n{}{}",
+            stdout(&out),
+            stderr(&out)
+        )
+    });
+    std::fs::remove_file(&report).ok();
+    (out, serde_json::from_str(&text).expect("report JSON"))
+}
+
+/// Three loss lines, no error, no trap.
+pub fn trained_three_steps(out: &Output, report: &serde_json::Value) {
+    let steps = stdout(out)
+        .lines()
+        .filter(|l| l.starts_with("step ") && l.contains("loss"))
+        .count();
+    assert_eq!(steps, 3, "{}{}", stdout(out), stderr(out));
+    assert!(report["sticky_error"].is_null(), "a trap: {report}");
+    assert!(!stderr(out).contains("illegal address"), "{}", stderr(out));
+}

@@ -6,56 +6,17 @@
 
 use marmoset_e2e::*;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn python() -> PathBuf {
-    let py = root().join(".venv/bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run scripts/setup-torch.sh (the README's test command does)",
-        py.display()
-    );
-    py
-}
+use std::process::Output;
 
 /// `marmoset run --sim ARGS -- .venv/bin/python examples/small_cnn.py --steps 3` in shape mode;
 /// returns the output and the simulator's report.
 fn small_cnn(marmoset_args: &[&str], name: &str) -> (Output, Value) {
-    let report = temp_path(&format!("torch-{name}-report.json"));
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim"]).args(marmoset_args).arg("--");
-    c.arg(python())
-        .arg(root().join("examples/small_cnn.py"))
-        .args(["--steps", "3"]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") || k.starts_with("TORCH_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
-    let out = torch_output(&mut c);
-    ok(&out);
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!(
-            "no simulator report ({e}):\n{}{}",
-            stdout(&out),
-            stderr(&out)
-        )
-    });
-    std::fs::remove_file(&report).ok();
-    (out, serde_json::from_str(&text).expect("report JSON"))
+    torch_example(marmoset_args, "small_cnn.py", &["--steps", "3"], name)
 }
 
 /// Three loss lines, no error, no trap, and device work done.
 fn trained(out: &Output, report: &Value) {
-    let steps = stdout(out)
-        .lines()
-        .filter(|l| l.starts_with("step ") && l.contains("loss"))
-        .count();
-    assert_eq!(steps, 3, "{}{}", stdout(out), stderr(out));
-    assert!(report["sticky_error"].is_null(), "a trap: {report}");
-    assert!(!stderr(out).contains("illegal address"), "{}", stderr(out));
+    trained_three_steps(out, report);
     assert!(report["kernels"].as_u64().unwrap() > 10, "{report}");
     assert!(report["cudnn_calls"].as_u64().unwrap() > 0, "{report}");
     assert!(report["allocations"].as_u64().unwrap() > 0, "{report}");

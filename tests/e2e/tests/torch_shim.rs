@@ -9,60 +9,19 @@
 
 use marmoset_e2e::*;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn python() -> PathBuf {
-    let py = root().join(".venv/bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run scripts/setup-torch.sh (the README's test command does)",
-        py.display()
-    );
-    py
-}
+use std::process::Output;
 
 /// `marmoset run --sim ARGS -- .venv/bin/python examples/SCRIPT --steps 3 --batch B` in shape
 /// mode; returns the output and the simulator's report.
 fn run(marmoset_args: &[&str], script: &str, batch: u32, name: &str) -> (Output, Value) {
-    let report = temp_path(&format!("torch-shim-{name}-report.json"));
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim"]).args(marmoset_args).arg("--");
-    c.arg(python())
-        .arg(root().join("examples").join(script))
-        .args(["--steps", "3", "--batch", &batch.to_string()]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARMOSET_")
-            || k.starts_with("SIMGPU_")
-            || k.starts_with("TORCH_")
-            || k.starts_with("PYTORCH_")
-        {
-            c.env_remove(k);
-        }
-    }
-    c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
-    let out = torch_output(&mut c);
-    ok(&out);
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!(
-            "no simulator report ({e}):\n{}{}",
-            stdout(&out),
-            stderr(&out)
-        )
-    });
-    std::fs::remove_file(&report).ok();
-    (out, serde_json::from_str(&text).expect("report JSON"))
+    let batch = batch.to_string();
+    let args = ["--steps", "3", "--batch", batch.as_str()];
+    torch_example(marmoset_args, script, &args, &format!("shim-{name}"))
 }
 
 /// Three loss lines, no error, no trap.
 fn trained(out: &Output, report: &Value) {
-    let steps = stdout(out)
-        .lines()
-        .filter(|l| l.starts_with("step ") && l.contains("loss"))
-        .count();
-    assert_eq!(steps, 3, "{}{}", stdout(out), stderr(out));
-    assert!(report["sticky_error"].is_null(), "a trap: {report}");
-    assert!(!stderr(out).contains("illegal address"), "{}", stderr(out));
+    trained_three_steps(out, report);
 }
 
 fn count(report: &Value, key: &str) -> u64 {
