@@ -17,72 +17,15 @@
 //! drops its host copy; a free of a resident one releases it once the work issued before on its
 //! streams is done (no device-wide synchronisation).
 
+mod driver;
+
 use crate::config::Level;
-use crate::real::{CUDA, resolve};
 use crate::state::{config, log};
+use driver::*;
 use planner::trace::{Event, Touch};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::{CStr, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::c_int;
 use std::sync::{Mutex, MutexGuard};
-
-type P = *mut c_void;
-
-const OUT_OF_MEMORY: c_int = 2;
-
-fn slot(s: &AtomicUsize, name: &CStr) -> usize {
-    let mut p = s.load(Ordering::Acquire);
-    if p == 0 {
-        p = resolve(CUDA, name);
-        s.store(p, Ordering::Release);
-    }
-    p
-}
-
-/// Calls the real driver function `name` with these argument types; the driver's error (or
-/// CUDA_ERROR_NOT_INITIALIZED when it cannot be found) as Err.
-macro_rules! cu {
-    ($name:literal ($($t:ty),*) ($($a:expr),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = slot(&SLOT, $name);
-        if p == 0 {
-            Err(3)
-        } else {
-            // SAFETY: the real driver function named $name has this signature; the arguments are
-            // Marmoset's own (addresses it reserved, handles it created, buffers it owns).
-            let r = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) };
-            if r == 0 { Ok(()) } else { Err(r) }
-        }
-    }};
-}
-
-#[repr(C)]
-struct AllocProp {
-    type_: u32,
-    handle_types: u32,
-    location_type: u32,
-    location_id: i32,
-    win32: P,
-    flags: [u8; 8],
-}
-
-#[repr(C)]
-struct AccessDesc {
-    location_type: u32,
-    location_id: i32,
-    flags: u32,
-}
-
-fn prop() -> AllocProp {
-    AllocProp {
-        type_: 1,
-        handle_types: 0,
-        location_type: 1,
-        location_id: 0,
-        win32: std::ptr::null_mut(),
-        flags: [0; 8],
-    }
-}
 
 #[derive(Debug)]
 enum Place {
@@ -151,50 +94,6 @@ pub fn active() -> bool {
     config().policy.manages_memory()
         && crate::state::active()
         && crate::state::memory_policy_allowed()
-}
-
-fn event() -> Option<usize> {
-    event_flags(2)
-}
-
-/// An event that can time (CU_EVENT_DEFAULT) or not (CU_EVENT_DISABLE_TIMING).
-fn event_flags(flags: u32) -> Option<usize> {
-    let mut e: P = std::ptr::null_mut();
-    cu!(c"cuEventCreate" (*mut P, u32) (&mut e, flags)).ok()?;
-    Some(e as usize)
-}
-
-fn destroy_event(e: usize) {
-    let _ = cu!(c"cuEventDestroy_v2"(P)(e as P));
-}
-
-fn record(e: usize, stream: u64) -> Result<(), c_int> {
-    cu!(c"cuEventRecord"(P, P)(e as P, stream as P))
-}
-
-fn sync_event(e: usize) {
-    let _ = cu!(c"cuEventSynchronize"(P)(e as P));
-}
-
-fn done(e: usize) -> bool {
-    cu!(c"cuEventQuery"(P)(e as P)).is_ok()
-}
-
-/// Makes `to` wait for everything issued so far on each of `from`.
-fn wait_for(to: usize, from: &HashSet<u64>) {
-    let streams: Vec<u64> = if from.is_empty() {
-        vec![0]
-    } else {
-        from.iter().copied().collect()
-    };
-    for s in streams {
-        if let Some(e) = event() {
-            if record(e, s).is_ok() {
-                let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(to as P, e as P, 0));
-            }
-            destroy_event(e);
-        }
-    }
 }
 
 impl Manager {
@@ -771,32 +670,8 @@ pub fn prefetch(id: u64, protect: &[u64]) -> bool {
     }
 }
 
-/// A driver error as the driver names it, with its number: `CUDA_ERROR_UNKNOWN (999)`.
-fn error_name(code: c_int) -> String {
-    let mut name: *const std::ffi::c_char = std::ptr::null();
-    if cu!(c"cuGetErrorName" (c_int, *mut *const std::ffi::c_char) (code, &mut name)).is_ok()
-        && !name.is_null()
-    {
-        // SAFETY: the driver returns a static NUL-terminated string.
-        let n = unsafe { CStr::from_ptr(name) };
-        return format!("{} ({code})", n.to_string_lossy());
-    }
-    format!("CUDA error {code}")
-}
-
 fn alloc_of(va: u64) -> u64 {
     crate::state::points_into(va).map(|(id, _)| id).unwrap_or(0)
-}
-
-/// The runtime's own initialisation (`cudaFree(NULL)`), when a runtime is loaded.
-fn init_runtime() {
-    let p = resolve(crate::real::CUDART, c"cudaFree");
-    if p != 0 {
-        // SAFETY: the real cudaFree(void*); freeing NULL only initialises the runtime.
-        let free: unsafe extern "C" fn(P) -> c_int = unsafe { std::mem::transmute(p) };
-        // SAFETY: as above.
-        let _ = unsafe { free(std::ptr::null_mut()) };
-    }
 }
 
 fn with<R>(f: impl FnOnce(&mut Manager) -> R) -> Option<R> {
