@@ -25,7 +25,9 @@
 //! - **Lineage.** A storage's producer is the call that wrote it; host-to-device copies read
 //!   host memory the program may have changed since, so their contents have no producer (they
 //!   can be swapped, never recomputed).
-//! - **Durations** are the `timing` records' device times (`MARMOSET_TRACE_TIMING=1`).
+//! - **Durations** are the `timing` records' device times (`MARMOSET_TRACE_TIMING=1`), measured
+//!   from after Marmoset's own work for the call (a restore the call's stream waits for, the
+//!   host waiting for room), so a trace recorded under a budget gives the program's times.
 //!
 //! The in-shim executor maps the plan back with [`Converted::ops`] (each operation's call within
 //! the iteration) and [`Converted::storages`] (each storage's tensor and version).
@@ -256,31 +258,6 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
     out
 }
 
-/// The device time of each call that is Marmoset's, not the program's: a memory policy's
-/// evictions and restores made for the call happen after its start event (the host waits for an
-/// eviction; the call's stream waits for a restore), so its measured duration holds them.
-fn policy_time(records: &[Record], times: &HashMap<u64, f64>) -> HashMap<u64, f64> {
-    let mut waiting: HashMap<u64, f64> = HashMap::new();
-    let mut out = HashMap::new();
-    for r in records {
-        match &r.event {
-            Event::Evict { device_ms, .. } => {
-                *waiting.entry(r.tid).or_default() += device_ms * 1e-3;
-            }
-            Event::Restore { .. } => {
-                *waiting.entry(r.tid).or_default() += times.get(&r.seq).copied().unwrap_or(0.0);
-            }
-            e if e.api().is_some() => {
-                if let Some(t) = waiting.remove(&r.tid) {
-                    out.insert(r.seq, t);
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 /// Where a storage of the model comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Origin {
@@ -323,7 +300,6 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             times.insert(of, device_ms * 1e-3);
         }
     }
-    let overhead = policy_time(records, &times);
     let replays = lineage(records);
     let s = Stream::new(records);
     if times.is_empty() {
@@ -428,7 +404,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         let r = s.records[i];
         let opi = t.ops.len();
         let secs = match times.get(&r.seq) {
-            Some(t) => (t - overhead.get(&r.seq).copied().unwrap_or(0.0)).max(0.0),
+            Some(&t) => t,
             None => {
                 untimed += 1;
                 0.0

@@ -262,6 +262,10 @@ pub enum Event {
     /// The program left the planned sequence at call `call` of the iteration (the record
     /// `at`, a sequence number): the rest of the iteration runs passively, and the planner replans.
     Divergence { at: u64, call: u64, period: u64 },
+    /// Marmoset released a tensor's memory (or its host copy) without copying anything: its
+    /// contents were dead (guided execution: the plan's next access overwrites them whole;
+    /// or never written).
+    Drop { alloc: u64, bytes: u64 },
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -300,6 +304,7 @@ impl Event {
             Event::Plan { .. } => "plan",
             Event::NoPlan { .. } => "no_plan",
             Event::Divergence { .. } => "divergence",
+            Event::Drop { .. } => "drop",
         }
     }
 

@@ -235,6 +235,7 @@ pub fn flush() {
 }
 
 extern "C" fn flush_at_exit() {
+    crate::memory::settle();
     crate::timing::drain(true);
     flush();
 }

@@ -130,6 +130,8 @@ pub struct Pending {
     pub alloc_out: Option<(*mut u64, u64)>,
     /// Device timing: the stream and the start event.
     pub timing: Option<(u64, usize)>,
+    /// The stream to time the call on, once Marmoset's own work for it is done.
+    time_on: Option<u64>,
 }
 
 impl Pending {
@@ -139,13 +141,21 @@ impl Pending {
             seq: None,
             alloc_out: None,
             timing: None,
+            time_on: None,
         }
     }
 
-    /// Measures the call's device time on `stream` (when MARMOSET_TRACE_TIMING=1).
+    /// Measures the call's device time on `stream` (when MARMOSET_TRACE_TIMING=1), from after
+    /// Marmoset's own work for it (restores, room), so that the time is the program's.
     pub fn timed(mut self, stream: u64) -> Pending {
-        self.timing = crate::timing::begin(stream).map(|e| (stream, e));
+        self.time_on = Some(stream);
         self
+    }
+
+    fn start_timing(&mut self) {
+        if let Some(stream) = self.time_on.take() {
+            self.timing = crate::timing::begin(stream).map(|e| (stream, e));
+        }
     }
 
     fn finish(mut self, result: i32) {
@@ -195,7 +205,7 @@ pub fn run(
     let Some(_guard) = Guard::enter() else {
         return real();
     };
-    let pending = match catch_unwind(AssertUnwindSafe(|| {
+    let mut pending = match catch_unwind(AssertUnwindSafe(|| {
         if state::config()
             .test_panic
             .as_deref()
@@ -235,7 +245,7 @@ pub fn run(
                 ));
             }
         }
-        if let Err(code) = crate::memory::before(touches, stream) {
+        if let Err(code) = crate::memory::before(&p.event, stream) {
             // cuDNN speaks its own codes: a device allocation failure, or a driver failure.
             let code = match (&p.event, code) {
                 (Event::Cudnn { .. }, 2) => 4004,
@@ -250,6 +260,9 @@ pub fn run(
             }
             return code;
         }
+    }
+    if let Some(p) = &mut pending {
+        p.start_timing();
     }
     let r = real();
     if let Some(p) = pending

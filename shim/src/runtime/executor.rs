@@ -19,6 +19,7 @@ use crate::config::Level;
 use crate::runtime::bridge::Ready;
 use crate::state::log;
 use planner::iteration::TensorId;
+use planner::model::Step;
 use planner::timeline::Decision;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -30,6 +31,9 @@ struct Steps {
     prefetch: HashMap<usize, Vec<TensorId>>,
     /// Tensors to evict after the call at this offset (their evicted-access).
     evict: HashMap<usize, Vec<TensorId>>,
+    /// Tensors whose contents are dead after the call at this offset: the model frees them
+    /// there (their next access overwrites them whole), so they cost no memory until then.
+    drop: HashMap<usize, Vec<TensorId>>,
 }
 
 impl Steps {
@@ -40,7 +44,20 @@ impl Steps {
             period: r.found.period,
             prefetch: HashMap::new(),
             evict: HashMap::new(),
+            drop: HashMap::new(),
         };
+        let mut last_op = None;
+        for step in &c.trace.steps {
+            match *step {
+                Step::Op(o) => last_op = Some(o),
+                Step::Free(st) => {
+                    if let (Some(a), Some(origin)) = (last_op.and_then(offset), c.storages.get(st))
+                    {
+                        s.drop.entry(a).or_default().push(origin.tensor);
+                    }
+                }
+            }
+        }
         for &(storage, d) in &r.plan {
             let Some(origin) = c.storages.get(storage) else {
                 continue;
@@ -96,10 +113,11 @@ pub fn boundary(period: usize) {
             log(
                 Level::Info,
                 &format!(
-                    "executor: the plan guides from this iteration ({:.3} ms predicted; {} evictions, {} prefetches planned)",
+                    "executor: the plan guides from this iteration ({:.3} ms predicted; {} evictions, {} prefetches, {} drops of dead contents planned)",
                     r.outcome.makespan * 1e3,
                     steps.evict.values().map(Vec::len).sum::<usize>(),
-                    steps.prefetch.values().map(Vec::len).sum::<usize>()
+                    steps.prefetch.values().map(Vec::len).sum::<usize>(),
+                    steps.drop.values().map(Vec::len).sum::<usize>()
                 ),
             );
             e.active = Some(steps);
@@ -118,8 +136,16 @@ pub fn diverged() {
     }
 }
 
-/// What the plan says at the call at `offset` (`before`: its prefetches, else its evictions).
-fn step(offset: usize, before: bool) -> Vec<TensorId> {
+#[derive(Clone, Copy)]
+enum Kind {
+    Prefetch,
+    Evict,
+    Drop,
+}
+
+/// What the plan says at the call at `offset`: its prefetches (before it), or its evictions or
+/// drops (after it).
+fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
     let Ok(e) = EXECUTOR.lock() else {
         return Vec::new();
     };
@@ -129,7 +155,11 @@ fn step(offset: usize, before: bool) -> Vec<TensorId> {
     if offset >= s.period {
         return Vec::new();
     }
-    let m = if before { &s.prefetch } else { &s.evict };
+    let m = match kind {
+        Kind::Prefetch => &s.prefetch,
+        Kind::Evict => &s.evict,
+        Kind::Drop => &s.drop,
+    };
     m.get(&offset).cloned().unwrap_or_default()
 }
 
@@ -139,7 +169,7 @@ pub fn before_call(touches: &[u64]) {
     let Some(offset) = crate::runtime::tracker::next_offset() else {
         return;
     };
-    for name in step(offset, true) {
+    for name in step(offset, Kind::Prefetch) {
         if let Some(id) = crate::runtime::tracker::resolve(name) {
             crate::memory::prefetch(id, touches);
         }
@@ -151,9 +181,14 @@ pub fn after_call() {
     let Some(offset) = crate::runtime::tracker::last_offset() else {
         return;
     };
-    for name in step(offset, false) {
+    for name in step(offset, Kind::Evict) {
         if let Some(id) = crate::runtime::tracker::resolve(name) {
             crate::memory::evict_planned(id);
+        }
+    }
+    for name in step(offset, Kind::Drop) {
+        if let Some(id) = crate::runtime::tracker::resolve(name) {
+            crate::memory::mark_dead(id);
         }
     }
 }

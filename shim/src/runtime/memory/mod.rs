@@ -7,22 +7,35 @@
 //! (`MARMOSET_MEMORY_LIMIT`) counts everything Marmoset maps, and `cudaMemGetInfo` /
 //! `cuMemGetInfo_v2` report it as the device's total.
 //!
+//! A tensor needs memory from its first write, not from its allocation: an allocation the
+//! budget has no room for is only reserved, and mapped at its first touch. Its contents are
+//! *dead* until then, and again whenever the plan says the next access overwrites them whole
+//! (guided execution's drops): dead contents are released first when room is needed, without
+//! a copy, and an overwrite of an evicted tensor maps fresh memory instead of copying it in.
+//!
 //! Before an operation runs, every tensor it touches is resident: an evicted one is brought back
 //! (physical memory mapped again, bytes copied in from host on the swap-in stream, the
 //! operation's stream waiting on it by event). When an allocation or a restore would exceed the
-//! budget, victims not touched by the current operation are evicted, least recently used first:
-//! an asynchronous copy to pinned host memory on the swap-out stream after the victim's last
-//! uses (events on each stream that used it), the physical memory unmapped once that copy is
-//! done. A failed eviction copy leaves the tensor resident and intact. A free of an evicted tensor
-//! drops its host copy; a free of a resident one releases it once the work issued before on its
-//! streams is done (no device-wide synchronisation).
+//! budget, victims not touched by the current operation go: dead contents first, then live ones
+//! least recently used first: an asynchronous copy to pinned host memory on the swap-out stream
+//! after the victim's last uses (events on each stream that used it). The host does not wait for
+//! that copy (Capuchin's decoupled computation and swapping): the physical memory is unmapped
+//! once it is done, and only when memory is short does the host wait, for the earliest
+//! unfinished release first. A tensor wanted back while its copy out is still running keeps its
+//! memory (the release is cancelled, nothing copied in). A failed eviction copy leaves the tensor
+//! resident and intact. A free of an evicted tensor drops its host copy; a free of a resident one
+//! releases it once the work issued before on its streams is done (no device-wide
+//! synchronisation).
 
 mod driver;
+mod guided;
+
+pub use guided::{evict_planned, mark_dead, prefetch};
 
 use crate::config::Level;
 use crate::state::{config, log};
 use driver::*;
-use planner::trace::{Event, Touch};
+use planner::trace::Event;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::c_int;
 use std::sync::{Mutex, MutexGuard};
@@ -33,6 +46,9 @@ enum Place {
     Resident(u64),
     /// Unmapped; its bytes are in this pinned host buffer.
     Evicted(usize),
+    /// Unmapped, and no bytes anywhere: never written yet (`dropped` false), or its contents
+    /// were dropped as dead (a read of them now would be a wrong plan: said at error level).
+    Empty { dropped: bool },
 }
 
 #[derive(Debug)]
@@ -48,6 +64,9 @@ struct Tensor {
     /// A prefetch's copy in (guided execution): the next operation that touches the tensor
     /// waits for this event, not the host.
     arrival: Option<usize>,
+    /// Resident, but its contents are not needed (not written yet, or the plan says the next
+    /// access overwrites them whole): released without a copy when room is needed.
+    dead: bool,
 }
 
 /// A release waiting for the work issued before it to finish.
@@ -56,8 +75,11 @@ struct Pending {
     va: u64,
     mapped: u64,
     phys: u64,
-    /// Keep the reservation (an eviction) or free it too (a free).
+    /// Keep the reservation (an eviction, a drop) or free it too (a free).
     free_va: bool,
+    /// An eviction's copy out: its start event, allocation and bytes, for the `evict` record
+    /// written once the copy is done.
+    copy: Option<(usize, u64, u64)>,
 }
 
 struct Manager {
@@ -79,7 +101,9 @@ struct Manager {
     /// Pinned host buffers by size, and host buffers still being copied from (event, buffer, size).
     host_free: HashMap<u64, Vec<usize>>,
     host_busy: Vec<(usize, usize, u64)>,
+    /// Releases in issue order; `releasing` is their mapped bytes (in `used` until done).
     releases: Vec<Pending>,
+    releasing: u64,
     restores: u64,
 }
 
@@ -149,6 +173,7 @@ impl Manager {
             host_free: HashMap::new(),
             host_busy: Vec::new(),
             releases: Vec::new(),
+            releasing: 0,
             restores: 0,
         })
     }
@@ -163,13 +188,7 @@ impl Manager {
                 left.push(r);
                 continue;
             }
-            destroy_event(r.event);
-            let _ = cu!(c"cuMemUnmap"(u64, usize)(r.va, r.mapped as usize));
-            let _ = cu!(c"cuMemRelease"(u64)(r.phys));
-            if r.free_va {
-                let _ = cu!(c"cuMemAddressFree"(u64, usize)(r.va, r.mapped as usize));
-            }
-            self.used -= r.mapped;
+            self.finish(r);
         }
         self.releases = left;
         let mut busy = Vec::new();
@@ -185,6 +204,73 @@ impl Manager {
             }
         }
         self.host_busy = busy;
+    }
+
+    /// Waits for the earliest unfinished release only (false: none left).
+    fn reclaim_earliest(&mut self) -> bool {
+        if self.releases.is_empty() {
+            return false;
+        }
+        let r = self.releases.remove(0);
+        sync_event(r.event);
+        self.finish(r);
+        true
+    }
+
+    /// A release whose work is done: the memory goes (and the `evict` record of a copy out).
+    fn finish(&mut self, r: Pending) {
+        if let Some((start, alloc, bytes)) = r.copy {
+            let mut ms = 0f32;
+            let _ = cu!(c"cuEventElapsedTime" (*mut f32, P, P) (&mut ms, start as P, r.event as P));
+            destroy_event(start);
+            crate::trace::emit(Event::Evict {
+                alloc,
+                bytes,
+                stream: self.swap_out as u64,
+                device_ms: ms as f64,
+            });
+        }
+        destroy_event(r.event);
+        let _ = cu!(c"cuMemUnmap"(u64, usize)(r.va, r.mapped as usize));
+        let _ = cu!(c"cuMemRelease"(u64)(r.phys));
+        if r.free_va {
+            let _ = cu!(c"cuMemAddressFree"(u64, usize)(r.va, r.mapped as usize));
+        }
+        self.used -= r.mapped;
+        self.releasing -= r.mapped;
+    }
+
+    /// Queues the release of `va`'s memory after `event` (recorded after its last uses).
+    fn release_after(
+        &mut self,
+        event: usize,
+        va: u64,
+        mapped: u64,
+        phys: u64,
+        copy: Option<(usize, u64, u64)>,
+    ) {
+        self.releasing += mapped;
+        self.releases.push(Pending {
+            event,
+            va,
+            mapped,
+            phys,
+            free_va: false,
+            copy,
+        });
+    }
+
+    /// Takes back the memory of `va` while its release is still queued (the tensor is wanted
+    /// again before its copy out or drop finished): (physical handle, the release's event and
+    /// copy), or None when no release of it is queued.
+    fn cancel_release(&mut self, va: u64) -> Option<Pending> {
+        let i = self
+            .releases
+            .iter()
+            .position(|r| r.va == va && !r.free_va)?;
+        let r = self.releases.remove(i);
+        self.releasing -= r.mapped;
+        Some(r)
     }
 
     fn host_buffer(&mut self, size: u64) -> Option<usize> {
@@ -213,21 +299,29 @@ impl Manager {
         Some(p as usize)
     }
 
-    /// Evicts one tensor (Ok: its bytes are on the host and its memory is being released).
+    /// Evicts one tensor (Ok: its copy out is under way on the swap-out stream, and its memory
+    /// is released once the copy is done; the host does not wait).
     fn evict(&mut self, va: u64) -> Result<(), c_int> {
         let t = self.tensors.get(&va).ok_or(1)?;
-        if let Some(e) = t.arrival {
-            // A prefetch still arriving: the copy out must follow it.
-            sync_event(e);
-        }
         let Place::Resident(phys) = t.place else {
             return Err(1);
         };
-        let (size, mapped, streams) = (t.size, t.mapped, t.streams.clone());
+        let (size, mapped, mut streams) = (t.size, t.mapped, t.streams.clone());
+        if let Some(e) = t.arrival {
+            // A prefetch still arriving: the copy out follows it.
+            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(
+                self.swap_out as P,
+                e as P,
+                0
+            ));
+            streams.remove(&(self.swap_in as u64));
+        }
         let buf = self.host_buffer(size).ok_or(OUT_OF_MEMORY)?;
         wait_for(self.swap_out, &streams);
-        let e = event_flags(0).ok_or(1)?;
-        let start = event_flags(0).ok_or(1)?;
+        let (Some(e), Some(start)) = (event_flags(0), event_flags(0)) else {
+            self.host_free.entry(size).or_default().push(buf);
+            return Err(1);
+        };
         let _ = record(start, self.swap_out as u64);
         let copy = cu!(c"cuMemcpyDtoHAsync_v2"(P, u64, usize, P)(
             buf as P,
@@ -235,54 +329,81 @@ impl Manager {
             size as usize,
             self.swap_out as P
         ));
-        if let Err(code) = copy {
+        if let Err(code) = copy.and_then(|()| record(e, self.swap_out as u64)) {
             // The tensor stays where it is, bytes intact.
+            sync_event(start);
             destroy_event(e);
             destroy_event(start);
             self.host_free.entry(size).or_default().push(buf);
             log(
                 Level::Warn,
-                &format!("memory: evicting {size} B at {va:#x} failed ({code}); it stays resident"),
+                &format!(
+                    "memory: evicting {size} B at {va:#x} failed ({}); it stays resident",
+                    error_name(code)
+                ),
             );
             return Err(code);
         }
-        let _ = record(e, self.swap_out as u64);
-        // The physical memory goes only once the copy is done.
-        sync_event(e);
-        let mut ms = 0f32;
-        let _ = cu!(c"cuEventElapsedTime" (*mut f32, P, P) (&mut ms, start as P, e as P));
-        destroy_event(e);
-        destroy_event(start);
-        let _ = cu!(c"cuMemUnmap"(u64, usize)(va, mapped as usize));
-        let _ = cu!(c"cuMemRelease"(u64)(phys));
-        self.used -= mapped;
+        self.release_after(e, va, mapped, phys, Some((start, alloc_of(va), size)));
         if let Some(t) = self.tensors.get_mut(&va) {
             t.place = Place::Evicted(buf);
             t.streams.clear();
+            t.dead = false;
             if let Some(e) = t.arrival.take() {
                 destroy_event(e);
             }
         }
-        crate::trace::emit(Event::Evict {
+        Ok(())
+    }
+
+    /// Releases a resident tensor whose contents are dead, without a copy, once the work
+    /// issued before on its streams is done.
+    fn release_dead(&mut self, va: u64) -> Result<(), c_int> {
+        let t = self.tensors.get(&va).ok_or(1)?;
+        let Place::Resident(phys) = t.place else {
+            return Err(1);
+        };
+        let (size, mapped, mut streams) = (t.size, t.mapped, t.streams.clone());
+        if let Some(a) = t.arrival {
+            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(
+                self.swap_out as P,
+                a as P,
+                0
+            ));
+            streams.remove(&(self.swap_in as u64));
+        }
+        wait_for(self.swap_out, &streams);
+        let e = event().ok_or(1)?;
+        if let Err(code) = record(e, self.swap_out as u64) {
+            destroy_event(e);
+            return Err(code);
+        }
+        self.release_after(e, va, mapped, phys, None);
+        if let Some(t) = self.tensors.get_mut(&va) {
+            t.place = Place::Empty { dropped: true };
+            t.streams.clear();
+            t.dead = false;
+            if let Some(a) = t.arrival.take() {
+                destroy_event(a);
+            }
+        }
+        crate::trace::emit(Event::Drop {
             alloc: alloc_of(va),
             bytes: size,
-            stream: self.swap_out as u64,
-            device_ms: ms as f64,
         });
         Ok(())
     }
 
-    /// Frees budget for `bytes`, evicting least recently used tensors outside `protect`.
+    /// Frees budget for `bytes` outside `protect`: dead contents first (no copy), then live
+    /// ones least recently used first; then waits for the earliest queued releases, one at a
+    /// time, until the bytes fit.
     fn make_room(&mut self, bytes: u64, protect: &HashSet<u64>) -> Result<(), String> {
         if self.used + bytes <= self.budget {
             return Ok(());
         }
         self.reclaim(false);
-        if self.used + bytes > self.budget && !self.releases.is_empty() {
-            self.reclaim(true);
-        }
         let mut refused: HashSet<u64> = HashSet::new();
-        while self.used + bytes > self.budget {
+        while self.used - self.releasing + bytes > self.budget {
             let victim = self
                 .tensors
                 .iter()
@@ -292,9 +413,9 @@ impl Manager {
                         && !protect.contains(va)
                         && !refused.contains(va)
                 })
-                .min_by_key(|(va, t)| (t.last_use, **va))
-                .map(|(va, _)| *va);
-            let Some(v) = victim else {
+                .min_by_key(|(va, t)| (!t.dead, t.last_use, **va))
+                .map(|(va, t)| (*va, t.dead));
+            let Some((v, dead)) = victim else {
                 // Say what stopped eviction: the host staging limit, failed copies, or no tensor.
                 let host_full = refused.iter().any(|va| {
                     self.tensors
@@ -313,13 +434,20 @@ impl Manager {
                 };
                 return Err(format!(
                     "{bytes} B more would exceed the budget of {} B ({} B in use; {why})",
-                    self.budget, self.used
+                    self.budget,
+                    self.used - self.releasing
                 ));
             };
-            if self.evict(v).is_err() {
+            let gone = if dead {
+                self.release_dead(v)
+            } else {
+                self.evict(v)
+            };
+            if gone.is_err() {
                 refused.insert(v);
             }
         }
+        while self.used + bytes > self.budget && self.reclaim_earliest() {}
         Ok(())
     }
 
@@ -374,36 +502,57 @@ impl Manager {
             return Ok(p);
         }
         let mapped = size.max(1).div_ceil(self.gran) * self.gran;
-        if let Err(why) = self.make_room(mapped, &HashSet::new()) {
+        // Marmoset's own buffers need their memory now; a tensor needs it from its first write:
+        // mapped now if the budget has room without moving anything, else at its first touch.
+        if internal && let Err(why) = self.make_room(mapped, &HashSet::new()) {
             log(
                 Level::Warn,
                 &format!("memory: out of memory for {size} B: {why}"),
             );
             return Err(OUT_OF_MEMORY);
         }
+        if mapped > self.budget.saturating_sub(self.preexisting) {
+            // It could never be mapped, whatever else is evicted: say so now, as cudaMalloc would.
+            log(
+                Level::Warn,
+                &format!(
+                    "memory: out of memory for {size} B: larger than the budget of {} B ({} B of it held before Marmoset took over)",
+                    self.budget, self.preexisting
+                ),
+            );
+            return Err(OUT_OF_MEMORY);
+        }
         let mut va = 0u64;
         cu!(c"cuMemAddressReserve" (*mut u64, usize, usize, u64, u64) (&mut va, mapped as usize, 0, 0, 0))?;
-        match self.map(va, mapped) {
-            Ok(phys) => {
-                self.tensors.insert(
-                    va,
-                    Tensor {
-                        size,
-                        mapped,
-                        place: Place::Resident(phys),
-                        last_use: self.clock,
-                        streams: HashSet::new(),
-                        internal,
-                        arrival: None,
-                    },
-                );
-                Ok(va)
-            }
-            Err(e) => {
-                let _ = cu!(c"cuMemAddressFree"(u64, usize)(va, mapped as usize));
-                Err(e)
-            }
+        if !internal && self.used + mapped > self.budget {
+            self.reclaim(false);
         }
+        let place = if internal || self.used + mapped <= self.budget {
+            match self.map(va, mapped) {
+                Ok(phys) => Place::Resident(phys),
+                Err(e) if internal => {
+                    let _ = cu!(c"cuMemAddressFree"(u64, usize)(va, mapped as usize));
+                    return Err(e);
+                }
+                Err(_) => Place::Empty { dropped: false },
+            }
+        } else {
+            Place::Empty { dropped: false }
+        };
+        self.tensors.insert(
+            va,
+            Tensor {
+                size,
+                mapped,
+                place,
+                last_use: self.clock,
+                streams: HashSet::new(),
+                internal,
+                arrival: None,
+                dead: !internal,
+            },
+        );
+        Ok(va)
     }
 
     fn free(&mut self, ptr: u64, stream: Option<u64>) -> Option<c_int> {
@@ -417,9 +566,38 @@ impl Manager {
             destroy_event(e);
         }
         match t.place {
-            Place::Evicted(buf) => {
-                self.host_free.entry(t.size).or_default().push(buf);
-                let _ = cu!(c"cuMemAddressFree"(u64, usize)(ptr, t.mapped as usize));
+            Place::Evicted(_) | Place::Empty { .. } => {
+                let buf = match t.place {
+                    Place::Evicted(b) => Some(b),
+                    _ => None,
+                };
+                match self.releases.iter_mut().find(|r| r.va == ptr && !r.free_va) {
+                    // Its copy out or drop is still under way: the address goes with the memory.
+                    Some(r) => {
+                        r.free_va = true;
+                        if let Some(b) = buf {
+                            // The buffer is free once the copy out (on the swap-out stream) is.
+                            match event() {
+                                Some(e) if record(e, self.swap_out as u64).is_ok() => {
+                                    self.host_busy.push((e, b, t.size))
+                                }
+                                other => {
+                                    if let Some(e) = other {
+                                        destroy_event(e);
+                                    }
+                                    sync_event(r.event);
+                                    self.host_free.entry(t.size).or_default().push(b);
+                                }
+                            }
+                        }
+                    }
+                    None => {
+                        if let Some(b) = buf {
+                            self.host_free.entry(t.size).or_default().push(b);
+                        }
+                        let _ = cu!(c"cuMemAddressFree"(u64, usize)(ptr, t.mapped as usize));
+                    }
+                }
             }
             Place::Resident(phys) => {
                 // Released once the work issued before on its streams (and the freeing one) is done.
@@ -433,12 +611,14 @@ impl Manager {
                     waited = record(e, self.swap_in as u64).is_ok();
                 }
                 if waited {
+                    self.releasing += t.mapped;
                     self.releases.push(Pending {
                         event: e,
                         va: ptr,
                         mapped: t.mapped,
                         phys,
                         free_va: true,
+                        copy: None,
                     });
                 } else {
                     let _ = cu!(c"cuMemUnmap"(u64, usize)(ptr, t.mapped as usize));
@@ -486,11 +666,36 @@ impl Manager {
         Ok((phys, e))
     }
 
-    /// Makes the tensors at `vas` resident before an operation on `stream`.
-    fn ensure(&mut self, vas: &[u64], stream: u64) -> Result<(), c_int> {
+    /// A tensor wanted back while its copy out or drop is still queued keeps its memory, bytes
+    /// and all (true); nothing is copied in, and its host buffer is free once the copy is.
+    fn take_back(&mut self, va: u64) -> bool {
+        let Some(r) = self.cancel_release(va) else {
+            return false;
+        };
+        let Some(t) = self.tensors.get_mut(&va) else {
+            return false;
+        };
+        let (size, buf) = match t.place {
+            Place::Evicted(b) => (t.size, Some(b)),
+            _ => (t.size, None),
+        };
+        t.place = Place::Resident(r.phys);
+        if let Some((start, _, _)) = r.copy {
+            destroy_event(start);
+        }
+        match buf {
+            Some(b) => self.host_busy.push((r.event, b, size)),
+            None => destroy_event(r.event),
+        }
+        true
+    }
+
+    /// Makes the tensors at `vas` resident before an operation on `stream`; with each, whether
+    /// the operation needs what it held (false: it overwrites it whole, or uses it as scratch).
+    fn ensure(&mut self, vas: &[(u64, bool)], stream: u64) -> Result<(), c_int> {
         self.clock += 1;
-        let protect: HashSet<u64> = vas.iter().copied().collect();
-        for &va in vas {
+        let protect: HashSet<u64> = vas.iter().map(|v| v.0).collect();
+        for &(va, reads) in vas {
             let Some(t) = self.tensors.get_mut(&va) else {
                 continue;
             };
@@ -499,17 +704,53 @@ impl Manager {
                 let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
                 destroy_event(e);
             }
-            let Place::Evicted(buf) = t.place else {
-                continue;
-            };
             let (size, mapped) = (t.size, t.mapped);
+            let buf = match t.place {
+                Place::Resident(_) => continue,
+                Place::Evicted(b) => Some(b),
+                Place::Empty { .. } => None,
+            };
+            let dropped = matches!(t.place, Place::Empty { dropped: true });
+            // Wanted back before its copy out or drop finished: it keeps its memory, bytes and all.
+            if self.take_back(va) {
+                continue;
+            }
             if let Err(why) = self.make_room(mapped, &protect) {
                 log(
                     Level::Error,
-                    &format!("memory: an operation needs more than the budget: {why}"),
+                    &format!("memory: out of memory for an operation: {why}"),
                 );
                 return Err(OUT_OF_MEMORY);
             }
+            let Some(buf) = buf.filter(|_| reads) else {
+                // Nothing to copy in: never written, dead, or about to be overwritten whole.
+                if dropped && reads {
+                    log(
+                        Level::Error,
+                        &format!(
+                            "memory: allocation {} ({size} B) is read, but its contents were dropped as dead (the plan expected an overwrite): they are lost",
+                            alloc_of(va)
+                        ),
+                    );
+                }
+                let phys = self.map(va, mapped).inspect_err(|&code| {
+                    log(
+                        Level::Warn,
+                        &format!(
+                            "memory: mapping allocation {} ({size} B) failed with {}",
+                            alloc_of(va),
+                            error_name(code)
+                        ),
+                    );
+                })?;
+                if let Some(t) = self.tensors.get_mut(&va) {
+                    if let Place::Evicted(b) = t.place {
+                        self.host_free.entry(size).or_default().push(b);
+                    }
+                    t.place = Place::Resident(phys);
+                }
+                continue;
+            };
             self.restores += 1;
             if config().test_skip_restore == Some(self.restores) {
                 log(
@@ -569,104 +810,14 @@ impl Manager {
                 },
             );
         }
-        for &va in vas {
+        for &(va, _) in vas {
             if let Some(t) = self.tensors.get_mut(&va) {
                 t.last_use = self.clock;
                 t.streams.insert(stream);
+                t.dead = false;
             }
         }
         Ok(())
-    }
-}
-
-impl Manager {
-    /// Guided execution's eviction after the evicted-access: Ok when the tensor left.
-    fn evict_planned(&mut self, va: u64) -> Result<(), c_int> {
-        match self.tensors.get(&va) {
-            Some(t) if !t.internal && matches!(t.place, Place::Resident(_)) => self.evict(va),
-            _ => Err(1),
-        }
-    }
-
-    /// Guided execution's prefetch at the in-trigger: the copy in starts on the swap-in stream
-    /// and the back-access waits for it by event. Room is made as for a restore (least recently
-    /// used first, never the tensors in `protect`); on any failure the tensor stays evicted and
-    /// the back-access restores it on demand.
-    fn prefetch(&mut self, va: u64, protect: &HashSet<u64>) -> Result<(), c_int> {
-        // Already resident (never evicted, or brought back on demand): nothing to do.
-        let Some(t) = self.tensors.get(&va) else {
-            return Ok(());
-        };
-        let Place::Evicted(buf) = t.place else {
-            return Ok(());
-        };
-        let (size, mapped) = (t.size, t.mapped);
-        let mut keep = protect.clone();
-        keep.insert(va);
-        self.make_room(mapped, &keep).map_err(|_| OUT_OF_MEMORY)?;
-        let (phys, e) = self.copy_in(va, buf, size, mapped)?;
-        let arrival = event().inspect(|&a| {
-            let _ = record(a, self.swap_in as u64);
-        });
-        self.host_busy.push((e, buf, size));
-        let Some(arrival) = arrival else {
-            // No event to wait on: wait for the copy here rather than risk a race.
-            sync_event(e);
-            if let Some(t) = self.tensors.get_mut(&va) {
-                t.place = Place::Resident(phys);
-            }
-            return Ok(());
-        };
-        if let Some(t) = self.tensors.get_mut(&va) {
-            t.place = Place::Resident(phys);
-            t.arrival = Some(arrival);
-        }
-        crate::trace::emit(Event::Restore {
-            alloc: alloc_of(va),
-            bytes: size,
-            stream: self.swap_in as u64,
-        });
-        Ok(())
-    }
-}
-
-/// Evicts allocation `id` now (guided execution, after its evicted-access).
-pub fn evict_planned(id: u64) -> bool {
-    if !active() {
-        return false;
-    }
-    let Some((va, _)) = crate::state::allocation(id) else {
-        return false;
-    };
-    with(|m| m.evict_planned(va).is_ok()).unwrap_or(false)
-}
-
-/// Starts bringing allocation `id` back (guided execution, at its in-trigger), never evicting
-/// the allocations in `protect` to make room.
-pub fn prefetch(id: u64, protect: &[u64]) -> bool {
-    if !active() {
-        return false;
-    }
-    let Some((va, _)) = crate::state::allocation(id) else {
-        return false;
-    };
-    let keep: HashSet<u64> = protect
-        .iter()
-        .filter_map(|&a| crate::state::allocation(a).map(|x| x.0))
-        .collect();
-    match with(|m| m.prefetch(va, &keep)) {
-        Some(Ok(())) => true,
-        Some(Err(code)) => {
-            log(
-                Level::Warn,
-                &format!(
-                    "memory: prefetching allocation {id} failed ({}); it comes back on demand",
-                    error_name(code)
-                ),
-            );
-            false
-        }
-        None => false,
     }
 }
 
@@ -746,14 +897,30 @@ pub fn mem_info(free: *mut usize, total: *mut usize) -> Option<c_int> {
     Some(0)
 }
 
-/// Before an operation: every tensor it touches resident. Err: the operation cannot run.
-pub fn before(touches: &[Touch], stream: Option<u64>) -> Result<(), c_int> {
+/// Before an operation: every tensor it touches resident, its bytes copied back only where the
+/// operation reads them. Err: the operation cannot run.
+pub fn before(event: &Event, stream: Option<u64>) -> Result<(), c_int> {
+    let touches = event.touches();
     if !active() || touches.is_empty() {
         return Ok(());
     }
-    let vas: Vec<u64> = touches
+    let allocs: HashMap<u64, (u64, u64)> = touches
         .iter()
-        .filter_map(|t| crate::state::allocation(t.alloc).map(|a| a.0))
+        .filter_map(|t| crate::state::allocation(t.alloc).map(|a| (t.alloc, a)))
+        .collect();
+    let vas: Vec<(u64, bool)> = planner::shimtrace::roles(event, &allocs)
+        .into_iter()
+        .filter_map(|(id, role)| allocs.get(&id).map(|a| (a.0, role.reads())))
         .collect();
     with(|m| m.ensure(&vas, stream.unwrap_or(0))).unwrap_or(Ok(()))
+}
+
+/// At exit: waits for the copies out still under way, so that their `evict` records are
+/// written (the trace is flushed after this).
+pub fn settle() {
+    if let Ok(mut g) = MANAGER.try_lock()
+        && let Some(m) = g.as_mut()
+    {
+        m.reclaim(true);
+    }
 }

@@ -1,0 +1,143 @@
+//! Guided execution's moves (Capuchin §4.2), on the allocator: the eviction right after the
+//! evicted-access, the prefetch at the in-trigger, and the drop of contents the plan knows are
+//! dead (the next access overwrites them whole). Each only ever costs time: what fails leaves
+//! the tensor where it is, and the passive mechanism brings anything back before it is used.
+
+use super::driver::*;
+use super::{Manager, Place, active, alloc_of, with};
+use crate::config::Level;
+use crate::state::log;
+use planner::trace::Event;
+use std::collections::HashSet;
+use std::ffi::c_int;
+
+impl Manager {
+    /// The plan says the contents are dead from here to their next (whole) overwrite: a
+    /// resident tensor is released first, without a copy, when room is needed; an evicted one's
+    /// host copy goes now.
+    fn mark_dead(&mut self, va: u64) {
+        let queued = self.releases.iter().any(|r| r.va == va);
+        let Some(t) = self.tensors.get_mut(&va) else {
+            return;
+        };
+        if t.internal {
+            return;
+        }
+        match t.place {
+            Place::Resident(_) => t.dead = true,
+            Place::Evicted(b) if !queued => {
+                t.place = Place::Empty { dropped: true };
+                let size = t.size;
+                self.host_free.entry(size).or_default().push(b);
+                crate::trace::emit(Event::Drop {
+                    alloc: alloc_of(va),
+                    bytes: size,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Guided execution's eviction after the evicted-access: Ok when the tensor left.
+    fn evict_planned(&mut self, va: u64) -> Result<(), c_int> {
+        match self.tensors.get(&va) {
+            Some(t) if !t.internal && matches!(t.place, Place::Resident(_)) => self.evict(va),
+            _ => Err(1),
+        }
+    }
+
+    /// Guided execution's prefetch at the in-trigger: the copy in starts on the swap-in stream
+    /// and the back-access waits for it by event. Room is made as for a restore (least recently
+    /// used first, never the tensors in `protect`); on any failure the tensor stays evicted and
+    /// the back-access restores it on demand.
+    fn prefetch(&mut self, va: u64, protect: &HashSet<u64>) -> Result<(), c_int> {
+        // Already resident (never evicted, or brought back on demand): nothing to do.
+        let Some(t) = self.tensors.get(&va) else {
+            return Ok(());
+        };
+        let Place::Evicted(buf) = t.place else {
+            return Ok(());
+        };
+        let (size, mapped) = (t.size, t.mapped);
+        // Its copy out still under way: it keeps its memory, nothing to copy in.
+        if self.take_back(va) {
+            return Ok(());
+        }
+        let mut keep = protect.clone();
+        keep.insert(va);
+        self.make_room(mapped, &keep).map_err(|_| OUT_OF_MEMORY)?;
+        let (phys, e) = self.copy_in(va, buf, size, mapped)?;
+        let arrival = event().inspect(|&a| {
+            let _ = record(a, self.swap_in as u64);
+        });
+        self.host_busy.push((e, buf, size));
+        let Some(arrival) = arrival else {
+            // No event to wait on: wait for the copy here rather than risk a race.
+            sync_event(e);
+            if let Some(t) = self.tensors.get_mut(&va) {
+                t.place = Place::Resident(phys);
+            }
+            return Ok(());
+        };
+        if let Some(t) = self.tensors.get_mut(&va) {
+            t.place = Place::Resident(phys);
+            t.arrival = Some(arrival);
+        }
+        crate::trace::emit(Event::Restore {
+            alloc: alloc_of(va),
+            bytes: size,
+            stream: self.swap_in as u64,
+        });
+        Ok(())
+    }
+}
+
+/// Evicts allocation `id` now (guided execution, after its evicted-access).
+pub fn evict_planned(id: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    with(|m| m.evict_planned(va).is_ok()).unwrap_or(false)
+}
+
+/// Starts bringing allocation `id` back (guided execution, at its in-trigger), never evicting
+/// the allocations in `protect` to make room.
+pub fn prefetch(id: u64, protect: &[u64]) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    let keep: HashSet<u64> = protect
+        .iter()
+        .filter_map(|&a| crate::state::allocation(a).map(|x| x.0))
+        .collect();
+    match with(|m| m.prefetch(va, &keep)) {
+        Some(Ok(())) => true,
+        Some(Err(code)) => {
+            log(
+                Level::Warn,
+                &format!(
+                    "memory: prefetching allocation {id} failed ({}); it comes back on demand",
+                    error_name(code)
+                ),
+            );
+            false
+        }
+        None => false,
+    }
+}
+
+/// Marks allocation `id`'s contents dead (guided execution, after their last read).
+pub fn mark_dead(id: u64) {
+    if !active() {
+        return;
+    }
+    if let Some((va, _)) = crate::state::allocation(id) {
+        with(|m| m.mark_dead(va));
+    }
+}
