@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --release -q
 bin=$(scripts/build-workloads.sh)
 m=target/release/marmoset
+export TRAINER_TIMES=1
 # Enough iterations for the tracker to find, verify and plan one, and to run guided after it.
-args=(${MARMOSET_BENCH_ARGS:-6 256 256 6})
+args=(${MARMOSET_BENCH_ARGS:-8 256 256 6})
 policies=(${MARMOSET_BENCH_POLICIES:-lru capuchin swap recompute})
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,13 +27,17 @@ print(f"{p[0]['swaps']}s/{p[0]['recomputes']}r {p[0]['predicted_ms']:.2f} {p[0][
 PY
 }
 
-SIMGPU_MODE=shape SIMGPU_REPORT=$tmp/base.json "$m" run --sim=h100 --no-shim -- "$bin/trainer" "${args[@]}" > /dev/null
+# The trainer prints each iteration's time on the device clock (stderr); the last one is the
+# steady state: guided under a planner policy, passive under lru.
+last_iter() { sed -n 's/^trainer: iteration times (ms, device clock)://p' "$1" | awk '{print $NF}'; }
+SIMGPU_MODE=shape SIMGPU_REPORT=$tmp/base.json "$m" run --sim=h100 --no-shim -- "$bin/trainer" "${args[@]}" > /dev/null 2> "$tmp/base.err"
 peak=$(field "$tmp/base.json" peak_bytes)
 base=$(field "$tmp/base.json" virtual_time_s)
-printf 'trainer %s (shape mode, simulated H100): peak %.2f GiB, %.3f s per run unlimited (simulated)\n' "${args[*]}" \
-  "$(echo "$peak / 1073741824" | bc -l)" "$base"
-printf '%-9s %6s %10s %10s %9s %10s %12s %9s %9s %13s %12s\n' policy budget "budget GiB" "peak GiB" "time s" slowdown \
-  "to host GiB" "back GiB" plan "predicted ms" "planning ms"
+base_it=$(last_iter "$tmp/base.err")
+printf 'trainer %s (shape mode, simulated H100): peak %.2f GiB, %.3f s per run, %.2f ms per iteration unlimited (simulated)\n' "${args[*]}" \
+  "$(echo "$peak / 1073741824" | bc -l)" "$base" "$base_it"
+printf '%-9s %6s %10s %10s %9s %10s %12s %9s %9s %11s %10s %13s %9s %12s\n' policy budget "budget GiB" "peak GiB" "run s" "run x" \
+  "to host GiB" "back GiB" plan "last it ms" "last it x" "predicted ms" "meas/pred" "planning ms"
 # Progress on a terminal only (stderr): "[k/n] what", rewritten in place, cleared at the end.
 progress() { if [ -t 2 ]; then printf '\r\033[2K[%s] %s' "$1" "$2" >&2; fi; }
 progress_done() { if [ -t 2 ]; then printf '\r\033[2K' >&2; fi; }
@@ -48,10 +53,14 @@ for f in 0.9 0.7 0.5 0.3; do
       t=$(field "$tmp/r.json" virtual_time_s)
       read -r pl pred ptime <<< "$(plan "$tmp/t.jsonl")"
       progress_done
-      printf '%-9s %6s %10.2f %10.2f %9.3f %9.3fx %12.2f %9.2f %9s %13s %12s\n' "$pol" "$f" \
+      it=$(last_iter "$tmp/err")
+      ratio=-
+      [ "$pred" = "-" ] || ratio=$(printf '%.2f' "$(echo "$it / $pred" | bc -l)")
+      printf '%-9s %6s %10.2f %10.2f %9.3f %9.2fx %12.2f %9.2f %9s %11.2f %9.2fx %13s %9s %12s\n' "$pol" "$f" \
         "$(echo "$budget / 1073741824" | bc -l)" "$(echo "$(field "$tmp/r.json" peak_bytes) / 1073741824" | bc -l)" \
         "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$(field "$tmp/r.json" d2h_bytes) / 1073741824" | bc -l)" \
-        "$(echo "$(field "$tmp/r.json" h2d_bytes) / 1073741824" | bc -l)" "$pl" "$pred" "$ptime"
+        "$(echo "$(field "$tmp/r.json" h2d_bytes) / 1073741824" | bc -l)" "$pl" "$it" "$(echo "$it / $base_it" | bc -l)" \
+        "$pred" "$ratio" "$ptime"
     else
       progress_done
       printf '%-9s %6s %10.2f  failed: %s\n' "$pol" "$f" "$(echo "$budget / 1073741824" | bc -l)" "$(tail -1 "$tmp/err")"
@@ -59,5 +68,6 @@ for f in 0.9 0.7 0.5 0.3; do
   done
 done
 echo "Times are virtual (simulated GPU); bytes moved count the trainer's own copies too (a few MiB)."
-echo "A planner policy's first iterations run passively while they are measured; the prediction is"
-echo "the planner's for one guided iteration (its timeline simulator), the time is the whole run's."
+echo "A planner policy's first iterations run passively while they are measured; 'run' is the whole"
+echo "run, 'last it' the last iteration (guided once a plan is ready), beside the planner's prediction"
+echo "for one guided iteration (its timeline simulator on the measured iteration)."

@@ -34,7 +34,7 @@
 
 use crate::iteration::{self, Call, Effect, Region, Steady, TensorId};
 use crate::model::{Op, Step, Storage, Trace};
-use crate::trace::{Access, CopyDir, Event, Record, Replay};
+use crate::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 
 /// What one call does to one allocation, its touches merged.
@@ -258,6 +258,55 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
     out
 }
 
+/// The cuDNN computations the shim's executor can replay to recompute their output (Capuchin's
+/// recomputation, by the call's record and lineage: descriptors rebuilt from the recorded shapes,
+/// scalars by value). The rest (kernels, whose parameters hold pointers of their iteration;
+/// library calls whose descriptors the lineage does not carry; host-to-device copies, whose
+/// source the program may have changed) are never recomputed: their outputs are kept or swapped.
+pub const REPLAYED: &[&str] = &[
+    "cudnnActivationForward",
+    "cudnnAddTensor",
+    "cudnnSoftmaxForward",
+];
+
+/// Whether the shim can replay this call (see [`REPLAYED`]).
+pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
+    let (
+        Event::Cudnn {
+            api,
+            tensors,
+            result: 0,
+            ..
+        },
+        Some(Replay::Cudnn {
+            alpha: Some(_),
+            beta: Some(beta),
+            dtype: Some(_),
+            activation,
+            softmax,
+            ..
+        }),
+    ) = (event, replay)
+    else {
+        return false;
+    };
+    // With beta 0 the output is written whole from the inputs alone; otherwise the call reads
+    // the output's old contents, which the recomputed version replaced.
+    if *beta != 0.0 {
+        return false;
+    }
+    let shaped = tensors
+        .iter()
+        .all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
+    shaped
+        && match api.as_str() {
+            "cudnnActivationForward" => activation.is_some(),
+            "cudnnSoftmaxForward" => softmax.is_some(),
+            "cudnnAddTensor" => true,
+            _ => false,
+        }
+}
+
 /// Where a storage of the model comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Origin {
@@ -414,13 +463,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             Event::Launch { func, .. } => format!("kernel {func:#x}"),
             e => e.api().unwrap_or("?").to_string(),
         };
-        let replayable = !matches!(
-            r.event,
-            Event::Copy {
-                dir: CopyDir::H2d | CopyDir::H2h,
-                ..
-            }
-        );
+        let replayable = replays_in_shim(&r.event, replays.get(&r.seq).copied());
         let mut op = Op::new(&name_of_op, secs, vec![], vec![]);
         let mut scratch = Vec::new();
         for &(a, role) in &s.roles[i] {
@@ -579,7 +622,7 @@ fn mark_backward(t: &mut Trace) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{TensorArg, Touch};
+    use crate::trace::{CopyDir, TensorArg, Touch};
 
     fn touch(alloc: u64, bytes: u64, access: Access) -> Touch {
         Touch {
@@ -818,7 +861,8 @@ mod tests {
                 size: 100
             }]
         );
-        // The input from the host can be swapped, never recomputed; A and B can be.
+        // The input from the host can be swapped, never recomputed; so can A (the shim does
+        // not replay convolutions) and B (its record has no lineage to replay it from).
         let x = t.ops[0].outputs[0];
         assert_eq!(t.storages[x].producer, None);
         assert_eq!(
@@ -830,10 +874,10 @@ mod tests {
             }
         );
         let a = t.ops[1].outputs[0];
-        assert_eq!((t.storages[a].producer, t.storages[a].size), (Some(1), 40));
+        assert_eq!((t.storages[a].producer, t.storages[a].size), (None, 40));
         assert_eq!(t.ops[1].inputs, [x, 0]);
         let b = t.ops[2].outputs[0];
-        assert_eq!(t.storages[b].producer, Some(2));
+        assert_eq!(t.storages[b].producer, None);
         // The kernel: new versions of both (it may have written either).
         assert_eq!(t.ops[3].inputs, [0, b]);
         assert_eq!(t.ops[3].inplace.len(), 2);

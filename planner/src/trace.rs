@@ -266,6 +266,9 @@ pub enum Event {
     /// contents were dead (guided execution: the plan's next access overwrites them whole;
     /// or never written).
     Drop { alloc: u64, bytes: u64 },
+    /// Marmoset rebuilt a dropped tensor by replaying the call `api` that produced it (guided
+    /// execution's recomputation), right before the call that needs it.
+    Recompute { alloc: u64, api: String },
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -305,6 +308,7 @@ impl Event {
             Event::NoPlan { .. } => "no_plan",
             Event::Divergence { .. } => "divergence",
             Event::Drop { .. } => "drop",
+            Event::Recompute { .. } => "recompute",
         }
     }
 

@@ -32,6 +32,10 @@ pub const GUIDED: &[&str] = {
     guided
 };
 
+/// The policy a budget gets when MARMOSET_POLICY names none: the one that ran fastest under a
+/// budget in `scripts/bench-memory.sh` (README, "Measured and guided execution").
+pub const BUDGET_DEFAULT: &str = "capuchin";
+
 impl Policy {
     pub const ACCEPTED: &'static str =
         "none, lru, auto, capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv, autoswap, hybrid";
@@ -96,6 +100,11 @@ pub struct Config {
     pub host_limit: u64,
     /// Test facility: skip the Nth restore, to show the simulator's trap fires.
     pub test_skip_restore: Option<u64>,
+    /// MARMOSET_VERIFY: keep a host copy of every tensor dropped for recomputation and compare
+    /// the recomputed bytes with it.
+    pub verify: bool,
+    /// Test facility: the Nth replay (from 1) computes with twice its alpha, a wrong replay.
+    pub test_corrupt_replay: Option<u64>,
 }
 
 impl Config {
@@ -123,6 +132,8 @@ impl Default for Config {
             min_tensor: 1 << 20,
             host_limit: u64::MAX,
             test_skip_restore: None,
+            verify: false,
+            test_corrupt_replay: None,
         }
     }
 }
@@ -181,7 +192,13 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
     }
     if let Some(v) = var("MARMOSET_MEMORY_LIMIT") {
         match parse_limit(&v) {
-            Some(l) => c.memory_limit = Some(l),
+            Some(l) => {
+                c.memory_limit = Some(l);
+                // A budget with no policy named gets the best one (an explicit `none` observes).
+                if var("MARMOSET_POLICY").is_none() {
+                    c.policy = Policy::Guided(BUDGET_DEFAULT);
+                }
+            }
             None => errors.push(bad("MARMOSET_MEMORY_LIMIT", &v, &limit_accepted())),
         }
     }
@@ -222,6 +239,21 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
                 "MARMOSET_TEST_SKIP_RESTORE",
                 &v,
                 "a restore number, at least 1",
+            )),
+        }
+    }
+    if let Some(v) = var("MARMOSET_VERIFY") {
+        flag("MARMOSET_VERIFY", &v)
+            .map(|b| c.verify = b)
+            .unwrap_or_else(|e| errors.push(e));
+    }
+    if let Some(v) = var("MARMOSET_TEST_CORRUPT_REPLAY") {
+        match v.parse::<u64>() {
+            Ok(n) if n >= 1 => c.test_corrupt_replay = Some(n),
+            _ => errors.push(bad(
+                "MARMOSET_TEST_CORRUPT_REPLAY",
+                &v,
+                "a replay number, at least 1",
             )),
         }
     }
@@ -339,12 +371,12 @@ mod tests {
         assert_eq!(c.memory_limit, Some(Limit::Fraction(0.5)));
         assert_eq!(c.workspace_limit, Some(64 << 20));
         assert!(c.trace_timing);
-        assert_eq!(
-            parse(env(&[("MARMOSET_MEMORY_LIMIT", "8GiB")]))
-                .unwrap()
-                .memory_limit,
-            Some(Limit::Bytes(8 << 30))
-        );
+        let c = parse(env(&[("MARMOSET_MEMORY_LIMIT", "8GiB")])).unwrap();
+        assert_eq!(c.memory_limit, Some(Limit::Bytes(8 << 30)));
+        // A budget alone gets the default planner policy; `none` named explicitly stays none.
+        assert_eq!(c.policy, Policy::Guided(BUDGET_DEFAULT));
+        assert!(GUIDED.contains(&BUDGET_DEFAULT));
+        assert_eq!(c.policy.guided(), Some(BUDGET_DEFAULT));
     }
 
     #[test]

@@ -195,7 +195,12 @@ int main(int argc, char **argv) {
   CU(copy, cudaMemcpy(labels, hl, n * 4, cudaMemcpyHostToDevice));
 
   const float lr = 0.05f;
+  /* Each iteration's time on the device's clock (on stderr at the end with TRAINER_TIMES set:
+     stdout stays comparable between runs). */
+  cudaEvent_t *marks = malloc((iters + 1) * sizeof *marks);
+  for (int i = 0; i <= iters; i++) cudaEventCreate(&marks[i]);
   for (int it = 0; it < iters; it++) {
+    cudaEventRecord(marks[it], NULL);
     /* forward */
     conv_fwd(&c1, x, conv1);
     DNN(cudnnActivationForward(dnn, relu, &ONE, c1.y, conv1, &ZERO, c1.y, relu1));
@@ -243,6 +248,19 @@ int main(int argc, char **argv) {
     CU(sync, cudaDeviceSynchronize());
     printf("iter %d loss %.9g\n", it, hloss);
   }
+  cudaEventRecord(marks[iters], NULL);
+  CU(sync, cudaDeviceSynchronize());
+  if (getenv("TRAINER_TIMES")) {
+    fprintf(stderr, "trainer: iteration times (ms, device clock):");
+    for (int it = 0; it < iters; it++) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks[it], marks[it + 1]);
+      fprintf(stderr, " %.3f", ms);
+    }
+    fprintf(stderr, "\n");
+  }
+  for (int i = 0; i <= iters; i++) cudaEventDestroy(marks[i]);
+  free(marks);
 
   /* FNV-1a over every weight and bias. */
   uint64_t h = 1469598103934665603ull;

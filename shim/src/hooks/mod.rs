@@ -235,7 +235,7 @@ pub fn run(
         if crate::runtime::tracker::enabled() {
             let ids: Vec<u64> = touches.iter().map(|t| t.alloc).collect();
             if catch_unwind(AssertUnwindSafe(|| {
-                crate::runtime::executor::before_call(&ids)
+                crate::runtime::executor::before_call(&ids, stream.unwrap_or(0))
             }))
             .is_err()
             {

@@ -99,14 +99,15 @@ pub fn copy(
     Some(p.timed(stream.unwrap_or(0)))
 }
 
-/// Lineage: when tracing, writes what replaying the call needs (a `lineage` record) before the
-/// call is forwarded; it describes the next call record of the same thread.
+/// Lineage: when tracing (or when the tracker follows the calls for a planner policy: its
+/// recomputations replay calls from it), writes what replaying the call needs (a `lineage`
+/// record) before the call is forwarded; it describes the next call record of the same thread.
 pub fn with_lineage(
     p: Option<Pending>,
     replay: impl FnOnce() -> Option<Replay>,
 ) -> Option<Pending> {
     if p.is_some()
-        && crate::trace::enabled()
+        && (crate::trace::enabled() || crate::runtime::tracker::enabled())
         && let Some(r) = replay()
     {
         crate::trace::emit(Event::Lineage { replay: r });

@@ -5,11 +5,14 @@
 //! meanwhile). The plan waits in the executor until the next iteration boundary.
 
 use crate::config::Level;
+use crate::runtime::recompute::Recipe;
 use crate::runtime::tracker::Found;
 use crate::state::{config, log};
+use planner::iteration::TensorId;
 use planner::shimtrace::{Converted, convert};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Record};
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -21,6 +24,53 @@ pub struct Ready {
     pub converted: Converted,
     pub plan: Plan,
     pub outcome: Outcome,
+    /// For each storage the plan recomputes: its producing call, ready to replay.
+    pub recipes: HashMap<usize, Recipe>,
+}
+
+/// The producing calls of the storages `plan` recomputes, from the records it was planned on.
+fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<usize, Recipe> {
+    let mut base: HashMap<u64, u64> = HashMap::new();
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    for r in records {
+        if let Event::Alloc {
+            alloc, ptr, size, ..
+        } = r.event
+        {
+            base.insert(alloc, ptr);
+            sizes.insert(alloc, size);
+        }
+    }
+    let names = converted.iteration.as_ref().ok().map(|st| &st.names);
+    let name = |a: u64| -> Option<TensorId> {
+        names
+            .and_then(|n| n.get(&a).copied())
+            .or(Some(TensorId::Persistent {
+                alloc: a,
+                size: *sizes.get(&a)?,
+            }))
+    };
+    let mut out = HashMap::new();
+    for &(st, d) in plan {
+        if !matches!(d, Decision::Recompute { .. }) || out.contains_key(&st) {
+            continue;
+        }
+        let Some(op) = converted.trace.storages.get(st).and_then(|s| s.producer) else {
+            continue;
+        };
+        let (Some(&(_, seq)), Some(Some(replay))) =
+            (converted.ops.get(op), converted.replays.get(op))
+        else {
+            continue;
+        };
+        let Some(rec) = records.iter().find(|r| r.seq == seq) else {
+            continue;
+        };
+        if let Some(recipe) = Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()) {
+            out.insert(st, recipe);
+        }
+    }
+    out
 }
 
 /// One planning at a time: a divergence while planning waits for the next detection.
@@ -105,11 +155,13 @@ pub fn plan(found: Found, records: Vec<Record>) {
                         PLANNING.store(false, Ordering::Release);
                         return;
                     }
+                    let recipes = recipes(&converted, &plan, &records);
                     crate::runtime::executor::offer(Ready {
                         found,
                         converted,
                         plan,
                         outcome,
+                        recipes,
                     });
                 }
                 Ok(Err(why)) => no_plan(policy, why, planning_ms),

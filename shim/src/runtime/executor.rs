@@ -3,20 +3,25 @@
 //! divergence makes the rest of the iteration passive (the plan is dropped: the tracker looks
 //! for the iteration again and the bridge replans).
 //!
-//! What it does today, for the plan's swaps: the eviction right after the evicted-access (the
-//! allocator's eviction: the copy out on the swap-out stream, the memory unmapped once it is
-//! done), and the prefetch at the in-trigger (the copy in on the swap-in stream; the
-//! back-access waits for it by event). The plan names tensors as its iteration did
-//! (`TensorId`); the tracker gives the current iteration's allocation. Anything that fails
-//! leaves the tensor where it is: the passive mechanism restores on demand before any use, so
-//! a plan can cost time, never bytes.
+//! What it does, at each call's offset in the iteration:
+//! - after the evicted-access, the eviction: the copy out on the swap-out stream, the host not
+//!   waiting for it (the memory goes once it is done);
+//! - at the in-trigger, the prefetch: the copy in on the swap-in stream, the back-access's
+//!   stream waiting for it by event;
+//! - after a last read, the drop of contents the model frees there (their next access
+//!   overwrites them whole), and of contents it recomputes later: dead, they are the first to
+//!   go, without a copy, when room is needed;
+//! - before the back-access of a recomputed tensor whose memory went, the replay of its
+//!   producing call (`recompute`), its dropped sources first.
 //!
-//! Not yet: recomputation and drops (a plan's `Recompute` tensors are left to the passive
-//! mechanism), decoupled swap-out (the host waits for each planned eviction's copy), and the
-//! feedback that moves a late prefetch's in-trigger earlier.
+//! The plan names tensors as its iteration did (`TensorId`); the tracker gives the current
+//! iteration's allocation. A swap that fails leaves the tensor where it is: the passive
+//! mechanism restores on demand before any use. Not yet: the feedback that moves a late
+//! prefetch's in-trigger earlier.
 
 use crate::config::Level;
 use crate::runtime::bridge::Ready;
+use crate::runtime::recompute::Recipe;
 use crate::state::log;
 use planner::iteration::TensorId;
 use planner::model::Step;
@@ -32,8 +37,13 @@ struct Steps {
     /// Tensors to evict after the call at this offset (their evicted-access).
     evict: HashMap<usize, Vec<TensorId>>,
     /// Tensors whose contents are dead after the call at this offset: the model frees them
-    /// there (their next access overwrites them whole), so they cost no memory until then.
+    /// there (their next access overwrites them whole), or the plan recomputes them later.
     drop: HashMap<usize, Vec<TensorId>>,
+    /// Recomputations before the call at this offset (their back-access): indices in `recipes`.
+    recompute: HashMap<usize, Vec<usize>>,
+    /// Tensor dropped for recomputation after the call at this offset, with its recipe.
+    dropped_at: HashMap<usize, Vec<(TensorId, usize)>>,
+    recipes: Vec<(TensorId, Recipe)>,
 }
 
 impl Steps {
@@ -45,6 +55,9 @@ impl Steps {
             prefetch: HashMap::new(),
             evict: HashMap::new(),
             drop: HashMap::new(),
+            recompute: HashMap::new(),
+            dropped_at: HashMap::new(),
+            recipes: Vec::new(),
         };
         let mut last_op = None;
         for step in &c.trace.steps {
@@ -74,6 +87,19 @@ impl Steps {
                 s.evict.entry(a).or_default().push(origin.tensor);
                 s.prefetch.entry(t).or_default().push(origin.tensor);
             }
+            // A recomputation the shim can replay: dropped after `after`, replayed before
+            // `back` if its memory went meanwhile. Any other stays resident (costs memory, never
+            // bytes).
+            if let Decision::Recompute { after, back } = d
+                && let Some(recipe) = r.recipes.get(&storage)
+                && let (Some(a), Some(b)) = (offset(after), offset(back))
+                && a < b
+            {
+                let i = s.recipes.len();
+                s.recipes.push((origin.tensor, recipe.clone()));
+                s.dropped_at.entry(a).or_default().push((origin.tensor, i));
+                s.recompute.entry(b).or_default().push(i);
+            }
         }
         s
     }
@@ -86,12 +112,18 @@ struct Executor {
     active: Option<Steps>,
     /// Iterations guided so far.
     guided: u64,
+    /// Tensors dropped for recomputation and not yet brought back, with their recipe's index.
+    dropped: Vec<(TensorId, usize)>,
+    /// MARMOSET_VERIFY: the bytes each of them held when dropped.
+    saved: Vec<(TensorId, Vec<u8>)>,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     offered: None,
     active: None,
     guided: 0,
+    dropped: Vec::new(),
+    saved: Vec::new(),
 });
 
 /// A new plan, applied from the next iteration boundary.
@@ -125,6 +157,8 @@ pub fn boundary(period: usize) {
         if e.active.is_some() {
             e.guided += 1;
         }
+        e.dropped.clear();
+        e.saved.clear();
     }
 }
 
@@ -163,12 +197,16 @@ fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
     m.get(&offset).cloned().unwrap_or_default()
 }
 
-/// Before a call that will be recorded is forwarded: the prefetches whose in-trigger it is.
-/// `touches`: the call's own allocations (never evicted to make room).
-pub fn before_call(touches: &[u64]) {
+/// Before a call that will be recorded is forwarded: the recomputations and prefetches whose
+/// back-access or in-trigger it is. `touches`: the call's own allocations (never evicted to make
+/// room); `stream`: where it runs (recomputations go there, right before it).
+pub fn before_call(touches: &[u64], stream: u64) {
     let Some(offset) = crate::runtime::tracker::next_offset() else {
         return;
     };
+    for i in recomputations(offset) {
+        recompute(i, stream, 0);
+    }
     for name in step(offset, Kind::Prefetch) {
         if let Some(id) = crate::runtime::tracker::resolve(name) {
             crate::memory::prefetch(id, touches);
@@ -176,7 +214,96 @@ pub fn before_call(touches: &[u64]) {
     }
 }
 
-/// After a recorded call (the tracker has seen it): the evictions whose evicted-access it was.
+/// The recipes to replay before the call at `offset`.
+fn recomputations(offset: usize) -> Vec<usize> {
+    let Ok(e) = EXECUTOR.lock() else {
+        return Vec::new();
+    };
+    e.active
+        .as_ref()
+        .and_then(|s| s.recompute.get(&offset).cloned())
+        .unwrap_or_default()
+}
+
+/// Recomputes the tensor of recipe `i` if its memory went since it was dropped (its sources
+/// first, when they were dropped for recomputation too: Capuchin's collective recomputation).
+fn recompute(i: usize, stream: u64, depth: usize) {
+    let (name, recipe, sources) = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        let Some(pos) = e.dropped.iter().position(|&(_, j)| j == i) else {
+            return;
+        };
+        e.dropped.remove(pos);
+        let Some((name, recipe)) = e.active.as_ref().and_then(|s| s.recipes.get(i).cloned()) else {
+            return;
+        };
+        let sources: Vec<usize> = recipe
+            .sources()
+            .filter_map(|src| e.dropped.iter().find(|d| d.0 == src).map(|d| d.1))
+            .collect();
+        (name, recipe, sources)
+    };
+    let Some(id) = crate::runtime::tracker::resolve(name) else {
+        return;
+    };
+    if !crate::memory::is_dropped(id) {
+        // Its memory was never needed meanwhile: the contents are still there.
+        return;
+    }
+    if depth < 16 {
+        for j in sources {
+            recompute(j, stream, depth + 1);
+        }
+    }
+    match crate::runtime::recompute::replay(&recipe, stream) {
+        Ok(()) => {
+            crate::trace::emit(planner::trace::Event::Recompute {
+                alloc: id,
+                api: recipe.api().to_string(),
+            });
+            verify(i, name, id, recipe.api());
+        }
+        Err(why) => log(
+            Level::Error,
+            &format!("executor: recomputing allocation {id} failed ({why}); its contents are lost"),
+        ),
+    }
+}
+
+/// MARMOSET_VERIFY: the recomputed bytes must be those the tensor held when it was dropped;
+/// when they are not, those bytes are written back and the tensor is never recomputed again
+/// under this plan (kept instead).
+fn verify(i: usize, name: TensorId, id: u64, api: &str) {
+    let saved = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        let Some(pos) = e.saved.iter().position(|s| s.0 == name) else {
+            return;
+        };
+        e.saved.remove(pos).1
+    };
+    if crate::memory::matches_or_restore(id, &saved) {
+        return;
+    }
+    log(
+        Level::Warn,
+        &format!(
+            "executor: MARMOSET_VERIFY: replaying {api} did not give allocation {id} the bytes it held when dropped; its saved bytes are back, and it is kept from now on, not recomputed"
+        ),
+    );
+    if let Ok(mut e) = EXECUTOR.lock()
+        && let Some(s) = e.active.as_mut()
+    {
+        for list in s.recompute.values_mut() {
+            list.retain(|&j| j != i);
+        }
+        for list in s.dropped_at.values_mut() {
+            list.retain(|&(_, j)| j != i);
+        }
+    }
+}
+
+/// After a recorded call (the tracker has seen it): the evictions whose evicted-access it was,
+/// and the drops of contents that are dead from here or recomputed later.
 pub fn after_call() {
     let Some(offset) = crate::runtime::tracker::last_offset() else {
         return;
@@ -188,6 +315,33 @@ pub fn after_call() {
     }
     for name in step(offset, Kind::Drop) {
         if let Some(id) = crate::runtime::tracker::resolve(name) {
+            crate::memory::mark_dead(id);
+        }
+    }
+    let recomputed = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        let list = e
+            .active
+            .as_ref()
+            .filter(|s| offset < s.period)
+            .and_then(|s| s.dropped_at.get(&offset).cloned())
+            .unwrap_or_default();
+        for &(name, i) in &list {
+            e.dropped.retain(|d| d.0 != name);
+            e.dropped.push((name, i));
+        }
+        list
+    };
+    let verifying = crate::state::config().verify;
+    for (name, _) in recomputed {
+        if let Some(id) = crate::runtime::tracker::resolve(name) {
+            if verifying
+                && let Some(bytes) = crate::memory::snapshot(id)
+                && let Ok(mut e) = EXECUTOR.lock()
+            {
+                e.saved.retain(|s| s.0 != name);
+                e.saved.push((name, bytes));
+            }
             crate::memory::mark_dead(id);
         }
     }

@@ -13,4 +13,5 @@
 pub mod bridge;
 pub mod executor;
 pub mod memory;
+pub mod recompute;
 pub mod tracker;

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 /// Calls between two detection attempts at least (SINGA checks every few hundred allocations);
 /// the interval grows with the calls seen, a quarter of them, so that detection's cost over a
 /// long stream stays proportional to it.
-const CHECK: usize = 128;
+const CHECK: usize = 32;
 /// Records kept at most; past this the tracker stops (the iteration is longer than it can plan).
 const MAX_RECORDS: usize = 400_000;
 

@@ -92,6 +92,21 @@ fn trainer_under(policy: &str) {
                 p["swaps"].as_u64().unwrap() + p["recomputes"].as_u64().unwrap() > 0,
                 "below the peak the plan moves something: {p}"
             );
+            // Dead contents went without a copy; under `recompute` at a third of the peak some
+            // tensors were dropped and rebuilt by replaying their producing call, and the
+            // losses above are still bit for bit those of the unlimited run.
+            assert!(
+                !of_kind(&records, "drop").is_empty(),
+                "{policy} at {fraction} P: no drop"
+            );
+            if policy == "recompute" && fraction == 0.3 {
+                let rec = of_kind(&records, "recompute");
+                assert!(
+                    rec.len() >= 4,
+                    "{policy} at {fraction} P: {} recomputations replayed",
+                    rec.len()
+                );
+            }
             // The training step is followed to the program's end (the checksum): no departure
             // from it before.
             let div = of_kind(&records, "divergence");
@@ -234,5 +249,43 @@ fn a_failing_copy_during_guided_iterations_loses_nothing() {
     assert_eq!(
         marmosets, 3,
         "each of the three failures hit one of Marmoset's copies"
+    );
+}
+
+/// MARMOSET_VERIFY keeps the bytes of each tensor dropped for recomputation and compares the
+/// replay's with them. A deliberately wrong replay (the second computes with twice its alpha)
+/// changes the losses without it; with it, the wrong bytes are caught and replaced, the tensor
+/// is no longer recomputed, and the run stays bit for bit the unlimited one.
+#[test]
+fn verify_catches_a_wrong_recomputation_and_keeps_results_exact() {
+    let (peak, plain) = peak_of("trainer", &TRAINER);
+    let budget = ((peak as f64 * 0.3) as u64).to_string();
+    let run = |verify: bool| {
+        let mut e = vec![
+            ("MARMOSET_POLICY", "recompute"),
+            ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
+            ("MARMOSET_TEST_CORRUPT_REPLAY", "2"),
+            MIN_TENSOR,
+        ];
+        if verify {
+            e.push(("MARMOSET_VERIFY", "1"));
+        }
+        run_shim(&e, "trainer", &TRAINER)
+    };
+    let (wrong, records) = run(false);
+    ok(&wrong);
+    assert!(of_kind(&records, "recompute").len() >= 2);
+    assert_ne!(
+        stdout(&wrong),
+        plain,
+        "the corrupted replay changes the results"
+    );
+    let (checked, _) = run(true);
+    ok(&checked);
+    assert_eq!(stdout(&checked), plain);
+    let err = stderr(&checked);
+    assert!(
+        err.contains("MARMOSET_VERIFY: replaying cudnn") && err.contains("not recomputed"),
+        "{err}"
     );
 }

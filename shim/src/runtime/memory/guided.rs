@@ -141,3 +141,69 @@ pub fn mark_dead(id: u64) {
         with(|m| m.mark_dead(va));
     }
 }
+
+/// Whether allocation `id`'s contents were dropped and its memory released (a recomputation
+/// must rebuild them before they are read).
+pub fn is_dropped(id: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    with(|m| {
+        m.tensors
+            .get(&va)
+            .is_some_and(|t| matches!(t.place, Place::Empty { dropped: true }))
+    })
+    .unwrap_or(false)
+}
+
+/// MARMOSET_VERIFY: allocation `id`'s bytes now (the device idle first), wherever they are:
+/// on the device, or on the host once evicted; None when they are nowhere (dropped).
+pub fn snapshot(id: u64) -> Option<Vec<u8>> {
+    if !active() {
+        return None;
+    }
+    let (va, size) = crate::state::allocation(id)?;
+    with(|m| {
+        let _ = cu!(c"cuCtxSynchronize"()());
+        m.reclaim(true);
+        let t = m.tensors.get(&va)?;
+        let mut buf = vec![0u8; size as usize];
+        match t.place {
+            Place::Resident(_) => cu!(c"cuMemcpyDtoH_v2"(P, u64, usize)(
+                buf.as_mut_ptr() as P,
+                va,
+                size as usize
+            ))
+            .ok()?,
+            // SAFETY: the pinned host buffer holds the tensor's `size` bytes, its copy out done.
+            Place::Evicted(h) => unsafe {
+                std::ptr::copy_nonoverlapping(h as *const u8, buf.as_mut_ptr(), size as usize)
+            },
+            Place::Empty { .. } => return None,
+        }
+        Some(buf)
+    })
+    .flatten()
+}
+
+/// MARMOSET_VERIFY: whether allocation `id` holds `expected` now; when it does not, `expected`
+/// is written back (the program never sees the wrong bytes).
+pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
+    let Some(now) = snapshot(id) else {
+        return true;
+    };
+    if now == expected {
+        return true;
+    }
+    if let Some((va, _)) = crate::state::allocation(id) {
+        let _ = cu!(c"cuMemcpyHtoD_v2"(u64, P, usize)(
+            va,
+            expected.as_ptr() as P,
+            expected.len()
+        ));
+    }
+    false
+}

@@ -30,7 +30,7 @@
 mod driver;
 mod guided;
 
-pub use guided::{evict_planned, mark_dead, prefetch};
+pub use guided::{evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, snapshot};
 
 use crate::config::Level;
 use crate::state::{config, log};

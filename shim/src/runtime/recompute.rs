@@ -1,0 +1,314 @@
+//! Recomputation (Capuchin §4.2): a tensor the plan drops after its evicted-access is rebuilt
+//! before its back-access by replaying the call that produced it, from that call's record and
+//! lineage: the descriptors rebuilt from the recorded shapes, the scalars by value, the pointers
+//! those of the current iteration's allocations (a plan names tensors by their place in the
+//! iteration, not by address). Only the calls `planner::shimtrace::REPLAYED` lists are replayed,
+//! and the planner plans recomputation of nothing else. The replay goes on the back-access's
+//! stream, right before it, through Marmoset's own cuDNN handle; it is not one of the program's
+//! calls (the tracker never sees it).
+
+use crate::real::{CUDNN, resolve};
+use crate::runtime::tracker;
+use planner::iteration::TensorId;
+use planner::trace::{Access, Event, Replay, TensorArg, Touch};
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+type P = *mut c_void;
+
+/// One tensor argument of the producing call, named as the plan names tensors.
+#[derive(Debug, Clone)]
+struct Arg {
+    role: String,
+    tensor: TensorId,
+    offset: u64,
+    bytes: u64,
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    access: Access,
+}
+
+/// The producing call of a recomputed tensor, ready to replay in any later iteration.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    api: String,
+    args: Vec<Arg>,
+    replay: Replay,
+}
+
+impl Recipe {
+    /// From the producing call's record and lineage; `name`: an allocation's tensor name in the
+    /// plan, `base`: an allocation's address when it was recorded. None when the shim cannot
+    /// replay the call.
+    pub fn of(
+        event: &Event,
+        replay: &Replay,
+        name: impl Fn(u64) -> Option<TensorId>,
+        base: impl Fn(u64) -> Option<u64>,
+    ) -> Option<Recipe> {
+        if !planner::shimtrace::replays_in_shim(event, Some(replay)) {
+            return None;
+        }
+        let Event::Cudnn {
+            api,
+            tensors,
+            touches,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        let mut args = Vec::new();
+        for t in tensors {
+            // The touch of this argument: the allocation it points into.
+            let touch = touches
+                .iter()
+                .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))?;
+            args.push(Arg {
+                role: t.role.clone(),
+                tensor: name(touch.alloc)?,
+                offset: touch.offset,
+                bytes: touch.bytes,
+                dims: t.dims.clone(),
+                strides: t.strides.clone(),
+                access: t.access,
+            });
+        }
+        Some(Recipe {
+            api: api.clone(),
+            args,
+            replay: replay.clone(),
+        })
+    }
+
+    /// The call it replays.
+    pub fn api(&self) -> &str {
+        &self.api
+    }
+
+    /// The tensors the call reads, by name.
+    pub fn sources(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.args
+            .iter()
+            .filter(|a| a.access != Access::W)
+            .map(|a| a.tensor)
+    }
+
+    /// The call as it would be recorded now, on `stream`: current allocations and addresses.
+    fn now(&self, stream: u64) -> Result<Event, String> {
+        let (mut tensors, mut touches) = (Vec::new(), Vec::new());
+        for a in &self.args {
+            let id = tracker::resolve(a.tensor)
+                .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
+            let (va, size) = crate::state::allocation(id)
+                .ok_or_else(|| format!("{} (allocation {id}) is not live", a.role))?;
+            if a.offset + a.bytes > size {
+                return Err(format!(
+                    "{} (allocation {id}) is smaller than when recorded",
+                    a.role
+                ));
+            }
+            tensors.push(TensorArg {
+                role: a.role.clone(),
+                ptr: va + a.offset,
+                dims: a.dims.clone(),
+                strides: a.strides.clone(),
+                access: a.access,
+            });
+            touches.push(Touch {
+                alloc: id,
+                offset: a.offset,
+                bytes: a.bytes,
+                access: a.access,
+            });
+        }
+        Ok(Event::Cudnn {
+            api: self.api.clone(),
+            stream: Some(stream),
+            algo: None,
+            workspace: None,
+            tensors,
+            touches,
+            result: 0,
+        })
+    }
+}
+
+/// Replays so far (MARMOSET_TEST_CORRUPT_REPLAY counts them).
+static REPLAYS: AtomicU64 = AtomicU64::new(0);
+
+/// Marmoset's own cuDNN handle for replays (created once).
+static HANDLE: Mutex<usize> = Mutex::new(0);
+
+fn real(name: &CStr) -> Result<usize, String> {
+    match resolve(CUDNN, name) {
+        0 => Err(format!("cuDNN has no {}", name.to_string_lossy())),
+        p => Ok(p),
+    }
+}
+
+/// Calls the real cuDNN function `name` with these argument types; Err names it and its status.
+macro_rules! dnn {
+    ($name:literal ($($t:ty),*) ($($a:expr),*)) => {{
+        let p = real($name)?;
+        // SAFETY: the real cuDNN function named $name has this signature; the arguments are
+        // Marmoset's own descriptors and handle, live allocations' addresses, and scalars on
+        // this stack frame.
+        let r = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) };
+        if r == 0 { Ok(()) } else { Err(format!("{} returned {r}", $name.to_string_lossy())) }
+    }};
+}
+
+/// A tensor descriptor built from recorded dims and strides, destroyed when dropped.
+struct Desc(usize);
+
+impl Desc {
+    fn tensor(dtype: c_int, dims: &[i64], strides: &[i64]) -> Result<Desc, String> {
+        let mut d: P = std::ptr::null_mut();
+        dnn!(c"cudnnCreateTensorDescriptor" (*mut P) (&mut d))?;
+        let d = Desc(d as usize);
+        let to32 = |v: &[i64]| -> Result<Vec<c_int>, String> {
+            v.iter()
+                .map(|&x| c_int::try_from(x).map_err(|_| format!("dimension {x} out of range")))
+                .collect()
+        };
+        let (dims, strides) = (to32(dims)?, to32(strides)?);
+        dnn!(c"cudnnSetTensorNdDescriptor" (P, c_int, c_int, *const c_int, *const c_int)
+            (d.0 as P, dtype, dims.len() as c_int, dims.as_ptr(), strides.as_ptr()))?;
+        Ok(d)
+    }
+}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        let destroy = || dnn!(c"cudnnDestroyTensorDescriptor"(P)(self.0 as P));
+        let _ = destroy();
+    }
+}
+
+/// Scaling parameters as cuDNN reads them: double for double tensors, float otherwise.
+enum Scalar {
+    F32(f32),
+    F64(f64),
+}
+
+impl Scalar {
+    fn of(v: f64, dtype: c_int) -> Scalar {
+        if dtype == 1 {
+            Scalar::F64(v)
+        } else {
+            Scalar::F32(v as f32)
+        }
+    }
+    fn ptr(&self) -> P {
+        match self {
+            Scalar::F32(x) => x as *const f32 as P,
+            Scalar::F64(x) => x as *const f64 as P,
+        }
+    }
+}
+
+/// Replays the recipe on `stream` (its sources made resident and its output mapped first).
+pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
+    let event = r.now(stream)?;
+    crate::memory::before(&event, Some(stream))
+        .map_err(|code| format!("making its tensors resident failed ({code})"))?;
+    let Replay::Cudnn {
+        alpha: Some(alpha),
+        beta: Some(beta),
+        dtype: Some(dtype),
+        activation,
+        softmax,
+        ..
+    } = &r.replay
+    else {
+        return Err("no lineage".into());
+    };
+    let Event::Cudnn { tensors, .. } = &event else {
+        return Err("not a cuDNN call".into());
+    };
+    let h = handle()?;
+    dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
+    let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
+    // MARMOSET_TEST_CORRUPT_REPLAY: a deliberately wrong replay, for MARMOSET_VERIFY's test.
+    let alpha = if crate::state::config().test_corrupt_replay == Some(n) {
+        alpha * 2.0
+    } else {
+        *alpha
+    };
+    let (a, b) = (Scalar::of(alpha, *dtype), Scalar::of(*beta, *dtype));
+    let arg = |role: &str| -> Result<(Desc, P), String> {
+        let t = tensors
+            .iter()
+            .find(|t| t.role == role)
+            .ok_or_else(|| format!("no {role} argument"))?;
+        Ok((Desc::tensor(*dtype, &t.dims, &t.strides)?, t.ptr as P))
+    };
+    match r.api.as_str() {
+        "cudnnActivationForward" => {
+            let p = activation.as_ref().ok_or("no activation parameters")?;
+            let ((xd, x), (yd, y)) = (arg("x")?, arg("y")?);
+            let mut ad: P = std::ptr::null_mut();
+            dnn!(c"cudnnCreateActivationDescriptor" (*mut P) (&mut ad))?;
+            let run = || -> Result<(), String> {
+                dnn!(c"cudnnSetActivationDescriptor"(P, c_int, c_int, f64)(
+                    ad, p.mode, p.nan, p.coef
+                ))?;
+                dnn!(c"cudnnActivationForward"(P, P, P, P, P, P, P, P)(
+                    h as P,
+                    ad,
+                    a.ptr(),
+                    xd.0 as P,
+                    x,
+                    b.ptr(),
+                    yd.0 as P,
+                    y
+                ))
+            };
+            let done = run();
+            let _ = dnn!(c"cudnnDestroyActivationDescriptor"(P)(ad));
+            done
+        }
+        "cudnnAddTensor" => {
+            let ((ad, x), (cd, c)) = (arg("a")?, arg("c")?);
+            dnn!(c"cudnnAddTensor"(P, P, P, P, P, P, P)(
+                h as P,
+                a.ptr(),
+                ad.0 as P,
+                x,
+                b.ptr(),
+                cd.0 as P,
+                c
+            ))
+        }
+        "cudnnSoftmaxForward" => {
+            let (algo, mode) = softmax.ok_or("no softmax settings")?;
+            let ((xd, x), (yd, y)) = (arg("x")?, arg("y")?);
+            dnn!(c"cudnnSoftmaxForward"(P, c_int, c_int, P, P, P, P, P, P)(
+                h as P,
+                algo,
+                mode,
+                a.ptr(),
+                xd.0 as P,
+                x,
+                b.ptr(),
+                yd.0 as P,
+                y
+            ))
+        }
+        other => Err(format!("{other} is not replayed")),
+    }
+}
+
+fn handle() -> Result<usize, String> {
+    let mut g = HANDLE
+        .lock()
+        .map_err(|_| "the replay handle's lock is poisoned")?;
+    if *g == 0 {
+        let mut h: P = std::ptr::null_mut();
+        dnn!(c"cudnnCreate" (*mut P) (&mut h))?;
+        *g = h as usize;
+    }
+    Ok(*g)
+}
