@@ -747,14 +747,24 @@ pub struct KernelPlan {
     pub front: Vec<Configuration>,
 }
 
+/// A kernel of WD's knapsack: a legacy convolution (its signature) or a backend graph (its
+/// database key: operations, tensors, the caller's engine and knob choices).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    Conv(Box<Sig>),
+    Graph(String),
+}
+
 struct State {
     plans: HashMap<Sig, Arc<KernelPlan>>,
     db: Option<HashMap<String, Vec<Micro>>>,
+    /// WD: the desirable sets of backend graphs, by database key.
+    graphs: HashMap<String, Vec<Configuration>>,
     /// WD: kernels in registration order, the set the current assignment was solved for, the
     /// assignment (configuration, offset into the pool) and the pool.
-    registered: Vec<Sig>,
+    registered: Vec<Kernel>,
     solved: usize,
-    assignment: HashMap<Sig, (Configuration, u64)>,
+    assignment: HashMap<Kernel, (Configuration, u64)>,
     pool: usize,
     pool_size: u64,
 }
@@ -766,6 +776,7 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
     let s = g.get_or_insert_with(|| State {
         plans: HashMap::new(),
         db: None,
+        graphs: HashMap::new(),
         registered: Vec::new(),
         solved: 0,
         assignment: HashMap::new(),
@@ -777,7 +788,7 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
 
 /// The configuration the test facility asks for: micro-batches of `b` (the last smaller), each
 /// with its fastest measured algorithm.
-fn forced(n: u64, b: u64, micro: &[Micro]) -> Option<Configuration> {
+pub(crate) fn forced(n: u64, b: u64, micro: &[Micro]) -> Option<Configuration> {
     let mut parts = Vec::new();
     let (mut time, mut ws) = (0.0, 0);
     let mut left = n;
@@ -912,45 +923,66 @@ fn describe(c: &Configuration) -> String {
     )
 }
 
-fn wd_mode() -> bool {
+pub(crate) fn wd_mode() -> bool {
     config().workspace_total.is_some()
 }
 
 /// WD: registers a kernel; the assignment is (re)solved at the next convolution.
-fn register(sig: &Sig) {
+fn register(k: Kernel) {
     with_state(|s| {
-        if !s.registered.contains(sig) {
-            s.registered.push(sig.clone());
+        if !s.registered.contains(&k) {
+            s.registered.push(k);
         }
     });
+}
+
+/// WD: registers a backend graph with its desirable set; it joins the knapsack of the legacy
+/// convolutions at the next solve.
+pub(crate) fn register_graph(key: &str, front: Vec<Configuration>) {
+    with_state(|s| {
+        s.graphs.insert(key.to_string(), front);
+    });
+    register(Kernel::Graph(key.to_string()));
+}
+
+/// WD's shared workspace as allocated so far: (address, bytes); (0, 0) before the first solve.
+pub(crate) fn wd_pool() -> (usize, u64) {
+    with_state(|s| (s.pool, s.pool_size)).unwrap_or((0, 0))
 }
 
 /// WD: the configuration and workspace segment of a kernel, solving the knapsack when the
 /// registered set changed. The shared workspace is allocated once: the total asked for, or the
 /// largest part of it the device can give.
-fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
-    register(sig);
+pub(crate) fn wd_assignment(k: &Kernel) -> Option<(Configuration, usize)> {
+    register(k.clone());
     let total = config().workspace_total?;
-    let (need_solve, plans, pool, pool_size) = with_state(|s| {
+    let (need_solve, kernels, pool, pool_size) = with_state(|s| {
         let need = s.solved != s.registered.len();
-        let plans: Vec<Option<Arc<KernelPlan>>> = s
+        // Each registered kernel with its desirable set (those not planned have none).
+        let kernels: Vec<(Kernel, Vec<Configuration>)> = s
             .registered
             .iter()
-            .map(|k| s.plans.get(k).cloned())
+            .map(|k| {
+                let front = match k {
+                    Kernel::Conv(sig) => s.plans.get(sig.as_ref()).map(|p| p.front.clone()),
+                    Kernel::Graph(key) => s.graphs.get(key).cloned(),
+                };
+                (k.clone(), front.unwrap_or_default())
+            })
+            .filter(|(_, f)| !f.is_empty())
             .collect();
-        (need, plans, s.pool, s.pool_size)
+        (need, kernels, s.pool, s.pool_size)
     })?;
     if need_solve {
         let (pool, pool_size) = if pool != 0 {
             (pool, pool_size)
         } else {
-            let mut size = total;
-            let mut p = None;
-            while p.is_none() && size >= 1 << 20 {
+            // The total first; what the device refuses is halved down to 1 MiB.
+            let mut size = total.max(1);
+            let mut p = dev_alloc(size as usize);
+            while p.is_none() && size > 1 << 20 {
+                size /= 2;
                 p = dev_alloc(size as usize);
-                if p.is_none() {
-                    size /= 2;
-                }
             }
             if size < total {
                 log(
@@ -962,15 +994,10 @@ fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
             }
             (p.unwrap_or(0), if p.is_some() { size } else { 0 })
         };
-        let plans: Vec<Arc<KernelPlan>> = plans
-            .into_iter()
-            .flatten()
-            .filter(|p| !p.front.is_empty())
-            .collect();
-        let options: Vec<Vec<(f64, u64)>> = plans
+        let options: Vec<Vec<(f64, u64)>> = kernels
             .iter()
-            .map(|p| {
-                p.front
+            .map(|(_, front)| {
+                front
                     .iter()
                     .map(|c| (c.time_ms, c.workspace.div_ceil(256) * 256))
                     .collect()
@@ -981,27 +1008,33 @@ fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
         } else {
             None
         };
-        with_state(|s| {
+        let assigned = with_state(|s| {
             s.pool = pool;
             s.pool_size = pool_size;
             s.solved = s.registered.len();
             s.assignment.clear();
+            let mut offset = 0;
             if let Some(sol) = &solution {
-                let mut offset = 0;
-                for (p, &j) in plans.iter().zip(&sol.choice) {
-                    let c = p.front[j].clone();
+                for ((k, front), &j) in kernels.iter().zip(&sol.choice) {
+                    let c = front[j].clone();
                     let w = c.workspace.div_ceil(256) * 256;
-                    s.assignment.insert(p.sig.clone(), (c, offset));
+                    s.assignment.insert(k.clone(), (c, offset));
                     offset += w;
                 }
             }
-        });
+            offset
+        })
+        .unwrap_or(0);
         match solution {
             Some(sol) => log(
                 Level::Info,
                 &format!(
-                    "WD: {} kernels share {pool_size} B: {:.4} ms of convolutions ({}, {} nodes)",
-                    plans.len(),
+                    "WD: {} kernels share {pool_size} B at {pool:#x} ({assigned} B assigned; {} backend graphs): {:.4} ms of convolutions ({}, {} nodes)",
+                    kernels.len(),
+                    kernels
+                        .iter()
+                        .filter(|(k, _)| matches!(k, Kernel::Graph(_)))
+                        .count(),
                     sol.time_ms,
                     if sol.exact {
                         "optimal"
@@ -1021,7 +1054,7 @@ fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
     }
     with_state(|s| {
         s.assignment
-            .get(sig)
+            .get(k)
             .map(|(c, o)| (c.clone(), s.pool + *o as usize))
     })
     .flatten()
@@ -1029,8 +1062,8 @@ fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
 
 /// WD's fallback for a kernel without a share of the workspace: its configuration that needs
 /// none (the framework was told it needs none).
-fn without_workspace(plan: &KernelPlan) -> Option<Configuration> {
-    plan.front
+pub(crate) fn without_workspace(front: &[Configuration]) -> Option<Configuration> {
+    front
         .iter()
         .filter(|c| c.workspace == 0)
         .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms))
@@ -1060,7 +1093,7 @@ fn managed(h: P, q: &Query) -> Option<(Arc<KernelPlan>, Configuration)> {
     let plan = plan(h, &sig, q.w, q.conv)?;
     let c = plan.wr.clone()?;
     if wd_mode() {
-        register(&sig);
+        register(Kernel::Conv(Box::new(sig)));
     }
     Some((plan, c))
 }
@@ -1126,12 +1159,12 @@ type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P
 pub fn run(h: P, q: &Query, call: &Call, real: ConvFn) -> Option<c_int> {
     let (plan, wr) = managed(h, q)?;
     let (config_, ws, ws_size) = if wd_mode() {
-        match wd_assignment(&plan.sig) {
+        match wd_assignment(&Kernel::Conv(Box::new(plan.sig.clone()))) {
             Some((c, segment)) => {
                 let size = c.workspace as usize;
                 (c, segment as P, size)
             }
-            None => (without_workspace(&plan)?, std::ptr::null_mut(), 0),
+            None => (without_workspace(&plan.front)?, std::ptr::null_mut(), 0),
         }
     } else {
         if call.ws_size < wr.workspace as usize || (wr.workspace > 0 && call.ws.is_null()) {

@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use super::{elem_bytes, slot};
-use plan::plan_wr;
+use plan::plan_graph;
 pub use plan::workspace_answer;
 use planner::microbatch::Configuration;
 
@@ -270,6 +270,17 @@ pub struct Graph {
     micro: Mutex<HashMap<MicroKey, (usize, i64)>>,
     /// WR's configuration, planned at finalisation (None: the test facility's, or undivided).
     config: Option<Configuration>,
+    /// WD: the desirable set this graph brought to the knapsack (empty under WR), and its key
+    /// there (the benchmark database's).
+    front: Vec<Configuration>,
+    key: String,
+}
+
+impl Graph {
+    /// Runs in WD's shared workspace (the framework was told 0 bytes).
+    fn wd(&self) -> bool {
+        !self.front.is_empty() && super::wd_mode()
+    }
 }
 
 fn scalar(d: usize, name: c_int) -> Option<Value> {
@@ -488,20 +499,15 @@ pub fn finalized(d: usize) {
     }
     match recognise(d) {
         Some(mut g) => {
-            if config().test_microbatch.is_none() {
-                if config().workspace_limit.is_none() {
-                    // WD (one workspace shared by every kernel) is not built for graphs yet: they
-                    // run as the framework planned them.
-                    static SAID: std::sync::Once = std::sync::Once::new();
-                    SAID.call_once(|| {
-                        log(
-                            Level::Info,
-                            "backend: WD does not plan cuDNN backend graphs yet; they run as the framework planned them",
-                        )
-                    });
-                    return;
+            if (config().test_microbatch.is_none() || super::wd_mode())
+                && let Some(p) = plan_graph(&g)
+            {
+                g.config = p.wr;
+                g.key = p.key;
+                if !p.front.is_empty() {
+                    super::register_graph(&g.key, p.front.clone());
+                    g.front = p.front;
                 }
-                g.config = plan_wr(&g);
             }
             log(
                 Level::Debug,
@@ -558,6 +564,8 @@ fn recognise(plan: usize) -> Option<Graph> {
                     workspace: i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
                     micro: Mutex::new(HashMap::new()),
                     config: None,
+                    front: Vec::new(),
+                    key: String::new(),
                 })
             })();
             destroy(graph);
@@ -772,34 +780,8 @@ fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64) -> Option<
     Some(d)
 }
 
-/// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
-/// undivided, as asked (nothing was written).
-pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
-    if !crate::state::active() || !config().microbatching() {
-        return None;
-    }
-    let g = plans(|p| p.get(&plan).cloned())??;
-    let sizes = parts(&g)?;
-    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
-    // The workspace the caller was told to provide.
-    let provided = g
-        .config
-        .as_ref()
-        .map_or(g.workspace, |c| c.workspace as i64);
-    // Every plan first: a failure here leaves the caller's plan to run undivided.
-    let mut steps = Vec::new();
-    for (i, &(b, engine)) in sizes.iter().enumerate() {
-        let accumulate = g.dir == super::Dir::BwdFilter && i > 0;
-        let (p, ws) = g.micro_plan(b, engine, accumulate)?;
-        if ws > provided {
-            log(
-                Level::Debug,
-                "backend: a micro-batch plan needs more workspace than the caller's; undivided",
-            );
-            return None;
-        }
-        steps.push((b, p));
-    }
+/// The caller's variant pack: (unique ids, data pointers, workspace).
+fn read_pack(pack: usize) -> Option<(Vec<i64>, Vec<i64>, i64)> {
     let ids = i64s_n(pack, PACK_UNIQUE_IDS)?;
     let (_, pb) = raw(pack, PACK_DATA_POINTERS, TYPE_VOID_PTR, ids.len(), 8)?;
     let ptrs: Vec<i64> = pb
@@ -812,16 +794,108 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
     let ws = raw(pack, PACK_WORKSPACE, TYPE_VOID_PTR, 1, 8)
         .and_then(|(n, b)| (n == 1).then(|| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
         .unwrap_or(0);
+    Some((ids, ptrs, ws))
+}
+
+/// The micro-batches to run and the workspace they run in: (parts, workspace address, bytes).
+type Schedule = (Vec<(i64, i64)>, Option<i64>, i64);
+
+/// WD: the graph's share of the knapsack (its segment of the shared workspace), or, without a
+/// share, its configuration that needs no workspace.
+fn wd_schedule(g: &Graph) -> Option<Schedule> {
+    let (c, at) = match super::wd_assignment(&super::Kernel::Graph(g.key.clone())) {
+        Some((c, segment)) => (c, segment as i64),
+        None => (super::without_workspace(&g.front)?, 0),
+    };
+    let parts = c.parts.iter().map(|&(b, e)| (b as i64, e as i64)).collect();
+    Some((parts, Some(at), c.workspace as i64))
+}
+
+/// The caller's plan undivided when micro-batching cannot run. Under WD the caller was told its
+/// plan needs no workspace: it runs in the shared one when its own need fits there. None: run
+/// the caller's call exactly as asked.
+fn undivided(g: &Graph, h: P, plan: usize, pack: usize) -> Option<c_int> {
+    if !g.wd() || g.workspace <= 0 {
+        return None;
+    }
+    let (pool, size) = super::wd_pool();
+    let (ids, ptrs, _) = read_pack(pack)?;
+    if pool == 0 || (size as i64) < g.workspace {
+        log(
+            Level::Error,
+            "backend: WD's shared workspace cannot hold the caller's plan; it runs as asked",
+        );
+        return None;
+    }
+    let vp = pack_at(g, &ids, &ptrs, pool as i64, 0)?;
+    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    // SAFETY: the caller's handle, plan and pointers; the workspace is Marmoset's shared one,
+    // at least as large as the plan's.
+    let r = unsafe { exec(h, plan as P, vp as P) };
+    destroy(vp);
+    Some(r)
+}
+
+/// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
+/// undivided, as asked (nothing was written).
+pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
+    if !crate::state::active() || !config().microbatching() {
+        return None;
+    }
+    let g = plans(|p| p.get(&plan).cloned())??;
+    let schedule = if g.wd() {
+        wd_schedule(&g)
+    } else {
+        // The workspace the caller was told to provide.
+        parts(&g).map(|p| {
+            let provided = g
+                .config
+                .as_ref()
+                .map_or(g.workspace, |c| c.workspace as i64);
+            (p, None, provided)
+        })
+    };
+    let Some((sizes, ws_at, provided)) = schedule else {
+        return undivided(&g, h, plan, pack);
+    };
+    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    // Every plan first: a failure here leaves the caller's plan to run undivided.
+    let mut steps = Vec::new();
+    for (i, &(b, engine)) in sizes.iter().enumerate() {
+        let accumulate = g.dir == super::Dir::BwdFilter && i > 0;
+        // The whole batch on the caller's engine (WD's choice can be that): the caller's plan.
+        let built = if b == g.n && engine == g.engine && !accumulate {
+            Some((plan, g.workspace))
+        } else {
+            g.micro_plan(b, engine, accumulate)
+        };
+        let Some((p, ws)) = built else {
+            return undivided(&g, h, plan, pack);
+        };
+        if ws > provided {
+            log(
+                Level::Debug,
+                "backend: a micro-batch plan needs more workspace than it was given; undivided",
+            );
+            return undivided(&g, h, plan, pack);
+        }
+        steps.push((b, p));
+    }
+    let Some((ids, ptrs, caller_ws)) = read_pack(pack) else {
+        return undivided(&g, h, plan, pack);
+    };
+    let ws = ws_at.unwrap_or(caller_ws);
     let mut start = 0;
     for (i, &(b, p)) in steps.iter().enumerate() {
         let Some(vp) = pack_at(&g, &ids, &ptrs, ws, start) else {
             if i == 0 {
-                return None;
+                return undivided(&g, h, plan, pack);
             }
             return Some(4000); // CUDNN_STATUS_INTERNAL_ERROR: part of the output is written.
         };
         // SAFETY: the caller's handle; a plan and a variant pack Marmoset built, whose pointers
-        // lie within the caller's tensors (offset by whole images of the mini-batch).
+        // lie within the caller's tensors (offset by whole images of the mini-batch) and whose
+        // workspace is the caller's or WD's segment, as large as the plan needs.
         let r = unsafe { exec(h, p as P, vp as P) };
         destroy(vp);
         if r != 0 {
@@ -830,7 +904,7 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
                     Level::Warn,
                     &format!("backend: a micro-batch failed ({r}); running the plan undivided"),
                 );
-                return None;
+                return undivided(&g, h, plan, pack);
             }
             log(
                 Level::Error,
@@ -843,13 +917,17 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
     log(
         Level::Info,
         &format!(
-            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {})",
+            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {}{})",
             g.dir,
             g.ops.len(),
             g.n,
             sizes.len(),
             sizes,
-            g.engine
+            g.engine,
+            match ws_at {
+                Some(at) => format!("; WD: {provided} B at {at:#x}"),
+                None => String::new(),
+            }
         ),
     );
     Some(0)

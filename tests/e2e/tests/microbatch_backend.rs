@@ -168,6 +168,104 @@ fn wr_planned_backend_executions_equal_undivided_ones() {
     }
 }
 
+/// WD's shared workspace as the log tells it: each solve's (pool address, pool bytes, bytes
+/// assigned), and each WD execution's segment (address, bytes) checked to lie within the pool of
+/// the solve before it. Returns (solves, executions checked).
+fn wd_segments_within_the_pool(log: &str, total: u64) -> (usize, usize) {
+    let hex = |w: &str| {
+        u64::from_str_radix(w.trim_start_matches("0x").trim_end_matches(')'), 16).unwrap()
+    };
+    let mut pool: Option<(u64, u64)> = None;
+    let (mut solves, mut runs) = (0, 0);
+    for l in log.lines() {
+        if let Some(rest) = l.split("kernels share ").nth(1) {
+            // "P B at 0xADDR (A B assigned; ..."
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            let (size, at) = (w[0].parse::<u64>().unwrap(), hex(w[3]));
+            let assigned: u64 = w[4].trim_start_matches('(').parse().unwrap();
+            assert!(size <= total, "the pool is within the total: {l}");
+            assert!(
+                assigned <= size,
+                "the knapsack assigns within the pool: {l}"
+            );
+            pool = Some((at, size));
+            solves += 1;
+        } else if l.contains("backend: ran") {
+            let seg = l.rsplit("WD: ").next().unwrap();
+            let w: Vec<&str> = seg.split_whitespace().collect();
+            assert_eq!(w[1], "B", "a WD execution names its segment: {l}");
+            let (bytes, at) = (w[0].parse::<u64>().unwrap(), hex(w[3]));
+            let (base, size) = pool.expect("a solve before the first WD execution");
+            assert!(
+                at >= base && at + bytes <= base + size,
+                "segment {at:#x}+{bytes} outside the pool {base:#x}+{size}: {l}"
+            );
+            runs += 1;
+        }
+    }
+    (solves, runs)
+}
+
+#[test]
+fn wd_micro_batched_backend_executions_equal_undivided_ones_in_the_shared_workspace() {
+    let plain_out = temp_path("backend-wd-plain.bin");
+    let plain = run_sim(
+        "h100",
+        &[],
+        "backend_check",
+        &[CASES, "11", plain_out.to_str().unwrap()],
+    );
+    ok(&plain);
+    let want = floats(&plain_out);
+    let list = cases(&plain);
+    // The test facility under WD measures micro-batches of its size alone, so every
+    // configuration the knapsack can pick divides the batch; 4 KiB is less than these
+    // convolutions' fastest configurations need together.
+    for b in ["1", "2"] {
+        let out = temp_path(&format!("backend-wd-mb{b}.bin"));
+        let dir = temp_path(&format!("backend-wd-cache{b}"));
+        let o = shim(
+            "h100",
+            &[
+                ("MARMOSET_WORKSPACE_TOTAL", "4KiB"),
+                ("MARMOSET_TEST_MICROBATCH", b),
+                ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
+            ],
+            "backend_check",
+            &[CASES, "11", out.to_str().unwrap()],
+        );
+        ok(&o);
+        let log = stderr(&o);
+        for (l, _) in cases(&o) {
+            assert!(
+                l.contains(" workspace=0 "),
+                "WD tells the program 0 bytes: {l}"
+            );
+        }
+        let (solves, runs) = wd_segments_within_the_pool(&log, 4096);
+        assert!(solves >= 1, "{log}");
+        assert_eq!(runs, list.len(), "every case ran in WD's workspace: {log}");
+        let whole = if b == "2" {
+            list.iter().filter(|(l, _)| l.contains(" n=2 ")).count()
+        } else {
+            0
+        };
+        let split = log
+            .lines()
+            .filter(|l| l.contains("backend: ran") && !l.contains(" as 1 micro-batches"))
+            .count();
+        assert_eq!(split, list.len() - whole, "{log}");
+        let got = floats(&out);
+        assert_eq!(got.len(), want.len());
+        let mut at = 0;
+        for (line, n) in &list {
+            let err = max_relative_error(&want[at..at + n], &got[at..at + n]);
+            assert!(err < 1e-5, "WD, micro-batches of {b}: {line}: {err:e}");
+            at += n;
+        }
+    }
+}
+
 /// Total simulated milliseconds of a layers run, and each `LAYER DIR` line's milliseconds.
 fn layer_times(o: &Output, total_key: &str) -> (f64, Vec<(String, f64)>) {
     let out = stdout(o);
@@ -254,6 +352,62 @@ fn backend_wr_speedups_match_the_legacy_path_and_the_paper_on_p100() {
             );
         }
     }
+}
+
+#[test]
+fn backend_graphs_join_wds_knapsack_like_the_legacy_calls_on_p100() {
+    // AlexNet's 15 kernels sharing 64 MiB each (960 MiB): the backend path under WD within 5%
+    // of the legacy path under WD, every graph told 0 bytes, every segment within the pool.
+    // Figures are simulated.
+    let csv = root().join("data/conv-layers/alexnet.csv");
+    let args = [csv.to_str().unwrap(), "64"];
+    let total: u64 = 960 << 20;
+    let run = |prog: &str, wd: bool| {
+        let dir = temp_path(&format!("bk-wd-{prog}"));
+        let o = if wd {
+            shim(
+                "p100",
+                &[
+                    ("SIMGPU_MODE", "shape"),
+                    ("MARMOSET_WORKSPACE_TOTAL", "960MiB"),
+                    ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
+                ],
+                prog,
+                &args,
+            )
+        } else {
+            run_sim("p100", &[("SIMGPU_MODE", "shape")], prog, &args)
+        };
+        ok(&o);
+        o
+    };
+    let (bk0, _) = layer_times(&run("backend_layers", false), "total_ms=");
+    let wd = run("backend_layers", true);
+    let (bk1, _) = layer_times(&wd, "total_ms=");
+    let (lg0, _) = layer_times(&run("conv_layers", false), "layers");
+    let (lg1, _) = layer_times(&run("conv_layers", true), "layers");
+    let (backend, legacy) = (bk0 / bk1, lg0 / lg1);
+    assert!(
+        (backend / legacy - 1.0).abs() < 0.05,
+        "backend WD {backend:.3}x, legacy WD {legacy:.3}x"
+    );
+    assert!(backend > 1.3, "WD gains on AlexNet: {backend:.3}x");
+    let out = stdout(&wd);
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("workspace=")).collect();
+    assert_eq!(lines.len(), 15, "{out}");
+    for l in lines {
+        assert!(
+            l.contains(" workspace=0 "),
+            "WD tells the framework 0 bytes: {l}"
+        );
+    }
+    let log = stderr(&wd);
+    assert!(log.contains("WD: 15 kernels share 1006632960 B"), "{log}");
+    let (_, runs) = wd_segments_within_the_pool(&log, total);
+    assert_eq!(
+        runs, 30,
+        "each layer's two executions in WD's workspace: {log}"
+    );
 }
 
 /// `marmoset run --sim=p100 ARGS -- .venv/bin/python examples/resnet50.py --steps 2 --batch 64`
