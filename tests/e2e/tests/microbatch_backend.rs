@@ -3,7 +3,10 @@
 //! results; other graphs pass through.
 
 use marmoset_e2e::*;
+use microbatch_log::wd_segments_within_the_pool;
 use std::process::{Command, Output};
+
+mod microbatch_log;
 
 /// Runs a workload under the shim (no trace) with the given environment.
 fn shim(profile: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Output {
@@ -166,44 +169,6 @@ fn wr_planned_backend_executions_equal_undivided_ones() {
         assert!(err < 1e-5, "WR: {line}: {err:e}");
         at += n;
     }
-}
-
-/// WD's shared workspace as the log tells it: each solve's (pool address, pool bytes, bytes
-/// assigned), and each WD execution's segment (address, bytes) checked to lie within the pool of
-/// the solve before it. Returns (solves, executions checked).
-fn wd_segments_within_the_pool(log: &str, total: u64) -> (usize, usize) {
-    let hex = |w: &str| {
-        u64::from_str_radix(w.trim_start_matches("0x").trim_end_matches(')'), 16).unwrap()
-    };
-    let mut pool: Option<(u64, u64)> = None;
-    let (mut solves, mut runs) = (0, 0);
-    for l in log.lines() {
-        if let Some(rest) = l.split("kernels share ").nth(1) {
-            // "P B at 0xADDR (A B assigned; ..."
-            let w: Vec<&str> = rest.split_whitespace().collect();
-            let (size, at) = (w[0].parse::<u64>().unwrap(), hex(w[3]));
-            let assigned: u64 = w[4].trim_start_matches('(').parse().unwrap();
-            assert!(size <= total, "the pool is within the total: {l}");
-            assert!(
-                assigned <= size,
-                "the knapsack assigns within the pool: {l}"
-            );
-            pool = Some((at, size));
-            solves += 1;
-        } else if l.contains("backend: ran") {
-            let seg = l.rsplit("WD: ").next().unwrap();
-            let w: Vec<&str> = seg.split_whitespace().collect();
-            assert_eq!(w[1], "B", "a WD execution names its segment: {l}");
-            let (bytes, at) = (w[0].parse::<u64>().unwrap(), hex(w[3]));
-            let (base, size) = pool.expect("a solve before the first WD execution");
-            assert!(
-                at >= base && at + bytes <= base + size,
-                "segment {at:#x}+{bytes} outside the pool {base:#x}+{size}: {l}"
-            );
-            runs += 1;
-        }
-    }
-    (solves, runs)
 }
 
 #[test]
@@ -408,63 +373,4 @@ fn backend_graphs_join_wds_knapsack_like_the_legacy_calls_on_p100() {
         runs, 30,
         "each layer's two executions in WD's workspace: {log}"
     );
-}
-
-/// `marmoset run --sim=p100 ARGS -- .venv/bin/python examples/resnet50.py --steps 2 --batch 64`
-/// in shape mode, PyTorch on its default path (the cuDNN backend API).
-fn resnet50(marmoset_args: &[&str], name: &str) -> Output {
-    let py = root().join(".venv/bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run scripts/setup-torch.sh (the README's test command does)",
-        py.display()
-    );
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim=p100"]).args(marmoset_args).arg("--");
-    c.arg(py)
-        .arg(root().join("examples/resnet50.py"))
-        .args(["--steps", "2", "--batch", "64"]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") || k.starts_with("TORCH_CUDNN") {
-            c.env_remove(k);
-        }
-    }
-    let dir = temp_path(name);
-    c.env("SIMGPU_MODE", "shape")
-        .env("MARMOSET_LOG", "info")
-        .env("MARMOSET_CACHE_DIR", &dir);
-    c.output().unwrap()
-}
-
-#[test]
-fn pytorch_on_its_default_path_trains_resnet50_with_micro_batched_backend_graphs() {
-    let o = resnet50(&["--workspace-limit", "64MiB"], "r50-wr");
-    ok(&o);
-    assert!(stdout(&o).contains("step 1:"), "{}", stdout(&o));
-    let log = stderr(&o);
-    let planned = log
-        .lines()
-        .filter(|l| l.contains("backend: planned"))
-        .count();
-    assert!(
-        planned >= 50,
-        "PyTorch's backend plans were planned: {planned}"
-    );
-    for d in ["Fwd", "BwdData", "BwdFilter"] {
-        assert!(
-            log.lines()
-                .any(|l| l.contains(&format!("backend: planned a {d} graph"))),
-            "{d}"
-        );
-    }
-    let split = log
-        .lines()
-        .filter(|l| l.contains("backend: ran") && !l.contains(" as 1 micro-batches"))
-        .count();
-    assert!(split > 0, "some convolutions ran in micro-batches: {log}");
-    // Under WD the graphs pass through (not built yet), and training still completes.
-    let o = resnet50(&["--workspace-total", "64MiB"], "r50-wd");
-    ok(&o);
-    assert!(stdout(&o).contains("step 1:"), "{}", stdout(&o));
-    assert!(!stderr(&o).contains("backend: ran"), "{}", stderr(&o));
 }
