@@ -56,6 +56,8 @@ const TYPE_VOID_PTR: c_int = 6;
 const TYPE_BACKEND_DESCRIPTOR: c_int = 15;
 
 // cudnnBackendAttributeName_t
+const ENGINEHEUR_OPERATION_GRAPH: c_int = 201;
+const ENGINEHEUR_RESULTS: c_int = 202;
 const ENGINECFG_ENGINE: c_int = 300;
 const ENGINECFG_KNOB_CHOICES: c_int = 302;
 const PLAN_HANDLE: c_int = 400;
@@ -478,12 +480,7 @@ pub fn destroyed(d: usize) {
         s.remove(&d);
     }
     if let Some(Some(g)) = plans(|p| p.remove(&d)) {
-        let built: Vec<usize> = g
-            .micro
-            .lock()
-            .map(|m| m.values().map(|v| v.0).collect())
-            .unwrap_or_default();
-        built.into_iter().for_each(destroy);
+        g.release();
     }
 }
 
@@ -500,7 +497,7 @@ pub fn finalized(d: usize) {
     match recognise(d) {
         Some(mut g) => {
             if (config().test_microbatch.is_none() || super::wd_mode())
-                && let Some(p) = plan_graph(&g)
+                && let Some(p) = plan_graph(&g, "planned")
             {
                 g.config = p.wr;
                 g.key = p.key;
@@ -543,35 +540,14 @@ fn recognise(plan: usize) -> Option<Graph> {
                 )?,
             };
             let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR)?;
-            let g = (|| {
-                let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR)?;
-                if nops == 0 || nops > 8 {
-                    return None;
-                }
-                let (dir, r, ops, beta_attr) = layouts(nops)
-                    .iter()
-                    .find_map(|types| read_ops(graph, types))?;
-                Some(Graph {
-                    dir,
-                    n: r.n,
-                    ops,
-                    tensors: r.tensors,
-                    beta_attr,
-                    graph_handle: handle(graph, GRAPH_HANDLE),
-                    plan_handle: handle(plan, PLAN_HANDLE),
-                    engine: index,
-                    knobs: knobs.clone(),
-                    workspace: i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
-                    micro: Mutex::new(HashMap::new()),
-                    config: None,
-                    front: Vec::new(),
-                    key: String::new(),
-                })
-            })();
+            let g = from_graph(
+                graph,
+                index,
+                knobs,
+                handle(plan, PLAN_HANDLE),
+                i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
+            );
             destroy(graph);
-            if g.is_none() {
-                knobs.into_iter().for_each(destroy);
-            }
             g
         })();
         destroy(engine);
@@ -579,6 +555,166 @@ fn recognise(plan: usize) -> Option<Graph> {
     })();
     destroy(cfg);
     result
+}
+
+/// A graph of a layout micro-batching keeps exact, with the engine and knob choices it is to run
+/// (the knobs are the graph's from here on, destroyed with it or here when it is not one).
+fn from_graph(
+    graph: usize,
+    engine: i64,
+    knobs: Vec<usize>,
+    plan_handle: Option<usize>,
+    workspace: i64,
+) -> Option<Graph> {
+    let g = (|| {
+        let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR)?;
+        if nops == 0 || nops > 8 {
+            return None;
+        }
+        let (dir, r, ops, beta_attr) = layouts(nops)
+            .iter()
+            .find_map(|types| read_ops(graph, types))?;
+        let graph_handle = handle(graph, GRAPH_HANDLE);
+        Some(Graph {
+            dir,
+            n: r.n,
+            ops,
+            tensors: r.tensors,
+            beta_attr,
+            graph_handle,
+            plan_handle: plan_handle.or(graph_handle),
+            engine,
+            knobs: knobs.clone(),
+            workspace,
+            micro: Mutex::new(HashMap::new()),
+            config: None,
+            front: Vec::new(),
+            key: String::new(),
+        })
+    })();
+    if g.is_none() {
+        knobs.into_iter().for_each(destroy);
+    }
+    g
+}
+
+impl Graph {
+    /// Destroys what Marmoset holds for the graph: its micro-batch plans, the descriptors read
+    /// back (convolution, pointwise) and the knob choices.
+    fn release(&self) {
+        let built: Vec<usize> = self
+            .micro
+            .lock()
+            .map(|mut m| m.drain().map(|(_, v)| v.0).collect())
+            .unwrap_or_default();
+        built.into_iter().for_each(destroy);
+        for op in &self.ops {
+            for (_, v) in &op.attrs {
+                if let Value::Desc(d) = v {
+                    destroy(*d);
+                }
+            }
+        }
+        self.knobs.iter().copied().for_each(destroy);
+    }
+}
+
+// ==================================================================== heuristics
+
+/// `cudnnBackendGetAttribute(heuristics, ENGINEHEUR_RESULTS, ...)` of a graph Marmoset plans: the
+/// engine configurations in cuDNN's order, except that the one whose engine Marmoset's
+/// configuration runs first comes first, so that the framework's choice (the first that works)
+/// is Marmoset's plan. The results are cuDNN's own, permuted by handing the real call the
+/// caller's descriptors in another order. None: pass through unchanged.
+pub fn heuristic_results(
+    heur: usize,
+    name: c_int,
+    ty: c_int,
+    req: i64,
+    n: *mut i64,
+    v: P,
+) -> Option<c_int> {
+    if name != ENGINEHEUR_RESULTS
+        || ty != TYPE_BACKEND_DESCRIPTOR
+        || req < 1
+        || v.is_null()
+        || !crate::state::active()
+        || !config().microbatching()
+        || (config().test_microbatch.is_some() && !super::wd_mode())
+    {
+        return None;
+    }
+    let total = count(heur, ENGINEHEUR_RESULTS, TYPE_BACKEND_DESCRIPTOR)?;
+    if total < 2 {
+        return None;
+    }
+    // cuDNN's order: each result's engine.
+    let cfgs = children(heur, ENGINEHEUR_RESULTS, &vec![ENGINECFG_DESCRIPTOR; total])?;
+    let engines: Vec<Option<i64>> = cfgs
+        .iter()
+        .map(|&c| {
+            let e = child(c, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR)?;
+            let i = i64_of(e, ENGINE_GLOBAL_INDEX);
+            destroy(e);
+            i
+        })
+        .collect();
+    cfgs.into_iter().for_each(destroy);
+    let first = (*engines.first()?)?;
+    let graph = child(heur, ENGINEHEUR_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR)?;
+    let g = from_graph(graph, first, Vec::new(), None, 0);
+    destroy(graph);
+    let g = g?;
+    let planned = plan_graph(&g, "heuristics planned");
+    g.release();
+    let want = planned?.wr?.parts.first()?.1 as i64;
+    let at = engines.iter().position(|&e| e == Some(want))?;
+    if at == 0 {
+        return None;
+    }
+    // Result j goes to slot[j]: the caller's descriptor i receives result order[i].
+    let mut order: Vec<usize> = vec![at];
+    order.extend((0..total).filter(|&j| j != at));
+    let req = req as usize;
+    // SAFETY: v holds `req` descriptors (the API's contract).
+    let caller: &[usize] = unsafe { std::slice::from_raw_parts(v as *const usize, req) };
+    let mut extra = Vec::new();
+    let mut slots = vec![0usize; total];
+    for (i, &j) in order.iter().enumerate() {
+        slots[j] = if i < req {
+            caller[i]
+        } else {
+            let d = create(ENGINECFG_DESCRIPTOR)?;
+            extra.push(d);
+            d
+        };
+    }
+    let get = getter()?;
+    let mut got = 0i64;
+    // SAFETY: `slots` holds `total` engine-configuration descriptors, the caller's and Marmoset's.
+    let r = unsafe {
+        get(
+            heur as C,
+            ENGINEHEUR_RESULTS,
+            TYPE_BACKEND_DESCRIPTOR,
+            total as i64,
+            &mut got,
+            slots.as_mut_ptr() as P,
+        )
+    };
+    extra.into_iter().for_each(destroy);
+    if r == 0 && !n.is_null() {
+        // SAFETY: n, when given, points to one INT64 (the API's contract).
+        unsafe { *n = got.min(req as i64) };
+    }
+    log(
+        Level::Debug,
+        &format!(
+            "backend: heuristics: engine {want} (cuDNN's result {at}) answered first for a {:?} graph of {} images",
+            g.dir, g.n
+        ),
+    );
+    Some(r)
 }
 
 // ==================================================================== micro-batch plans

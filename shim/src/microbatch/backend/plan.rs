@@ -84,7 +84,8 @@ fn key(g: &Graph, limit: u64, sizes: &str) -> String {
             .iter()
             .map(|t| (t.uid, t.dtype, &t.dims, &t.strides, t.batched))
             .collect::<Vec<_>>(),
-        g.engine,
+        // The caller's engine shapes the measurements only through its knob choices.
+        if knobs.is_empty() { -1 } else { g.engine },
         knobs,
         super::super::device_name(),
         super::super::cudnn_version(),
@@ -94,7 +95,7 @@ fn key(g: &Graph, limit: u64, sizes: &str) -> String {
 /// Planning at finalisation: every engine measured at each micro-batch size of the policy (plans
 /// Marmoset builds, scratch buffers, a scratch workspace within the limit), then the dynamic
 /// program picks the fastest configuration (WR), or the desirable set joins WD's knapsack.
-pub(super) fn plan_graph(g: &Graph) -> Option<Planned> {
+pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
     let cfg = config();
     let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
     let n = g.n as u64;
@@ -150,7 +151,7 @@ pub(super) fn plan_graph(g: &Graph) -> Option<Planned> {
     log(
         Level::Info,
         &format!(
-            "backend: planned a {:?} graph ({} operations, {} images): {:?} ({:.4} ms, {} B of workspace; {} micro-configurations{})",
+            "backend: {what} a {:?} graph ({} operations, {} images): {:?} ({:.4} ms, {} B of workspace; {} micro-configurations{})",
             g.dir,
             g.ops.len(),
             n,
