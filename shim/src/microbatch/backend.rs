@@ -7,22 +7,27 @@
 //! pointwise operations whose operands are per image or broadcast over the batch. Everything else
 //! passes through untouched.
 //!
-//! Execution: a candidate's `cudnnBackendExecute` runs as micro-batches, each through a plan
-//! Marmoset builds (the caller's graph with the batch dimension of its per-image tensors changed,
-//! the same engine and knob choices), with the variant pack's pointers offset by whole images, on
-//! the caller's handle (its stream), without synchronisation. Backward-filter accumulates: the
+//! Planning (plan.rs): at finalisation, every engine measured on micro-batch graphs Marmoset
+//! builds; WR's dynamic program picks the configuration and the plan's workspace-size query
+//! answers its workspace; under WD the graph's desirable set joins the knapsack of the legacy
+//! convolutions (wd.rs) and the query answers 0. Heuristic queries (heuristics.rs) put the engine
+//! Marmoset's configuration runs first at the front, so that the framework's choice is its plan.
+//!
+//! Execution (execute.rs): a candidate's `cudnnBackendExecute` runs as micro-batches, each
+//! through a plan Marmoset builds (the caller's graph with the batch dimension of its per-image
+//! tensors changed, the same engine and knob choices), with the variant pack's pointers offset by
+//! whole images, on the caller's handle (its stream), without synchronisation, in the caller's
+//! workspace (WR) or the graph's segment of the shared one (WD). Backward-filter accumulates: the
 //! caller's beta on the first micro-batch, 1 after. Any failure before the first write runs the
-//! caller's plan undivided.
+//! caller's plan undivided (under WD in the shared workspace, since the caller was told 0 bytes).
 
 use crate::config::Level;
-use crate::real::CUDNN;
 use crate::state::{config, log};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use super::{elem_bytes, slot};
+use super::elem_bytes;
 use plan::plan_graph;
 pub use plan::workspace_answer;
 use planner::microbatch::Configuration;
@@ -93,14 +98,22 @@ const CONV_OPS: [(c_int, c_int, super::Dir); 3] = [
 
 macro_rules! real {
     ($name:literal, ($($t:ty),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = slot(&SLOT, CUDNN, $name);
+        static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let p = crate::microbatch::slot(&SLOT, crate::real::CUDNN, $name);
         // SAFETY: the real function named $name has this signature.
-        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+        (p != 0).then(|| unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> std::ffi::c_int>(p)
+        })
     }};
 }
 
+mod execute;
+mod heuristics;
 mod plan;
+
+pub use execute::execute;
+use execute::pack_at;
+pub use heuristics::heuristic_results;
 
 // ==================================================================== the real backend API
 
@@ -619,104 +632,6 @@ impl Graph {
     }
 }
 
-// ==================================================================== heuristics
-
-/// `cudnnBackendGetAttribute(heuristics, ENGINEHEUR_RESULTS, ...)` of a graph Marmoset plans: the
-/// engine configurations in cuDNN's order, except that the one whose engine Marmoset's
-/// configuration runs first comes first, so that the framework's choice (the first that works)
-/// is Marmoset's plan. The results are cuDNN's own, permuted by handing the real call the
-/// caller's descriptors in another order. None: pass through unchanged.
-pub fn heuristic_results(
-    heur: usize,
-    name: c_int,
-    ty: c_int,
-    req: i64,
-    n: *mut i64,
-    v: P,
-) -> Option<c_int> {
-    if name != ENGINEHEUR_RESULTS
-        || ty != TYPE_BACKEND_DESCRIPTOR
-        || req < 1
-        || v.is_null()
-        || !crate::state::active()
-        || !config().microbatching()
-        || (config().test_microbatch.is_some() && !super::wd_mode())
-    {
-        return None;
-    }
-    let total = count(heur, ENGINEHEUR_RESULTS, TYPE_BACKEND_DESCRIPTOR)?;
-    if total < 2 {
-        return None;
-    }
-    // cuDNN's order: each result's engine.
-    let cfgs = children(heur, ENGINEHEUR_RESULTS, &vec![ENGINECFG_DESCRIPTOR; total])?;
-    let engines: Vec<Option<i64>> = cfgs
-        .iter()
-        .map(|&c| {
-            let e = child(c, ENGINECFG_ENGINE, ENGINE_DESCRIPTOR)?;
-            let i = i64_of(e, ENGINE_GLOBAL_INDEX);
-            destroy(e);
-            i
-        })
-        .collect();
-    cfgs.into_iter().for_each(destroy);
-    let first = (*engines.first()?)?;
-    let graph = child(heur, ENGINEHEUR_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR)?;
-    let g = from_graph(graph, first, Vec::new(), None, 0);
-    destroy(graph);
-    let g = g?;
-    let planned = plan_graph(&g, "heuristics planned");
-    g.release();
-    let want = planned?.wr?.parts.first()?.1 as i64;
-    let at = engines.iter().position(|&e| e == Some(want))?;
-    if at == 0 {
-        return None;
-    }
-    // Result j goes to slot[j]: the caller's descriptor i receives result order[i].
-    let mut order: Vec<usize> = vec![at];
-    order.extend((0..total).filter(|&j| j != at));
-    let req = req as usize;
-    // SAFETY: v holds `req` descriptors (the API's contract).
-    let caller: &[usize] = unsafe { std::slice::from_raw_parts(v as *const usize, req) };
-    let mut extra = Vec::new();
-    let mut slots = vec![0usize; total];
-    for (i, &j) in order.iter().enumerate() {
-        slots[j] = if i < req {
-            caller[i]
-        } else {
-            let d = create(ENGINECFG_DESCRIPTOR)?;
-            extra.push(d);
-            d
-        };
-    }
-    let get = getter()?;
-    let mut got = 0i64;
-    // SAFETY: `slots` holds `total` engine-configuration descriptors, the caller's and Marmoset's.
-    let r = unsafe {
-        get(
-            heur as C,
-            ENGINEHEUR_RESULTS,
-            TYPE_BACKEND_DESCRIPTOR,
-            total as i64,
-            &mut got,
-            slots.as_mut_ptr() as P,
-        )
-    };
-    extra.into_iter().for_each(destroy);
-    if r == 0 && !n.is_null() {
-        // SAFETY: n, when given, points to one INT64 (the API's contract).
-        unsafe { *n = got.min(req as i64) };
-    }
-    log(
-        Level::Debug,
-        &format!(
-            "backend: heuristics: engine {want} (cuDNN's result {at}) answered first for a {:?} graph of {} images",
-            g.dir, g.n
-        ),
-    );
-    Some(r)
-}
-
 // ==================================================================== micro-batch plans
 
 impl Graph {
@@ -858,226 +773,6 @@ impl Graph {
         }
         Some(plan)
     }
-}
-
-// ==================================================================== execution
-
-/// The micro-batches of the configuration in force: (images, engine). The test facility's
-/// size with the caller's engine, else WR's configuration. None: the caller's plan as it is.
-fn parts(g: &Graph) -> Option<Vec<(i64, i64)>> {
-    let out: Vec<(i64, i64)> = match config().test_microbatch {
-        Some(b) => {
-            let b = b as i64;
-            let mut out = Vec::new();
-            let mut left = g.n;
-            while left > 0 {
-                out.push((b.min(left), g.engine));
-                left -= b.min(left);
-            }
-            out
-        }
-        None => g
-            .config
-            .as_ref()?
-            .parts
-            .iter()
-            .map(|&(b, e)| (b as i64, e as i64))
-            .collect(),
-    };
-    (out.len() > 1 || out.first().is_some_and(|p| p.1 != g.engine)).then_some(out)
-}
-
-/// A variant pack with the caller's pointers, those of per-image tensors offset by `start` images.
-fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64) -> Option<usize> {
-    let moved: Vec<i64> = ids
-        .iter()
-        .zip(ptrs)
-        .map(|(uid, &p)| match g.tensors.iter().find(|t| t.uid == *uid) {
-            Some(t) if t.batched && p != 0 => p + start * t.strides[0] * elem_bytes(t.dtype) as i64,
-            _ => p,
-        })
-        .collect();
-    let d = create(VARIANT_PACK_DESCRIPTOR)?;
-    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
-        && set(
-            d,
-            PACK_DATA_POINTERS,
-            TYPE_VOID_PTR,
-            moved.len(),
-            moved.as_ptr() as C,
-        )
-        .is_some()
-        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
-        && finalize(d).is_some();
-    if !ok {
-        destroy(d);
-        return None;
-    }
-    Some(d)
-}
-
-/// The caller's variant pack: (unique ids, data pointers, workspace).
-fn read_pack(pack: usize) -> Option<(Vec<i64>, Vec<i64>, i64)> {
-    let ids = i64s_n(pack, PACK_UNIQUE_IDS)?;
-    let (_, pb) = raw(pack, PACK_DATA_POINTERS, TYPE_VOID_PTR, ids.len(), 8)?;
-    let ptrs: Vec<i64> = pb
-        .chunks_exact(8)
-        .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-        .collect();
-    if ptrs.len() != ids.len() {
-        return None;
-    }
-    let ws = raw(pack, PACK_WORKSPACE, TYPE_VOID_PTR, 1, 8)
-        .and_then(|(n, b)| (n == 1).then(|| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
-        .unwrap_or(0);
-    Some((ids, ptrs, ws))
-}
-
-/// The micro-batches to run and the workspace they run in: (parts, workspace address, bytes).
-type Schedule = (Vec<(i64, i64)>, Option<i64>, i64);
-
-/// WD: the graph's share of the knapsack (its segment of the shared workspace), or, without a
-/// share, its configuration that needs no workspace.
-fn wd_schedule(g: &Graph) -> Option<Schedule> {
-    let (c, at) = match super::wd_assignment(&super::Kernel::Graph(g.key.clone())) {
-        Some((c, segment)) => (c, segment as i64),
-        None => (super::without_workspace(&g.front)?, 0),
-    };
-    let parts = c.parts.iter().map(|&(b, e)| (b as i64, e as i64)).collect();
-    Some((parts, Some(at), c.workspace as i64))
-}
-
-/// The caller's plan undivided when micro-batching cannot run. Under WD the caller was told its
-/// plan needs no workspace: it runs in the shared one when its own need fits there. None: run
-/// the caller's call exactly as asked.
-fn undivided(g: &Graph, h: P, plan: usize, pack: usize) -> Option<c_int> {
-    if !g.wd() || g.workspace <= 0 {
-        return None;
-    }
-    let (pool, size) = super::wd_pool();
-    let (ids, ptrs, _) = read_pack(pack)?;
-    if pool == 0 || (size as i64) < g.workspace {
-        log(
-            Level::Error,
-            "backend: WD's shared workspace cannot hold the caller's plan; it runs as asked",
-        );
-        return None;
-    }
-    let vp = pack_at(g, &ids, &ptrs, pool as i64, 0)?;
-    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
-    // SAFETY: the caller's handle, plan and pointers; the workspace is Marmoset's shared one,
-    // at least as large as the plan's.
-    let r = unsafe { exec(h, plan as P, vp as P) };
-    destroy(vp);
-    Some(r)
-}
-
-/// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
-/// undivided, as asked (nothing was written).
-pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
-    if !crate::state::active() || !config().microbatching() {
-        return None;
-    }
-    let g = plans(|p| p.get(&plan).cloned())??;
-    let schedule = if g.wd() {
-        wd_schedule(&g)
-    } else {
-        // The workspace the caller was told to provide.
-        parts(&g).map(|p| {
-            let provided = g
-                .config
-                .as_ref()
-                .map_or(g.workspace, |c| c.workspace as i64);
-            (p, None, provided)
-        })
-    };
-    let Some((sizes, ws_at, provided)) = schedule else {
-        return undivided(&g, h, plan, pack);
-    };
-    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
-    // Every plan first: a failure here leaves the caller's plan to run undivided.
-    let mut steps = Vec::new();
-    for (i, &(b, engine)) in sizes.iter().enumerate() {
-        let accumulate = g.dir == super::Dir::BwdFilter && i > 0;
-        // The whole batch on the caller's engine (WD's choice can be that): the caller's plan.
-        let built = if b == g.n && engine == g.engine && !accumulate {
-            Some((plan, g.workspace))
-        } else {
-            g.micro_plan(b, engine, accumulate)
-        };
-        let Some((p, ws)) = built else {
-            return undivided(&g, h, plan, pack);
-        };
-        if ws > provided {
-            log(
-                Level::Debug,
-                "backend: a micro-batch plan needs more workspace than it was given; undivided",
-            );
-            return undivided(&g, h, plan, pack);
-        }
-        steps.push((b, p));
-    }
-    let Some((ids, ptrs, caller_ws)) = read_pack(pack) else {
-        return undivided(&g, h, plan, pack);
-    };
-    let ws = ws_at.unwrap_or(caller_ws);
-    let mut start = 0;
-    for (i, &(b, p)) in steps.iter().enumerate() {
-        let Some(vp) = pack_at(&g, &ids, &ptrs, ws, start) else {
-            if i == 0 {
-                return undivided(&g, h, plan, pack);
-            }
-            return Some(4000); // CUDNN_STATUS_INTERNAL_ERROR: part of the output is written.
-        };
-        // SAFETY: the caller's handle; a plan and a variant pack Marmoset built, whose pointers
-        // lie within the caller's tensors (offset by whole images of the mini-batch) and whose
-        // workspace is the caller's or WD's segment, as large as the plan needs.
-        let r = unsafe { exec(h, p as P, vp as P) };
-        destroy(vp);
-        if r != 0 {
-            if i == 0 {
-                log(
-                    Level::Warn,
-                    &format!("backend: a micro-batch failed ({r}); running the plan undivided"),
-                );
-                return undivided(&g, h, plan, pack);
-            }
-            log(
-                Level::Error,
-                &format!("backend: micro-batch {i} failed ({r}) after earlier ones wrote"),
-            );
-            return Some(r);
-        }
-        start += b;
-    }
-    log(
-        Level::Info,
-        &format!(
-            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {}{})",
-            g.dir,
-            g.ops.len(),
-            g.n,
-            sizes.len(),
-            sizes,
-            g.engine,
-            match ws_at {
-                Some(at) => format!("; WD: {provided} B at {at:#x}"),
-                None => String::new(),
-            }
-        ),
-    );
-    Some(0)
-}
-
-/// An INT64 attribute of any length.
-fn i64s_n(d: usize, name: c_int) -> Option<Vec<i64>> {
-    let n = count(d, name, TYPE_INT64)?;
-    let (_, b) = raw(d, name, TYPE_INT64, n, 8)?;
-    Some(
-        b.chunks_exact(8)
-            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-    )
 }
 
 // ==================================================================== the trace's view

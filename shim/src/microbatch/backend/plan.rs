@@ -1,7 +1,9 @@
-//! WR for recognised backend graphs, at finalisation: every engine measured at each micro-batch
-//! size of the policy on plans Marmoset builds (scratch buffers, a scratch workspace of the
-//! limit, events on the handle's stream), kept in the benchmark database, then the dynamic
-//! program picks the configuration; the plan's workspace-size query answers its workspace.
+//! Planning of recognised backend graphs, at finalisation (and for heuristic queries): every
+//! engine measured at each micro-batch size of the policy on plans Marmoset builds (scratch
+//! buffers, a scratch workspace of the limit, events on the handle's stream), kept in the
+//! benchmark database; then WR's dynamic program picks the configuration and the plan's
+//! workspace-size query answers its workspace, or, under WD, the desirable set goes to the
+//! knapsack and the query answers 0.
 
 use super::super::{dev_alloc, dev_free, elem_bytes, slot};
 use super::{
@@ -10,7 +12,6 @@ use super::{
     plans, raw,
 };
 use crate::config::Level;
-use crate::real::CUDNN;
 use crate::state::{config, log};
 use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::collections::HashMap;
