@@ -19,11 +19,16 @@
 //! step) runs the call undivided, exactly as the caller asked.
 
 pub mod backend;
+mod db;
+mod wd;
+
+use wd::register;
+pub(crate) use wd::{register_graph, wd_assignment, wd_mode, wd_pool, without_workspace};
 
 use crate::config::Level;
 use crate::real::{CUDA, CUDART, CUDNN, resolve};
 use crate::state::{config, log};
-use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest, wd};
+use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -552,189 +557,6 @@ fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -
     out
 }
 
-// ==================================================================== the database
-
-/// The benchmark database: JSON lines in MARMOSET_CACHE_DIR/mucudnn.jsonl, the first line a
-/// header. Appends take an exclusive lock and write one line at once; reads take a shared lock.
-/// A file that is not ours is reported and left alone; a corrupt line is reported and skipped.
-mod db {
-    use super::*;
-    use std::io::{Read, Seek, Write};
-    use std::os::unix::io::AsRawFd;
-
-    const HEADER: &str = r#"{"marmoset_cache":1,"kind":"mucudnn"}"#;
-
-    pub fn path() -> Option<std::path::PathBuf> {
-        let dir = match &config().cache_dir {
-            Some(d) => std::path::PathBuf::from(d),
-            None => match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-                Some(x) => std::path::PathBuf::from(x).join("marmoset"),
-                None => std::path::PathBuf::from(std::env::var_os("HOME")?).join(".cache/marmoset"),
-            },
-        };
-        Some(dir.join("mucudnn.jsonl"))
-    }
-
-    struct Lock<'a>(&'a std::fs::File);
-    impl<'a> Lock<'a> {
-        fn new(f: &'a std::fs::File, exclusive: bool) -> Lock<'a> {
-            // SAFETY: flock on an open file descriptor; released in Drop.
-            unsafe {
-                libc::flock(
-                    f.as_raw_fd(),
-                    if exclusive {
-                        libc::LOCK_EX
-                    } else {
-                        libc::LOCK_SH
-                    },
-                )
-            };
-            Lock(f)
-        }
-    }
-    impl Drop for Lock<'_> {
-        fn drop(&mut self) {
-            // SAFETY: unlocking the descriptor locked in new().
-            unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
-        }
-    }
-
-    /// Every entry of the database (first one wins), or nothing when it is absent or not ours.
-    pub fn load() -> HashMap<String, Vec<Micro>> {
-        let mut out = HashMap::new();
-        let Some(p) = path() else { return out };
-        let Ok(f) = std::fs::File::open(&p) else {
-            return out;
-        };
-        let mut text = String::new();
-        {
-            let _l = Lock::new(&f, false);
-            if (&f).read_to_string(&mut text).is_err() {
-                log(
-                    Level::Warn,
-                    &format!(
-                        "{}: not readable as text; ignoring the benchmark cache",
-                        p.display()
-                    ),
-                );
-                return out;
-            }
-        }
-        let mut lines = text.lines();
-        match lines.next() {
-            None => return out,
-            Some(h) if h.trim() == HEADER => {}
-            Some(_) => {
-                log(
-                    Level::Warn,
-                    &format!(
-                        "{}: not a Marmoset benchmark cache; ignoring it",
-                        p.display()
-                    ),
-                );
-                return out;
-            }
-        }
-        let mut corrupt = 0;
-        for line in lines.filter(|l| !l.trim().is_empty()) {
-            match parse(line) {
-                Some((k, v)) => {
-                    out.entry(k).or_insert(v);
-                }
-                None => corrupt += 1,
-            }
-        }
-        if corrupt > 0 {
-            log(
-                Level::Warn,
-                &format!("{}: ignoring {corrupt} corrupt line(s)", p.display()),
-            );
-        }
-        out
-    }
-
-    fn parse(line: &str) -> Option<(String, Vec<Micro>)> {
-        let v: serde_json::Value = serde_json::from_str(line).ok()?;
-        let key = v.get("key")?.as_str()?.to_string();
-        let mut micro = Vec::new();
-        for m in v.get("micro")?.as_array()? {
-            let a = m.as_array()?;
-            micro.push(Micro {
-                batch: a.first()?.as_u64()?,
-                algo: a.get(1)?.as_i64()? as i32,
-                time_ms: a.get(2)?.as_f64()?,
-                workspace: a.get(3)?.as_u64()?,
-            });
-        }
-        Some((key, micro))
-    }
-
-    /// Says once per process that the database cannot be written (measurements stay in memory).
-    fn cannot_write(p: &std::path::Path, e: &std::io::Error) {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            log(
-                Level::Warn,
-                &format!(
-                    "cannot write the benchmark cache {} ({e}); measurements are kept for this process only (MARMOSET_CACHE_DIR)",
-                    p.display()
-                ),
-            )
-        });
-    }
-
-    /// Appends an entry (creating the file with its header when needed).
-    pub fn append(key: &str, micro: &[Micro]) {
-        let Some(p) = path() else { return };
-        if let Some(dir) = p.parent()
-            && let Err(e) = std::fs::create_dir_all(dir)
-        {
-            return cannot_write(&p, &e);
-        }
-        let f = match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&p)
-        {
-            Ok(f) => f,
-            Err(e) => return cannot_write(&p, &e),
-        };
-        let _l = Lock::new(&f, true);
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut line = String::new();
-        if len > 0 {
-            // Never write into a file that is not ours.
-            let mut first = vec![0u8; HEADER.len()];
-            if (&f).read_exact(&mut first).is_err() || first != HEADER.as_bytes() {
-                return;
-            }
-            // A last line cut short (a writer killed mid-line) stays one corrupt line, apart
-            // from ours.
-            let mut last = [0u8];
-            if (&f).seek(std::io::SeekFrom::Start(len - 1)).is_ok()
-                && (&f).read_exact(&mut last).is_ok()
-                && last[0] != b'\n'
-            {
-                line.push('\n');
-            }
-        }
-        let entry = serde_json::json!({
-            "key": key,
-            "micro": micro.iter().map(|m| serde_json::json!([m.batch, m.algo, m.time_ms, m.workspace])).collect::<Vec<_>>(),
-        });
-        if len == 0 {
-            line.push_str(HEADER);
-            line.push('\n');
-        }
-        line.push_str(&entry.to_string());
-        line.push('\n');
-        if let Err(e) = (&f).write_all(line.as_bytes()) {
-            cannot_write(&p, &e);
-        }
-    }
-}
-
 // ==================================================================== plans
 
 /// What Marmoset knows of one convolution kernel.
@@ -747,14 +569,24 @@ pub struct KernelPlan {
     pub front: Vec<Configuration>,
 }
 
+/// A kernel of WD's knapsack: a legacy convolution (its signature) or a backend graph (its
+/// database key: operations, tensors, the caller's engine and knob choices).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    Conv(Box<Sig>),
+    Graph(String),
+}
+
 struct State {
     plans: HashMap<Sig, Arc<KernelPlan>>,
     db: Option<HashMap<String, Vec<Micro>>>,
+    /// WD: the desirable sets of backend graphs, by database key.
+    graphs: HashMap<String, Vec<Configuration>>,
     /// WD: kernels in registration order, the set the current assignment was solved for, the
     /// assignment (configuration, offset into the pool) and the pool.
-    registered: Vec<Sig>,
+    registered: Vec<Kernel>,
     solved: usize,
-    assignment: HashMap<Sig, (Configuration, u64)>,
+    assignment: HashMap<Kernel, (Configuration, u64)>,
     pool: usize,
     pool_size: u64,
 }
@@ -766,6 +598,7 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
     let s = g.get_or_insert_with(|| State {
         plans: HashMap::new(),
         db: None,
+        graphs: HashMap::new(),
         registered: Vec::new(),
         solved: 0,
         assignment: HashMap::new(),
@@ -777,7 +610,7 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
 
 /// The configuration the test facility asks for: micro-batches of `b` (the last smaller), each
 /// with its fastest measured algorithm.
-fn forced(n: u64, b: u64, micro: &[Micro]) -> Option<Configuration> {
+pub(crate) fn forced(n: u64, b: u64, micro: &[Micro]) -> Option<Configuration> {
     let mut parts = Vec::new();
     let (mut time, mut ws) = (0.0, 0);
     let mut left = n;
@@ -912,131 +745,6 @@ fn describe(c: &Configuration) -> String {
     )
 }
 
-fn wd_mode() -> bool {
-    config().workspace_total.is_some()
-}
-
-/// WD: registers a kernel; the assignment is (re)solved at the next convolution.
-fn register(sig: &Sig) {
-    with_state(|s| {
-        if !s.registered.contains(sig) {
-            s.registered.push(sig.clone());
-        }
-    });
-}
-
-/// WD: the configuration and workspace segment of a kernel, solving the knapsack when the
-/// registered set changed. The shared workspace is allocated once: the total asked for, or the
-/// largest part of it the device can give.
-fn wd_assignment(sig: &Sig) -> Option<(Configuration, usize)> {
-    register(sig);
-    let total = config().workspace_total?;
-    let (need_solve, plans, pool, pool_size) = with_state(|s| {
-        let need = s.solved != s.registered.len();
-        let plans: Vec<Option<Arc<KernelPlan>>> = s
-            .registered
-            .iter()
-            .map(|k| s.plans.get(k).cloned())
-            .collect();
-        (need, plans, s.pool, s.pool_size)
-    })?;
-    if need_solve {
-        let (pool, pool_size) = if pool != 0 {
-            (pool, pool_size)
-        } else {
-            let mut size = total;
-            let mut p = None;
-            while p.is_none() && size >= 1 << 20 {
-                p = dev_alloc(size as usize);
-                if p.is_none() {
-                    size /= 2;
-                }
-            }
-            if size < total {
-                log(
-                    Level::Warn,
-                    &format!(
-                        "WD: the device gives {size} B of the {total} B asked for the shared workspace"
-                    ),
-                );
-            }
-            (p.unwrap_or(0), if p.is_some() { size } else { 0 })
-        };
-        let plans: Vec<Arc<KernelPlan>> = plans
-            .into_iter()
-            .flatten()
-            .filter(|p| !p.front.is_empty())
-            .collect();
-        let options: Vec<Vec<(f64, u64)>> = plans
-            .iter()
-            .map(|p| {
-                p.front
-                    .iter()
-                    .map(|c| (c.time_ms, c.workspace.div_ceil(256) * 256))
-                    .collect()
-            })
-            .collect();
-        let solution = if pool != 0 {
-            wd(&options, pool_size, 200_000)
-        } else {
-            None
-        };
-        with_state(|s| {
-            s.pool = pool;
-            s.pool_size = pool_size;
-            s.solved = s.registered.len();
-            s.assignment.clear();
-            if let Some(sol) = &solution {
-                let mut offset = 0;
-                for (p, &j) in plans.iter().zip(&sol.choice) {
-                    let c = p.front[j].clone();
-                    let w = c.workspace.div_ceil(256) * 256;
-                    s.assignment.insert(p.sig.clone(), (c, offset));
-                    offset += w;
-                }
-            }
-        });
-        match solution {
-            Some(sol) => log(
-                Level::Info,
-                &format!(
-                    "WD: {} kernels share {pool_size} B: {:.4} ms of convolutions ({}, {} nodes)",
-                    plans.len(),
-                    sol.time_ms,
-                    if sol.exact {
-                        "optimal"
-                    } else {
-                        "node budget reached"
-                    },
-                    sol.nodes
-                ),
-            ),
-            None => log(
-                Level::Warn,
-                &format!(
-                    "WD: the kernels' smallest configurations do not fit {pool_size} B; they run without workspace"
-                ),
-            ),
-        }
-    }
-    with_state(|s| {
-        s.assignment
-            .get(sig)
-            .map(|(c, o)| (c.clone(), s.pool + *o as usize))
-    })
-    .flatten()
-}
-
-/// WD's fallback for a kernel without a share of the workspace: its configuration that needs
-/// none (the framework was told it needs none).
-fn without_workspace(plan: &KernelPlan) -> Option<Configuration> {
-    plan.front
-        .iter()
-        .filter(|c| c.workspace == 0)
-        .min_by(|a, b| a.time_ms.total_cmp(&b.time_ms))
-        .cloned()
-}
-
 // ==================================================================== the framework's view
 
 /// The convolution descriptors of a query, in (x, w, conv, y) roles, for the direction.
@@ -1060,7 +768,7 @@ fn managed(h: P, q: &Query) -> Option<(Arc<KernelPlan>, Configuration)> {
     let plan = plan(h, &sig, q.w, q.conv)?;
     let c = plan.wr.clone()?;
     if wd_mode() {
-        register(&sig);
+        register(Kernel::Conv(Box::new(sig)));
     }
     Some((plan, c))
 }
@@ -1126,12 +834,12 @@ type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P
 pub fn run(h: P, q: &Query, call: &Call, real: ConvFn) -> Option<c_int> {
     let (plan, wr) = managed(h, q)?;
     let (config_, ws, ws_size) = if wd_mode() {
-        match wd_assignment(&plan.sig) {
+        match wd_assignment(&Kernel::Conv(Box::new(plan.sig.clone()))) {
             Some((c, segment)) => {
                 let size = c.workspace as usize;
                 (c, segment as P, size)
             }
-            None => (without_workspace(&plan)?, std::ptr::null_mut(), 0),
+            None => (without_workspace(&plan.front)?, std::ptr::null_mut(), 0),
         }
     } else {
         if call.ws_size < wr.workspace as usize || (wr.workspace > 0 && call.ws.is_null()) {

@@ -7,7 +7,8 @@
  *
  * Usage: backend_check CASES SEED OUT. Writes every case's output tensor (float32, as the device
  * holds it) to OUT one after another, and prints one line per case: case=i dir=D n=N engine=E
- * elems=K. Run it undivided and under Marmoset's micro-batching: the files must agree. */
+ * workspace=W (what the plan told the program to provide) elems=K. Run it undivided and under
+ * Marmoset's micro-batching: the files must agree. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,8 +180,8 @@ int main(int argc, char **argv) {
     float *hr = malloc(rn * 4);
     CHECK(cudaMemcpy(hr, res, rn * 4, cudaMemcpyDeviceToHost));
     if (fwrite(hr, 4, rn, out) != rn) { perror("write"); return 1; }
-    printf("case=%d dir=%s n=%d groups=%d nhwc=%d beta=%g engine=%lld elems=%zu\n", c, names[dir], n, g, nhwc,
-           (double)beta, (long long)engine, rn);
+    printf("case=%d dir=%s n=%d groups=%d nhwc=%d beta=%g engine=%lld workspace=%lld elems=%zu\n", c, names[dir], n,
+           g, nhwc, (double)beta, (long long)engine, (long long)ws_size, rn);
     free(hr);
     CHECK(cudnnBackendDestroyDescriptor(pack)); CHECK(cudnnBackendDestroyDescriptor(plan));
     CHECK(cudaFree(x)); CHECK(cudaFree(w)); CHECK(cudaFree(y)); CHECK(cudaFree(bias));

@@ -1,10 +1,14 @@
 /* backend_layers: a network's convolution layers through the cuDNN backend (graph) API, as
  * PyTorch's default path runs them: per layer and direction, a graph of one convolution, INSTANT
- * heuristics then FALLBACK, and the first configuration whose plan's workspace fits the cap
- * (PyTorch's CUDNN_CONV_WSCAP_DBG); that plan is executed once to warm up, then timed with events.
+ * heuristics then FALLBACK, and the first configuration whose plan's workspace fits the cap (as
+ * a framework's cap does: TensorFlow's TF_CUDNN_WORKSPACE_LIMIT_IN_MB, PyTorch's
+ * CUDNN_CONV_WSCAP_DBG in builds that read it); that plan is executed once to warm up, then timed
+ * with events.
  *
- * Usage: backend_layers LAYERS.csv [WORKSPACE_CAP_MIB] [BATCH]
- * The CSV has the columns of data/conv-layers. Prints, per layer and direction:
+ * Usage: backend_layers LAYERS.csv [WORKSPACE_CAP_MIB] [BATCH] [PASSES]
+ * PASSES (default 1) runs the whole network that many times, printing the last: from the second
+ * on, every graph has been seen (a training step after the first). The CSV has the columns of
+ * data/conv-layers. Prints, per layer and direction:
  * "LAYER DIR ms=MS engine=E workspace=BYTES" and a "total_ms=" line. Times are the device's: on
  * the simulated GPU they are simulated, and the lines say so. */
 #include <stdint.h>
@@ -69,11 +73,13 @@ static cudnnBackendDescriptor_t plan_within(cudnnHandle_t h, cudnnBackendDescrip
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: backend_layers LAYERS.csv [WORKSPACE_CAP_MIB] [BATCH]\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: backend_layers LAYERS.csv [WORKSPACE_CAP_MIB] [BATCH] [PASSES]\n"); return 2; }
   FILE *f = fopen(argv[1], "r");
   if (!f) { perror(argv[1]); return 2; }
   int64_t cap = (int64_t)((argc > 2 ? atof(argv[2]) : 64.0) * 1048576);
   int batch = argc > 3 ? atoi(argv[3]) : 0;
+  int passes = argc > 4 ? atoi(argv[4]) : 1;
+  if (passes < 1) { fprintf(stderr, "PASSES must be at least 1\n"); return 2; }
   cudnnHandle_t h;
   CHECK(cudnnCreate(&h));
   cudaEvent_t e0, e1;
@@ -86,73 +92,78 @@ int main(int argc, char **argv) {
                         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA};
   char line[512];
   double total = 0;
-  while (fgets(line, sizeof line, f)) {
-    char name[64]; int W, H, C, N, K, kw, kh, pw, ph, sw, sh;
-    char *p = line;
-    if ((unsigned char)p[0] == 0xEF) p += 3;
-    if (sscanf(p, "%63[^,],%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", name, &W, &H, &C, &N, &K, &kw, &kh, &pw, &ph, &sw, &sh) != 12)
-      continue;
-    if (batch > 0) N = batch;
-    int64_t ho = (H + 2 * ph - kh) / sh + 1, wo = (W + 2 * pw - kw) / sw + 1;
-    int64_t xd[4] = {N, C, H, W}, wd[4] = {K, C, kh, kw}, yd[4] = {N, K, ho, wo};
-    void *x, *w, *y;
-    CHECK(cudaMalloc(&x, (size_t)(N * C * H * W) * 4)); CHECK(cudaMalloc(&w, (size_t)(K * C * kh * kw) * 4));
-    CHECK(cudaMalloc(&y, (size_t)(N * K * ho * wo) * 4));
-    for (int d = 0; d < 3; d++) {
-      cudnnBackendDescriptor_t cd = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-      int64_t sd = 2, pads[2] = {ph, pw}, sts[2] = {sh, sw}, dil[2] = {1, 1};
-      int mode = CUDNN_CROSS_CORRELATION, comp = CUDNN_DATA_FLOAT;
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, sts));
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
-      CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
-      CHECK(cudnnBackendFinalize(cd));
-      cudnnBackendDescriptor_t tx = tensor('x', xd), tw = tensor('w', wd), ty = tensor('y', yd), op = make(types[d]);
-      float alpha = 1.0f, beta = 0.0f;
-      CHECK(cudnnBackendSetAttribute(op, bases[d] + 3, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw));
-      CHECK(cudnnBackendSetAttribute(op, bases[d] + 4, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx));
-      CHECK(cudnnBackendSetAttribute(op, bases[d] + 5, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty));
-      CHECK(cudnnBackendSetAttribute(op, bases[d] + 2, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd));
-      CHECK(cudnnBackendSetAttribute(op, bases[d], CUDNN_TYPE_FLOAT, 1, &alpha));
-      CHECK(cudnnBackendSetAttribute(op, bases[d] + 1, CUDNN_TYPE_FLOAT, 1, &beta));
-      CHECK(cudnnBackendFinalize(op));
-      cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-      CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-      CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
-      CHECK(cudnnBackendFinalize(graph));
-      int64_t ws_size = 0, engine = -1;
-      cudnnBackendDescriptor_t plan = plan_within(h, graph, CUDNN_HEUR_MODE_INSTANT, cap, &ws_size, &engine);
-      if (!plan) plan = plan_within(h, graph, CUDNN_HEUR_MODE_FALLBACK, cap, &ws_size, &engine);
-      if (!plan) { printf("%s %s no engine fits\n", name, dirs[d]); continue; }
-      void *ws = NULL;
-      if (ws_size > 0) CHECK(cudaMalloc(&ws, (size_t)ws_size));
-      void *ptrs[3] = {x, w, y};
-      int64_t uids[3] = {'x', 'w', 'y'};
-      cudnnBackendDescriptor_t pack = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-      CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
-      CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));
-      CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
-      CHECK(cudnnBackendFinalize(pack));
-      CHECK(cudnnBackendExecute(h, plan, pack));
-      float ms = 0;
-      CHECK(cudaEventRecord(e0, NULL));
-      CHECK(cudnnBackendExecute(h, plan, pack));
-      CHECK(cudaEventRecord(e1, NULL));
-      CHECK(cudaEventSynchronize(e1));
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      total += ms;
-      printf("%s %s ms=%.4f engine=%lld workspace=%lld (simulated where the device is)\n", name, dirs[d], ms,
-             (long long)engine, (long long)ws_size);
-      if (ws) CHECK(cudaFree(ws));
-      CHECK(cudnnBackendDestroyDescriptor(pack)); CHECK(cudnnBackendDestroyDescriptor(plan));
-      CHECK(cudnnBackendDestroyDescriptor(graph)); CHECK(cudnnBackendDestroyDescriptor(op));
-      CHECK(cudnnBackendDestroyDescriptor(tx)); CHECK(cudnnBackendDestroyDescriptor(tw));
-      CHECK(cudnnBackendDestroyDescriptor(ty)); CHECK(cudnnBackendDestroyDescriptor(cd));
+  for (int pass = 0; pass < passes; pass++) {
+    int shown = pass == passes - 1;
+    rewind(f);
+    total = 0;
+    while (fgets(line, sizeof line, f)) {
+      char name[64]; int W, H, C, N, K, kw, kh, pw, ph, sw, sh;
+      char *p = line;
+      if ((unsigned char)p[0] == 0xEF) p += 3;
+      if (sscanf(p, "%63[^,],%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", name, &W, &H, &C, &N, &K, &kw, &kh, &pw, &ph, &sw, &sh) != 12)
+        continue;
+      if (batch > 0) N = batch;
+      int64_t ho = (H + 2 * ph - kh) / sh + 1, wo = (W + 2 * pw - kw) / sw + 1;
+      int64_t xd[4] = {N, C, H, W}, wd[4] = {K, C, kh, kw}, yd[4] = {N, K, ho, wo};
+      void *x, *w, *y;
+      CHECK(cudaMalloc(&x, (size_t)(N * C * H * W) * 4)); CHECK(cudaMalloc(&w, (size_t)(K * C * kh * kw) * 4));
+      CHECK(cudaMalloc(&y, (size_t)(N * K * ho * wo) * 4));
+      for (int d = 0; d < 3; d++) {
+        cudnnBackendDescriptor_t cd = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+        int64_t sd = 2, pads[2] = {ph, pw}, sts[2] = {sh, sw}, dil[2] = {1, 1};
+        int mode = CUDNN_CROSS_CORRELATION, comp = CUDNN_DATA_FLOAT;
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, sts));
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+        CHECK(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
+        CHECK(cudnnBackendFinalize(cd));
+        cudnnBackendDescriptor_t tx = tensor('x', xd), tw = tensor('w', wd), ty = tensor('y', yd), op = make(types[d]);
+        float alpha = 1.0f, beta = 0.0f;
+        CHECK(cudnnBackendSetAttribute(op, bases[d] + 3, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw));
+        CHECK(cudnnBackendSetAttribute(op, bases[d] + 4, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx));
+        CHECK(cudnnBackendSetAttribute(op, bases[d] + 5, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty));
+        CHECK(cudnnBackendSetAttribute(op, bases[d] + 2, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd));
+        CHECK(cudnnBackendSetAttribute(op, bases[d], CUDNN_TYPE_FLOAT, 1, &alpha));
+        CHECK(cudnnBackendSetAttribute(op, bases[d] + 1, CUDNN_TYPE_FLOAT, 1, &beta));
+        CHECK(cudnnBackendFinalize(op));
+        cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+        CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+        CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+        CHECK(cudnnBackendFinalize(graph));
+        int64_t ws_size = 0, engine = -1;
+        cudnnBackendDescriptor_t plan = plan_within(h, graph, CUDNN_HEUR_MODE_INSTANT, cap, &ws_size, &engine);
+        if (!plan) plan = plan_within(h, graph, CUDNN_HEUR_MODE_FALLBACK, cap, &ws_size, &engine);
+        if (!plan) { if (shown) printf("%s %s no engine fits\n", name, dirs[d]); continue; }
+        void *ws = NULL;
+        if (ws_size > 0) CHECK(cudaMalloc(&ws, (size_t)ws_size));
+        void *ptrs[3] = {x, w, y};
+        int64_t uids[3] = {'x', 'w', 'y'};
+        cudnnBackendDescriptor_t pack = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+        CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
+        CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));
+        CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
+        CHECK(cudnnBackendFinalize(pack));
+        CHECK(cudnnBackendExecute(h, plan, pack));
+        float ms = 0;
+        CHECK(cudaEventRecord(e0, NULL));
+        CHECK(cudnnBackendExecute(h, plan, pack));
+        CHECK(cudaEventRecord(e1, NULL));
+        CHECK(cudaEventSynchronize(e1));
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        total += ms;
+        if (shown) printf("%s %s ms=%.4f engine=%lld workspace=%lld (simulated where the device is)\n", name, dirs[d], ms,
+               (long long)engine, (long long)ws_size);
+        if (ws) CHECK(cudaFree(ws));
+        CHECK(cudnnBackendDestroyDescriptor(pack)); CHECK(cudnnBackendDestroyDescriptor(plan));
+        CHECK(cudnnBackendDestroyDescriptor(graph)); CHECK(cudnnBackendDestroyDescriptor(op));
+        CHECK(cudnnBackendDestroyDescriptor(tx)); CHECK(cudnnBackendDestroyDescriptor(tw));
+        CHECK(cudnnBackendDestroyDescriptor(ty)); CHECK(cudnnBackendDestroyDescriptor(cd));
+      }
+      CHECK(cudaFree(x)); CHECK(cudaFree(w)); CHECK(cudaFree(y));
     }
-    CHECK(cudaFree(x)); CHECK(cudaFree(w)); CHECK(cudaFree(y));
   }
   printf("total_ms=%.4f\n", total);
   return 0;

@@ -554,6 +554,7 @@ hooks! {
     [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;
     [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None,
         call = super::attempt(entry, || plan_workspace(d, name, ty, req, n, v))
+            .or_else(|| super::attempt(entry, || backend::heuristic_results(d as usize, name, ty, req, n, v)))
             .unwrap_or_else(|| unsafe { real(d, name, ty, req, n, v) });
     [""] fn cudnnBackendFinalize(d: P) => None,
         call = {

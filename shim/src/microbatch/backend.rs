@@ -7,23 +7,28 @@
 //! pointwise operations whose operands are per image or broadcast over the batch. Everything else
 //! passes through untouched.
 //!
-//! Execution: a candidate's `cudnnBackendExecute` runs as micro-batches, each through a plan
-//! Marmoset builds (the caller's graph with the batch dimension of its per-image tensors changed,
-//! the same engine and knob choices), with the variant pack's pointers offset by whole images, on
-//! the caller's handle (its stream), without synchronisation. Backward-filter accumulates: the
+//! Planning (plan.rs): at finalisation, every engine measured on micro-batch graphs Marmoset
+//! builds; WR's dynamic program picks the configuration and the plan's workspace-size query
+//! answers its workspace; under WD the graph's desirable set joins the knapsack of the legacy
+//! convolutions (wd.rs) and the query answers 0. Heuristic queries (heuristics.rs) put the engine
+//! Marmoset's configuration runs first at the front, so that the framework's choice is its plan.
+//!
+//! Execution (execute.rs): a candidate's `cudnnBackendExecute` runs as micro-batches, each
+//! through a plan Marmoset builds (the caller's graph with the batch dimension of its per-image
+//! tensors changed, the same engine and knob choices), with the variant pack's pointers offset by
+//! whole images, on the caller's handle (its stream), without synchronisation, in the caller's
+//! workspace (WR) or the graph's segment of the shared one (WD). Backward-filter accumulates: the
 //! caller's beta on the first micro-batch, 1 after. Any failure before the first write runs the
-//! caller's plan undivided.
+//! caller's plan undivided (under WD in the shared workspace, since the caller was told 0 bytes).
 
 use crate::config::Level;
-use crate::real::CUDNN;
 use crate::state::{config, log};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use super::{elem_bytes, slot};
-use plan::plan_wr;
+use super::elem_bytes;
+use plan::plan_graph;
 pub use plan::workspace_answer;
 use planner::microbatch::Configuration;
 
@@ -56,6 +61,8 @@ const TYPE_VOID_PTR: c_int = 6;
 const TYPE_BACKEND_DESCRIPTOR: c_int = 15;
 
 // cudnnBackendAttributeName_t
+const ENGINEHEUR_OPERATION_GRAPH: c_int = 201;
+const ENGINEHEUR_RESULTS: c_int = 202;
 const ENGINECFG_ENGINE: c_int = 300;
 const ENGINECFG_KNOB_CHOICES: c_int = 302;
 const PLAN_HANDLE: c_int = 400;
@@ -91,14 +98,22 @@ const CONV_OPS: [(c_int, c_int, super::Dir); 3] = [
 
 macro_rules! real {
     ($name:literal, ($($t:ty),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = slot(&SLOT, CUDNN, $name);
+        static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let p = crate::microbatch::slot(&SLOT, crate::real::CUDNN, $name);
         // SAFETY: the real function named $name has this signature.
-        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
+        (p != 0).then(|| unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> std::ffi::c_int>(p)
+        })
     }};
 }
 
+mod execute;
+mod heuristics;
 mod plan;
+
+pub use execute::execute;
+use execute::pack_at;
+pub use heuristics::heuristic_results;
 
 // ==================================================================== the real backend API
 
@@ -270,6 +285,17 @@ pub struct Graph {
     micro: Mutex<HashMap<MicroKey, (usize, i64)>>,
     /// WR's configuration, planned at finalisation (None: the test facility's, or undivided).
     config: Option<Configuration>,
+    /// WD: the desirable set this graph brought to the knapsack (empty under WR), and its key
+    /// there (the benchmark database's).
+    front: Vec<Configuration>,
+    key: String,
+}
+
+impl Graph {
+    /// Runs in WD's shared workspace (the framework was told 0 bytes).
+    fn wd(&self) -> bool {
+        !self.front.is_empty() && super::wd_mode()
+    }
 }
 
 fn scalar(d: usize, name: c_int) -> Option<Value> {
@@ -467,12 +493,7 @@ pub fn destroyed(d: usize) {
         s.remove(&d);
     }
     if let Some(Some(g)) = plans(|p| p.remove(&d)) {
-        let built: Vec<usize> = g
-            .micro
-            .lock()
-            .map(|m| m.values().map(|v| v.0).collect())
-            .unwrap_or_default();
-        built.into_iter().for_each(destroy);
+        g.release();
     }
 }
 
@@ -488,20 +509,15 @@ pub fn finalized(d: usize) {
     }
     match recognise(d) {
         Some(mut g) => {
-            if config().test_microbatch.is_none() {
-                if config().workspace_limit.is_none() {
-                    // WD (one workspace shared by every kernel) is not built for graphs yet: they
-                    // run as the framework planned them.
-                    static SAID: std::sync::Once = std::sync::Once::new();
-                    SAID.call_once(|| {
-                        log(
-                            Level::Info,
-                            "backend: WD does not plan cuDNN backend graphs yet; they run as the framework planned them",
-                        )
-                    });
-                    return;
+            if (config().test_microbatch.is_none() || super::wd_mode())
+                && let Some(p) = plan_graph(&g, "planned")
+            {
+                g.config = p.wr;
+                g.key = p.key;
+                if !p.front.is_empty() {
+                    super::register_graph(&g.key, p.front.clone());
+                    g.front = p.front;
                 }
-                g.config = plan_wr(&g);
             }
             log(
                 Level::Debug,
@@ -537,33 +553,14 @@ fn recognise(plan: usize) -> Option<Graph> {
                 )?,
             };
             let graph = child(engine, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH_DESCRIPTOR)?;
-            let g = (|| {
-                let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR)?;
-                if nops == 0 || nops > 8 {
-                    return None;
-                }
-                let (dir, r, ops, beta_attr) = layouts(nops)
-                    .iter()
-                    .find_map(|types| read_ops(graph, types))?;
-                Some(Graph {
-                    dir,
-                    n: r.n,
-                    ops,
-                    tensors: r.tensors,
-                    beta_attr,
-                    graph_handle: handle(graph, GRAPH_HANDLE),
-                    plan_handle: handle(plan, PLAN_HANDLE),
-                    engine: index,
-                    knobs: knobs.clone(),
-                    workspace: i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
-                    micro: Mutex::new(HashMap::new()),
-                    config: None,
-                })
-            })();
+            let g = from_graph(
+                graph,
+                index,
+                knobs,
+                handle(plan, PLAN_HANDLE),
+                i64_of(plan, PLAN_WORKSPACE_SIZE).unwrap_or(0),
+            );
             destroy(graph);
-            if g.is_none() {
-                knobs.into_iter().for_each(destroy);
-            }
             g
         })();
         destroy(engine);
@@ -571,6 +568,68 @@ fn recognise(plan: usize) -> Option<Graph> {
     })();
     destroy(cfg);
     result
+}
+
+/// A graph of a layout micro-batching keeps exact, with the engine and knob choices it is to run
+/// (the knobs are the graph's from here on, destroyed with it or here when it is not one).
+fn from_graph(
+    graph: usize,
+    engine: i64,
+    knobs: Vec<usize>,
+    plan_handle: Option<usize>,
+    workspace: i64,
+) -> Option<Graph> {
+    let g = (|| {
+        let nops = count(graph, GRAPH_OPS, TYPE_BACKEND_DESCRIPTOR)?;
+        if nops == 0 || nops > 8 {
+            return None;
+        }
+        let (dir, r, ops, beta_attr) = layouts(nops)
+            .iter()
+            .find_map(|types| read_ops(graph, types))?;
+        let graph_handle = handle(graph, GRAPH_HANDLE);
+        Some(Graph {
+            dir,
+            n: r.n,
+            ops,
+            tensors: r.tensors,
+            beta_attr,
+            graph_handle,
+            plan_handle: plan_handle.or(graph_handle),
+            engine,
+            knobs: knobs.clone(),
+            workspace,
+            micro: Mutex::new(HashMap::new()),
+            config: None,
+            front: Vec::new(),
+            key: String::new(),
+        })
+    })();
+    if g.is_none() {
+        knobs.into_iter().for_each(destroy);
+    }
+    g
+}
+
+impl Graph {
+    /// Destroys what Marmoset holds for the graph: its micro-batch plans, the descriptors read
+    /// back (convolution, pointwise) and the knob choices.
+    fn release(&self) {
+        let built: Vec<usize> = self
+            .micro
+            .lock()
+            .map(|mut m| m.drain().map(|(_, v)| v.0).collect())
+            .unwrap_or_default();
+        built.into_iter().for_each(destroy);
+        for op in &self.ops {
+            for (_, v) in &op.attrs {
+                if let Value::Desc(d) = v {
+                    destroy(*d);
+                }
+            }
+        }
+        self.knobs.iter().copied().for_each(destroy);
+    }
 }
 
 // ==================================================================== micro-batch plans
@@ -714,156 +773,6 @@ impl Graph {
         }
         Some(plan)
     }
-}
-
-// ==================================================================== execution
-
-/// The micro-batches of the configuration in force: (images, engine). The test facility's
-/// size with the caller's engine, else WR's configuration. None: the caller's plan as it is.
-fn parts(g: &Graph) -> Option<Vec<(i64, i64)>> {
-    let out: Vec<(i64, i64)> = match config().test_microbatch {
-        Some(b) => {
-            let b = b as i64;
-            let mut out = Vec::new();
-            let mut left = g.n;
-            while left > 0 {
-                out.push((b.min(left), g.engine));
-                left -= b.min(left);
-            }
-            out
-        }
-        None => g
-            .config
-            .as_ref()?
-            .parts
-            .iter()
-            .map(|&(b, e)| (b as i64, e as i64))
-            .collect(),
-    };
-    (out.len() > 1 || out.first().is_some_and(|p| p.1 != g.engine)).then_some(out)
-}
-
-/// A variant pack with the caller's pointers, those of per-image tensors offset by `start` images.
-fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64) -> Option<usize> {
-    let moved: Vec<i64> = ids
-        .iter()
-        .zip(ptrs)
-        .map(|(uid, &p)| match g.tensors.iter().find(|t| t.uid == *uid) {
-            Some(t) if t.batched && p != 0 => p + start * t.strides[0] * elem_bytes(t.dtype) as i64,
-            _ => p,
-        })
-        .collect();
-    let d = create(VARIANT_PACK_DESCRIPTOR)?;
-    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
-        && set(
-            d,
-            PACK_DATA_POINTERS,
-            TYPE_VOID_PTR,
-            moved.len(),
-            moved.as_ptr() as C,
-        )
-        .is_some()
-        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
-        && finalize(d).is_some();
-    if !ok {
-        destroy(d);
-        return None;
-    }
-    Some(d)
-}
-
-/// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
-/// undivided, as asked (nothing was written).
-pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
-    if !crate::state::active() || !config().microbatching() {
-        return None;
-    }
-    let g = plans(|p| p.get(&plan).cloned())??;
-    let sizes = parts(&g)?;
-    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
-    // The workspace the caller was told to provide.
-    let provided = g
-        .config
-        .as_ref()
-        .map_or(g.workspace, |c| c.workspace as i64);
-    // Every plan first: a failure here leaves the caller's plan to run undivided.
-    let mut steps = Vec::new();
-    for (i, &(b, engine)) in sizes.iter().enumerate() {
-        let accumulate = g.dir == super::Dir::BwdFilter && i > 0;
-        let (p, ws) = g.micro_plan(b, engine, accumulate)?;
-        if ws > provided {
-            log(
-                Level::Debug,
-                "backend: a micro-batch plan needs more workspace than the caller's; undivided",
-            );
-            return None;
-        }
-        steps.push((b, p));
-    }
-    let ids = i64s_n(pack, PACK_UNIQUE_IDS)?;
-    let (_, pb) = raw(pack, PACK_DATA_POINTERS, TYPE_VOID_PTR, ids.len(), 8)?;
-    let ptrs: Vec<i64> = pb
-        .chunks_exact(8)
-        .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-        .collect();
-    if ptrs.len() != ids.len() {
-        return None;
-    }
-    let ws = raw(pack, PACK_WORKSPACE, TYPE_VOID_PTR, 1, 8)
-        .and_then(|(n, b)| (n == 1).then(|| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
-        .unwrap_or(0);
-    let mut start = 0;
-    for (i, &(b, p)) in steps.iter().enumerate() {
-        let Some(vp) = pack_at(&g, &ids, &ptrs, ws, start) else {
-            if i == 0 {
-                return None;
-            }
-            return Some(4000); // CUDNN_STATUS_INTERNAL_ERROR: part of the output is written.
-        };
-        // SAFETY: the caller's handle; a plan and a variant pack Marmoset built, whose pointers
-        // lie within the caller's tensors (offset by whole images of the mini-batch).
-        let r = unsafe { exec(h, p as P, vp as P) };
-        destroy(vp);
-        if r != 0 {
-            if i == 0 {
-                log(
-                    Level::Warn,
-                    &format!("backend: a micro-batch failed ({r}); running the plan undivided"),
-                );
-                return None;
-            }
-            log(
-                Level::Error,
-                &format!("backend: micro-batch {i} failed ({r}) after earlier ones wrote"),
-            );
-            return Some(r);
-        }
-        start += b;
-    }
-    log(
-        Level::Info,
-        &format!(
-            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {})",
-            g.dir,
-            g.ops.len(),
-            g.n,
-            sizes.len(),
-            sizes,
-            g.engine
-        ),
-    );
-    Some(0)
-}
-
-/// An INT64 attribute of any length.
-fn i64s_n(d: usize, name: c_int) -> Option<Vec<i64>> {
-    let n = count(d, name, TYPE_INT64)?;
-    let (_, b) = raw(d, name, TYPE_INT64, n, 8)?;
-    Some(
-        b.chunks_exact(8)
-            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-    )
 }
 
 // ==================================================================== the trace's view

@@ -1,7 +1,9 @@
-//! WR for recognised backend graphs, at finalisation: every engine measured at each micro-batch
-//! size of the policy on plans Marmoset builds (scratch buffers, a scratch workspace of the
-//! limit, events on the handle's stream), kept in the benchmark database, then the dynamic
-//! program picks the configuration; the plan's workspace-size query answers its workspace.
+//! Planning of recognised backend graphs, at finalisation (and for heuristic queries): every
+//! engine measured at each micro-batch size of the policy on plans Marmoset builds (scratch
+//! buffers, a scratch workspace of the limit, events on the handle's stream), kept in the
+//! benchmark database; then WR's dynamic program picks the configuration and the plan's
+//! workspace-size query answers its workspace, or, under WD, the desirable set goes to the
+//! knapsack and the query answers 0.
 
 use super::super::{dev_alloc, dev_free, elem_bytes, slot};
 use super::{
@@ -10,9 +12,8 @@ use super::{
     plans, raw,
 };
 use crate::config::Level;
-use crate::real::CUDNN;
 use crate::state::{config, log};
-use planner::microbatch::{Configuration, Micro, fastest};
+use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::AtomicUsize;
@@ -26,10 +27,22 @@ macro_rules! rt {
     }};
 }
 
-/// The workspace-size query of a planned plan: its configuration's workspace (WR).
+/// The workspace-size query of a planned plan: its configuration's workspace (WR), or 0 (WD:
+/// the graph runs in Marmoset's shared workspace).
 pub fn workspace_answer(plan: usize) -> Option<i64> {
     let g = plans(|p| p.get(&plan).cloned())??;
+    if g.wd() {
+        return Some(0);
+    }
     Some(g.config.as_ref()?.workspace as i64)
+}
+
+/// What planning at finalisation found: WR's configuration (under WD: the fastest within the
+/// total), WD's desirable set (empty under WR) and the graph's database key.
+pub(super) struct Planned {
+    pub wr: Option<Configuration>,
+    pub front: Vec<Configuration>,
+    pub key: String,
 }
 
 /// The database key of a graph: its operations, tensors, the caller's engine and knob choices,
@@ -72,25 +85,41 @@ fn key(g: &Graph, limit: u64, sizes: &str) -> String {
             .iter()
             .map(|t| (t.uid, t.dtype, &t.dims, &t.strides, t.batched))
             .collect::<Vec<_>>(),
-        g.engine,
+        // The caller's engine shapes the measurements only through its knob choices.
+        if knobs.is_empty() { -1 } else { g.engine },
         knobs,
         super::super::device_name(),
         super::super::cudnn_version(),
     )
 }
 
-/// WR at finalisation: every engine measured at each micro-batch size of the policy (plans
+/// Planning at finalisation: every engine measured at each micro-batch size of the policy (plans
 /// Marmoset builds, scratch buffers, a scratch workspace within the limit), then the dynamic
-/// program picks the fastest configuration.
-pub(super) fn plan_wr(g: &Graph) -> Option<Configuration> {
+/// program picks the fastest configuration (WR), or the desirable set joins WD's knapsack.
+pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
     let cfg = config();
     let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
     let n = g.n as u64;
     if n > planner::microbatch::MAX_BATCH {
         return None;
     }
-    let sizes = cfg.batch_sizes.sizes(n);
-    let key = key(g, limit, cfg.batch_sizes.name());
+    let wd_mode = cfg.workspace_limit.is_none();
+    // The test facility (WD only: under WR it runs the caller's engine unmeasured) measures
+    // micro-batches of its size alone, so that every configuration WD can choose divides.
+    let (sizes, policy, sizes_policy) = match cfg.test_microbatch {
+        Some(b) => {
+            let mut v = vec![b.min(n), n % b.min(n)];
+            v.retain(|&x| x > 0);
+            v.dedup();
+            (v, format!("test{b}"), Sizes::All)
+        }
+        None => (
+            cfg.batch_sizes.sizes(n),
+            cfg.batch_sizes.name().to_string(),
+            cfg.batch_sizes,
+        ),
+    };
+    let key = key(g, limit, &policy);
     let cached = super::super::with_state(|s| {
         s.db.get_or_insert_with(super::super::db::load)
             .get(&key)
@@ -111,21 +140,38 @@ pub(super) fn plan_wr(g: &Graph) -> Option<Configuration> {
             m
         }
     };
-    let c = fastest(n, &micro, limit, cfg.batch_sizes)?;
+    let c = match cfg.test_microbatch {
+        Some(b) => super::super::forced(n, b, &micro)?,
+        None => fastest(n, &micro, limit, sizes_policy)?,
+    };
+    let front = if wd_mode {
+        desirable(n, &micro, limit, sizes_policy)
+    } else {
+        Vec::new()
+    };
     log(
         Level::Info,
         &format!(
-            "backend: planned a {:?} graph ({} operations, {} images): {:?} ({:.4} ms, {} B of workspace; {} micro-configurations)",
+            "backend: {what} a {:?} graph ({} operations, {} images): {:?} ({:.4} ms, {} B of workspace; {} micro-configurations{})",
             g.dir,
             g.ops.len(),
             n,
             c.parts,
             c.time_ms,
             c.workspace,
-            micro.len()
+            micro.len(),
+            if wd_mode {
+                format!("; WD: {} desirable", front.len())
+            } else {
+                String::new()
+            }
         ),
     );
-    Some(c)
+    Some(Planned {
+        wr: Some(c),
+        front,
+        key,
+    })
 }
 
 type EventFn = unsafe extern "C" fn(P) -> c_int;

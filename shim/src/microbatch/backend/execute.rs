@@ -1,0 +1,231 @@
+//! Execution of a planned graph: its micro-batches through plans Marmoset builds, the variant
+//! pack's pointers offset by whole images, on the caller's handle; in the caller's workspace (WR)
+//! or in the graph's segment of WD's shared one.
+
+use super::{
+    C, Graph, P, PACK_DATA_POINTERS, PACK_UNIQUE_IDS, PACK_WORKSPACE, TYPE_INT64, TYPE_VOID_PTR,
+    VARIANT_PACK_DESCRIPTOR, count, create, destroy, finalize, plans, raw, set,
+};
+use crate::config::Level;
+use crate::state::{config, log};
+use std::ffi::c_int;
+
+use super::super::elem_bytes;
+
+/// The micro-batches of the configuration in force: (images, engine). The test facility's
+/// size with the caller's engine, else WR's configuration. None: the caller's plan as it is.
+fn parts(g: &Graph) -> Option<Vec<(i64, i64)>> {
+    let out: Vec<(i64, i64)> = match config().test_microbatch {
+        Some(b) => {
+            let b = b as i64;
+            let mut out = Vec::new();
+            let mut left = g.n;
+            while left > 0 {
+                out.push((b.min(left), g.engine));
+                left -= b.min(left);
+            }
+            out
+        }
+        None => g
+            .config
+            .as_ref()?
+            .parts
+            .iter()
+            .map(|&(b, e)| (b as i64, e as i64))
+            .collect(),
+    };
+    (out.len() > 1 || out.first().is_some_and(|p| p.1 != g.engine)).then_some(out)
+}
+
+/// A variant pack with the caller's pointers, those of per-image tensors offset by `start` images.
+pub(super) fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64) -> Option<usize> {
+    let moved: Vec<i64> = ids
+        .iter()
+        .zip(ptrs)
+        .map(|(uid, &p)| match g.tensors.iter().find(|t| t.uid == *uid) {
+            Some(t) if t.batched && p != 0 => p + start * t.strides[0] * elem_bytes(t.dtype) as i64,
+            _ => p,
+        })
+        .collect();
+    let d = create(VARIANT_PACK_DESCRIPTOR)?;
+    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
+        && set(
+            d,
+            PACK_DATA_POINTERS,
+            TYPE_VOID_PTR,
+            moved.len(),
+            moved.as_ptr() as C,
+        )
+        .is_some()
+        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
+        && finalize(d).is_some();
+    if !ok {
+        destroy(d);
+        return None;
+    }
+    Some(d)
+}
+
+/// The caller's variant pack: (unique ids, data pointers, workspace).
+fn read_pack(pack: usize) -> Option<(Vec<i64>, Vec<i64>, i64)> {
+    let ids = i64s_n(pack, PACK_UNIQUE_IDS)?;
+    let (_, pb) = raw(pack, PACK_DATA_POINTERS, TYPE_VOID_PTR, ids.len(), 8)?;
+    let ptrs: Vec<i64> = pb
+        .chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    if ptrs.len() != ids.len() {
+        return None;
+    }
+    let ws = raw(pack, PACK_WORKSPACE, TYPE_VOID_PTR, 1, 8)
+        .and_then(|(n, b)| (n == 1).then(|| i64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
+        .unwrap_or(0);
+    Some((ids, ptrs, ws))
+}
+
+/// The micro-batches to run and the workspace they run in: (parts, workspace address, bytes).
+type Schedule = (Vec<(i64, i64)>, Option<i64>, i64);
+
+/// WD: the graph's share of the knapsack (its segment of the shared workspace), or, without a
+/// share, its configuration that needs no workspace.
+fn wd_schedule(g: &Graph) -> Option<Schedule> {
+    let (c, at) = match super::super::wd_assignment(&super::super::Kernel::Graph(g.key.clone())) {
+        Some((c, segment)) => (c, segment as i64),
+        None => (super::super::without_workspace(&g.front)?, 0),
+    };
+    let parts = c.parts.iter().map(|&(b, e)| (b as i64, e as i64)).collect();
+    Some((parts, Some(at), c.workspace as i64))
+}
+
+/// The caller's plan undivided when micro-batching cannot run. Under WD the caller was told its
+/// plan needs no workspace: it runs in the shared one when its own need fits there. None: run
+/// the caller's call exactly as asked.
+fn undivided(g: &Graph, h: P, plan: usize, pack: usize) -> Option<c_int> {
+    if !g.wd() || g.workspace <= 0 {
+        return None;
+    }
+    let (pool, size) = super::super::wd_pool();
+    let (ids, ptrs, _) = read_pack(pack)?;
+    if pool == 0 || (size as i64) < g.workspace {
+        log(
+            Level::Error,
+            "backend: WD's shared workspace cannot hold the caller's plan; it runs as asked",
+        );
+        return None;
+    }
+    let vp = pack_at(g, &ids, &ptrs, pool as i64, 0)?;
+    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    // SAFETY: the caller's handle, plan and pointers; the workspace is Marmoset's shared one,
+    // at least as large as the plan's.
+    let r = unsafe { exec(h, plan as P, vp as P) };
+    destroy(vp);
+    Some(r)
+}
+
+/// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
+/// undivided, as asked (nothing was written).
+pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
+    if !crate::state::active() || !config().microbatching() {
+        return None;
+    }
+    let g = plans(|p| p.get(&plan).cloned())??;
+    let schedule = if g.wd() {
+        wd_schedule(&g)
+    } else {
+        // The workspace the caller was told to provide.
+        parts(&g).map(|p| {
+            let provided = g
+                .config
+                .as_ref()
+                .map_or(g.workspace, |c| c.workspace as i64);
+            (p, None, provided)
+        })
+    };
+    let Some((sizes, ws_at, provided)) = schedule else {
+        return undivided(&g, h, plan, pack);
+    };
+    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    // Every plan first: a failure here leaves the caller's plan to run undivided.
+    let mut steps = Vec::new();
+    for (i, &(b, engine)) in sizes.iter().enumerate() {
+        let accumulate = g.dir == super::super::Dir::BwdFilter && i > 0;
+        // The whole batch on the caller's engine (WD's choice can be that): the caller's plan.
+        let built = if b == g.n && engine == g.engine && !accumulate {
+            Some((plan, g.workspace))
+        } else {
+            g.micro_plan(b, engine, accumulate)
+        };
+        let Some((p, ws)) = built else {
+            return undivided(&g, h, plan, pack);
+        };
+        if ws > provided {
+            log(
+                Level::Debug,
+                "backend: a micro-batch plan needs more workspace than it was given; undivided",
+            );
+            return undivided(&g, h, plan, pack);
+        }
+        steps.push((b, p));
+    }
+    let Some((ids, ptrs, caller_ws)) = read_pack(pack) else {
+        return undivided(&g, h, plan, pack);
+    };
+    let ws = ws_at.unwrap_or(caller_ws);
+    let mut start = 0;
+    for (i, &(b, p)) in steps.iter().enumerate() {
+        let Some(vp) = pack_at(&g, &ids, &ptrs, ws, start) else {
+            if i == 0 {
+                return undivided(&g, h, plan, pack);
+            }
+            return Some(4000); // CUDNN_STATUS_INTERNAL_ERROR: part of the output is written.
+        };
+        // SAFETY: the caller's handle; a plan and a variant pack Marmoset built, whose pointers
+        // lie within the caller's tensors (offset by whole images of the mini-batch) and whose
+        // workspace is the caller's or WD's segment, as large as the plan needs.
+        let r = unsafe { exec(h, p as P, vp as P) };
+        destroy(vp);
+        if r != 0 {
+            if i == 0 {
+                log(
+                    Level::Warn,
+                    &format!("backend: a micro-batch failed ({r}); running the plan undivided"),
+                );
+                return undivided(&g, h, plan, pack);
+            }
+            log(
+                Level::Error,
+                &format!("backend: micro-batch {i} failed ({r}) after earlier ones wrote"),
+            );
+            return Some(r);
+        }
+        start += b;
+    }
+    log(
+        Level::Info,
+        &format!(
+            "backend: ran a {:?} graph ({} operations, {} images) as {} micro-batches ((images, engine): {:?}; the caller's engine {}{})",
+            g.dir,
+            g.ops.len(),
+            g.n,
+            sizes.len(),
+            sizes,
+            g.engine,
+            match ws_at {
+                Some(at) => format!("; WD: {provided} B at {at:#x}"),
+                None => String::new(),
+            }
+        ),
+    );
+    Some(0)
+}
+
+/// An INT64 attribute of any length.
+fn i64s_n(d: usize, name: c_int) -> Option<Vec<i64>> {
+    let n = count(d, name, TYPE_INT64)?;
+    let (_, b) = raw(d, name, TYPE_INT64, n, 8)?;
+    Some(
+        b.chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    )
+}
