@@ -440,6 +440,26 @@ pub fn steady(calls: &[Call], region: Region, cut: usize) -> Result<Steady, Dive
     }))
 }
 
+/// [`steady`] on `region` cut where `cut` says; when no pair of its iterations verifies, again
+/// from one period later, as long as two full iterations remain. The repetition's first
+/// iteration may name differently what the iteration before it made (a data loader's batch
+/// allocated one iteration ahead: the first iteration found reads one made before the
+/// repetition began, which is not yet named by its place in an iteration).
+pub fn steady_from(
+    calls: &[Call],
+    mut region: Region,
+    cut: impl Fn(Region) -> usize,
+) -> Result<Steady, Divergence> {
+    loop {
+        let got = steady(calls, region, cut(region));
+        match got {
+            Ok(st) => return Ok(st),
+            Err(d) if region.end - region.start < 3 * region.period => return Err(d),
+            Err(_) => region.start += region.period,
+        }
+    }
+}
+
 /// A tensor's [`TensorId`] in the iteration starting at `ws`; `k` counts the allocations of the
 /// iteration before its call offset (the same in every verified iteration).
 fn name(

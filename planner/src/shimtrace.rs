@@ -362,8 +362,10 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
     let tokens: Vec<u64> = s.calls.iter().map(|c| c.token).collect();
     let (live, allocated) = (s.live_bytes(), s.allocated_bytes());
     let iteration = match iteration::detect(&tokens) {
-        Some(region) => iteration::steady(&s.calls, region, choose_cut(&live, &allocated, region))
-            .map_err(|d| d.to_string()),
+        Some(region) => {
+            iteration::steady_from(&s.calls, region, |r| choose_cut(&live, &allocated, r))
+                .map_err(|d| d.to_string())
+        }
         None => Err(format!(
             "no repeating iteration in {} calls (two iterations or more are needed)",
             s.calls.len()

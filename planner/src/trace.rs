@@ -269,6 +269,10 @@ pub enum Event {
     /// Marmoset rebuilt a dropped tensor by replaying the call `api` that produced it (guided
     /// execution's recomputation), right before the call that needs it.
     Recompute { alloc: u64, api: String },
+    /// Guided execution's feedback: the prefetch of `alloc` arrived after the operation that
+    /// needed it was issued, so its in-trigger moves from call offset `from` to `to` (earlier)
+    /// for the iterations that follow.
+    Trigger { alloc: u64, from: u64, to: u64 },
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -309,6 +313,7 @@ impl Event {
             Event::Divergence { .. } => "divergence",
             Event::Drop { .. } => "drop",
             Event::Recompute { .. } => "recompute",
+            Event::Trigger { .. } => "trigger",
         }
     }
 

@@ -255,7 +255,11 @@ int main(int argc, char **argv) {
   CU(cudaMemcpyAsync(labels, hl, (size_t)n * 4, cudaMemcpyHostToDevice, st));
   float **a = calloc((size_t)nblocks + 1, sizeof *a), **h1 = calloc((size_t)nblocks + 1, sizeof *h1);
   const float lr = 0.05f, mu = 0.9f;
+  /* Each iteration's time on the device's clock, on stderr at the end with TRAINER_TIMES set. */
+  cudaEvent_t *marks = malloc((iters + 1) * sizeof *marks);
+  for (int i = 0; i <= iters; i++) cudaEventCreate(&marks[i]);
   for (int it = 0; it < iters; it++) {
+    cudaEventRecord(marks[it], st);
     /* forward: a[0] = relu_(stem(x)); a[b+1] = relu_(conv2(relu_(conv1(a[b]))) + a[b]) */
     a[0] = conv_fwd(&stem, x, act);
     relu_inplace(a[0], nact);
@@ -314,6 +318,19 @@ int main(int argc, char **argv) {
     tfree(loss);
     printf("iter %d loss %.9g\n", it, hloss);
   }
+  cudaEventRecord(marks[iters], st);
+  CU(cudaStreamSynchronize(st));
+  if (getenv("TRAINER_TIMES")) {
+    fprintf(stderr, "torchlike: iteration times (ms, device clock):");
+    for (int it = 0; it < iters; it++) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks[it], marks[it + 1]);
+      fprintf(stderr, " %.3f", ms);
+    }
+    fprintf(stderr, "\n");
+  }
+  for (int i = 0; i <= iters; i++) cudaEventDestroy(marks[i]);
+  free(marks);
   tfree(x); tfree(labels);
 
   /* FNV-1a over every weight and bias. */

@@ -14,6 +14,7 @@ use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Record};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -100,7 +101,8 @@ fn link(records: &[Record]) -> Link {
     Link { h2d: bw, d2h: bw }
 }
 
-/// Plans the iteration in the background (nothing when a planning is already running).
+/// Plans the iteration in the background. One planning at a time: an iteration found while
+/// another is planned waits for it (the newest such request only: it supersedes older ones).
 pub fn plan(found: Found, records: Vec<Record>) {
     let Some(policy) = config().policy.guided() else {
         return;
@@ -108,66 +110,29 @@ pub fn plan(found: Found, records: Vec<Record>) {
     let Some(budget) = crate::memory::budget() else {
         return;
     };
+    if let Ok(mut next) = NEXT.lock() {
+        *next = Some((found, records));
+    }
     if PLANNING.swap(true, Ordering::AcqRel) {
         return;
     }
     let spawned = std::thread::Builder::new()
         .name("marmoset-plan".into())
         .spawn(move || {
-            let t0 = Instant::now();
-            let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
-            let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
-            match got {
-                Ok(Ok((converted, plan, outcome))) => {
-                    let (swaps, recomputes) = plan.iter().fold((0, 0), |(s, r), (_, d)| match d {
-                        Decision::Swap { .. } => (s + 1, r),
-                        Decision::Recompute { .. } => (s, r + 1),
-                        Decision::Extend { .. } => (s, r),
-                    });
-                    crate::trace::emit(Event::Plan {
-                        policy: policy.into(),
-                        budget,
-                        start: found.start_seq,
-                        period: found.period as u64,
-                        ops: converted.trace.ops.len() as u64,
-                        swaps,
-                        recomputes,
-                        feasible: outcome.feasible,
-                        predicted_ms: outcome.makespan * 1e3,
-                        planning_ms,
-                    });
-                    log(
-                        Level::Info,
-                        &format!(
-                            "bridge: {policy} planned {} operations in {planning_ms:.1} ms: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
-                            converted.trace.ops.len(),
-                            outcome.makespan * 1e3,
-                            if outcome.feasible { "" } else { " (not feasible within the budget)" }
-                        ),
-                    );
-                    // The model's cut becomes the tracker's iteration boundary, so that the
-                    // plan's call offsets and tensor names are the tracker's.
-                    let aligned = converted.iteration.as_ref().is_ok_and(|st| {
-                        crate::runtime::tracker::realign(found.generation, st.start)
-                    });
-                    if !aligned {
-                        no_plan(policy, "the program diverged while it was planned".into(), planning_ms);
+            loop {
+                let job = NEXT.lock().ok().and_then(|mut n| n.take());
+                match job {
+                    Some((found, records)) => plan_one(policy, budget, found, records),
+                    None => {
                         PLANNING.store(false, Ordering::Release);
-                        return;
+                        // A request that came in meanwhile, with nobody left to take it.
+                        let more = NEXT.lock().is_ok_and(|n| n.is_some());
+                        if !more || PLANNING.swap(true, Ordering::AcqRel) {
+                            return;
+                        }
                     }
-                    let recipes = recipes(&converted, &plan, &records);
-                    crate::runtime::executor::offer(Ready {
-                        found,
-                        converted,
-                        plan,
-                        outcome,
-                        recipes,
-                    });
                 }
-                Ok(Err(why)) => no_plan(policy, why, planning_ms),
-                Err(_) => no_plan(policy, "the planner panicked".into(), planning_ms),
             }
-            PLANNING.store(false, Ordering::Release);
         });
     if spawned.is_err() {
         PLANNING.store(false, Ordering::Release);
@@ -175,6 +140,79 @@ pub fn plan(found: Found, records: Vec<Record>) {
             Level::Warn,
             "bridge: cannot start the planning thread; execution stays passive",
         );
+    }
+}
+
+/// Requests waiting for the planning thread.
+type Job = (Found, Vec<Record>);
+static NEXT: Mutex<Option<Job>> = Mutex::new(None);
+
+/// Plans one verified iteration and offers the plan to the executor.
+fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record>) {
+    let t0 = Instant::now();
+    // Durations come in as their events complete: the calls still running when the
+    // iteration was found have theirs now (no waiting: the program's clock is not ours).
+    crate::timing::drain(false);
+    let records = crate::runtime::tracker::records(found.generation).unwrap_or(records);
+    let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
+    let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
+    match got {
+        Ok(Ok((converted, plan, outcome))) => {
+            let (swaps, recomputes) = plan.iter().fold((0, 0), |(s, r), (_, d)| match d {
+                Decision::Swap { .. } => (s + 1, r),
+                Decision::Recompute { .. } => (s, r + 1),
+                Decision::Extend { .. } => (s, r),
+            });
+            crate::trace::emit(Event::Plan {
+                policy: policy.into(),
+                budget,
+                start: found.start_seq,
+                period: found.period as u64,
+                ops: converted.trace.ops.len() as u64,
+                swaps,
+                recomputes,
+                feasible: outcome.feasible,
+                predicted_ms: outcome.makespan * 1e3,
+                planning_ms,
+            });
+            log(
+                Level::Info,
+                &format!(
+                    "bridge: {policy} planned {} operations in {planning_ms:.1} ms: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
+                    converted.trace.ops.len(),
+                    outcome.makespan * 1e3,
+                    if outcome.feasible {
+                        ""
+                    } else {
+                        " (not feasible within the budget)"
+                    }
+                ),
+            );
+            // The model's cut becomes the tracker's iteration boundary, so that the
+            // plan's call offsets and tensor names are the tracker's.
+            let aligned = converted
+                .iteration
+                .as_ref()
+                .is_ok_and(|st| crate::runtime::tracker::realign(found.generation, st.start));
+            if !aligned {
+                no_plan(
+                    policy,
+                    "the program diverged while it was planned".into(),
+                    planning_ms,
+                );
+                return;
+            }
+            let recipes = recipes(&converted, &plan, &records);
+            crate::runtime::executor::offer(Ready {
+                found,
+                converted,
+                plan,
+                outcome,
+                recipes,
+            });
+        }
+        Ok(Err(why)) => no_plan(policy, why, planning_ms),
+        Err(_) => no_plan(policy, "the planner panicked".into(), planning_ms),
     }
 }
 

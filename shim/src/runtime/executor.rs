@@ -270,6 +270,62 @@ fn recompute(i: usize, stream: u64, depth: usize) {
     }
 }
 
+/// Capuchin's feedback: a prefetch that arrived late starts one call earlier from the next
+/// iteration on (never at or before its eviction).
+fn feedback() {
+    let late = crate::memory::take_late();
+    if late.is_empty() {
+        return;
+    }
+    // Names are resolved without the executor's lock (the tracker takes its own lock first).
+    let planned: Vec<(usize, TensorId)> = {
+        let Ok(e) = EXECUTOR.lock() else { return };
+        let Some(s) = &e.active else { return };
+        s.prefetch
+            .iter()
+            .flat_map(|(&o, names)| names.iter().map(move |&n| (o, n)))
+            .collect()
+    };
+    for id in late {
+        let Some(&(from, name)) = planned
+            .iter()
+            .find(|(_, n)| crate::runtime::tracker::resolve(*n) == Some(id))
+        else {
+            continue;
+        };
+        let moved = {
+            let Ok(mut e) = EXECUTOR.lock() else { return };
+            let Some(s) = e.active.as_mut() else { return };
+            let evicted_at = s
+                .evict
+                .iter()
+                .filter(|(o, names)| **o < from && names.contains(&name))
+                .map(|(&o, _)| o)
+                .max();
+            let to = from
+                .checked_sub(1)
+                .filter(|&t| evicted_at.is_none_or(|a| t > a));
+            match to {
+                Some(to) => {
+                    if let Some(v) = s.prefetch.get_mut(&from) {
+                        v.retain(|&n| n != name);
+                    }
+                    s.prefetch.entry(to).or_default().push(name);
+                    Some(to)
+                }
+                None => None,
+            }
+        };
+        if let Some(to) = moved {
+            crate::trace::emit(planner::trace::Event::Trigger {
+                alloc: id,
+                from: from as u64,
+                to: to as u64,
+            });
+        }
+    }
+}
+
 /// MARMOSET_VERIFY: the recomputed bytes must be those the tensor held when it was dropped;
 /// when they are not, those bytes are written back and the tensor is never recomputed again
 /// under this plan (kept instead).
@@ -308,6 +364,7 @@ pub fn after_call() {
     let Some(offset) = crate::runtime::tracker::last_offset() else {
         return;
     };
+    feedback();
     for name in step(offset, Kind::Evict) {
         if let Some(id) = crate::runtime::tracker::resolve(name) {
             crate::memory::evict_planned(id);

@@ -225,8 +225,7 @@ impl Tracker {
         if region.end != tokens.len() {
             return After::Nothing;
         }
-        let cuts = region.cuts();
-        let Ok(st) = iteration::steady(&calls, region, cuts.start) else {
+        let Ok(st) = iteration::steady_from(&calls, region, |r| r.cuts().start) else {
             return After::Nothing;
         };
         // Records arrive nearly in `seq` order (a free takes its number before it is forwarded);
@@ -352,6 +351,20 @@ impl Tracker {
             }
         }
     }
+}
+
+/// The records of detection `generation` so far, in call order (None: the tracker moved on).
+/// The bridge takes them again once the durations of the calls that were still running when
+/// the iteration was found have come in.
+pub fn records(generation: u64) -> Option<Vec<Record>> {
+    let g = TRACKER.lock().ok()?;
+    let t = g.as_ref()?;
+    if t.generation != generation {
+        return None;
+    }
+    let mut r = t.records.clone();
+    r.sort_by_key(|r| r.seq);
+    Some(r)
 }
 
 /// The offset within the iteration of the next call (None: no iteration is being followed).

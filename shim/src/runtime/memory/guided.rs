@@ -207,3 +207,17 @@ pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
     }
     false
 }
+
+/// The allocations whose prefetch arrived late since the last call (guided execution's feedback).
+pub fn take_late() -> Vec<u64> {
+    if !active() {
+        return Vec::new();
+    }
+    with(|m| {
+        std::mem::take(&mut m.late)
+            .into_iter()
+            .map(alloc_of)
+            .collect()
+    })
+    .unwrap_or_default()
+}

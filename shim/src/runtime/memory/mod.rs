@@ -30,7 +30,9 @@
 mod driver;
 mod guided;
 
-pub use guided::{evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, snapshot};
+pub use guided::{
+    evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, snapshot, take_late,
+};
 
 use crate::config::Level;
 use crate::state::{config, log};
@@ -105,6 +107,9 @@ struct Manager {
     releases: Vec<Pending>,
     releasing: u64,
     restores: u64,
+    /// Prefetched tensors whose copy in had not arrived when an operation needed them (guided
+    /// execution's feedback: their in-trigger moves earlier).
+    late: Vec<u64>,
 }
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
@@ -175,6 +180,7 @@ impl Manager {
             releases: Vec::new(),
             releasing: 0,
             restores: 0,
+            late: Vec::new(),
         })
     }
 
@@ -701,9 +707,15 @@ impl Manager {
             };
             if let Some(e) = t.arrival.take() {
                 // Prefetched: the operation's stream waits for the copy in, by event.
+                if !done(e) {
+                    self.late.push(va);
+                }
                 let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
                 destroy_event(e);
             }
+            let Some(t) = self.tensors.get(&va) else {
+                continue;
+            };
             let (size, mapped) = (t.size, t.mapped);
             let buf = match t.place {
                 Place::Resident(_) => continue,
