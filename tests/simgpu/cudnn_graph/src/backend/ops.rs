@@ -142,7 +142,10 @@ pub fn conv_op(op: &Desc) -> Result<ConvOp, Status> {
         call: ConvCall {
             geom,
             flip: conv.mode == 0,
-            tensor_op: false,
+            // TF32 tensor cores for FP32 data where the device has them: torch allows TF32 in
+            // cuDNN by default (torch.backends.cudnn.allow_tf32) and cuDNN 8+ picks tensor-core
+            // engines on Ampere and later (cuDNN Developer Guide, "Tensor Core Operations").
+            tensor_op: true,
             x,
             w,
             y,
