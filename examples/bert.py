@@ -1,8 +1,8 @@
 """A BERT encoder (Devlin et al., 2019: post-LayerNorm, GELU; base: 12 layers, hidden 768, 12
-heads, feed-forward 3072; large: 24, 1024, 16, 4096) trained on random tokens, in plain PyTorch
-modules: pre-training with the masked-language-model loss (default, sequence 512), or SQuAD-style
-fine-tuning (--task squad: a start/end span head, as NVIDIA's and Lambda's BERT benchmarks run it
-at sequence 384).
+heads, feed-forward 3072; large: 24, 1024, 16, 4096; tiny, Turc et al., 2019: 2, 128, 2, 512)
+trained on random tokens, in plain PyTorch modules: pre-training with the masked-language-model
+loss (default, sequence 512), or SQuAD-style fine-tuning (--task squad: a start/end span head, as
+NVIDIA's and Lambda's BERT benchmarks run it, at sequence 384).
 
     marmoset run --sim -- .venv/bin/python examples/bert.py --steps 3
 """
@@ -12,7 +12,7 @@ from torch import nn
 from common import parser, train
 
 VOCAB = 30522
-SIZES = {"base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}
+SIZES = {"base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096), "tiny": (2, 128, 2, 512)}
 
 
 class Bert(nn.Module):
