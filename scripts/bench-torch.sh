@@ -22,14 +22,26 @@ PY=.venv/bin/python
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# makespan PROFILE STEPS SCRIPT ARGS... -> seconds (simulated), or nothing when the run failed
+# makespan PROFILE STEPS SCRIPT ARGS... -> seconds (simulated), or nothing when the run failed.
+# The known abort at exit after a complete run ("terminate called without an active exception",
+# not reproduced since; see README) is run once more, loudly, as the e2e tests do.
 makespan() {
+    once "$@" && return
+    if grep -q "terminate called without an active exception" "$tmp/out"; then
+        echo "*** the known abort at exit ($3 on $1): running it once more ***" >&2
+        once "$@" || true
+    fi
+}
+
+once() {
     local prof=$1 steps=$2 script=$3 rep="$tmp/r.json"
     shift 3
     rm -f "$rep"
     if SIMGPU_MODE=shape SIMGPU_REPORT="$rep" "$M" run --sim="$prof" --no-shim -- \
         "$PY" "examples/$script" --steps "$steps" "$@" >"$tmp/out" 2>&1 && [ -f "$rep" ]; then
         python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["virtual_time_s"])' "$rep"
+    else
+        return 1
     fi
 }
 
