@@ -170,11 +170,14 @@ pub fn ok(o: &Output) {
     );
 }
 
-/// Runs a PyTorch example (through `marmoset run`). A defect not yet found: now and then, on a
-/// loaded machine, the process aborts *after* its last line, "terminate called without an active
-/// exception" (a C++ `std::terminate` during exit; seen with and without Marmoset's memory
-/// policy, about once in ten loaded runs, never reproduced alone). Such a run is reported loudly
-/// and run once more; any other failure, or the same one twice, stands.
+/// Runs a PyTorch example (through `marmoset run`). A defect not found: before 04:45 on
+/// 2026-11-24, now and then, on a loaded machine, the process aborted *after* its last line,
+/// "terminate called without an active exception" (a C++ `std::terminate` during exit, seen with
+/// and without Marmoset's memory policy, about once in ten loaded runs). Not reproduced since in
+/// about 250 runs at a load of 7 to 11 on 2 cores (small CNN, ResNet-50, BERT; with and without
+/// the shim, lru, trace; these tests four times over), with a SIGABRT handler ready to print the
+/// aborting thread's stack. Such a run is reported loudly and run once more; any other failure,
+/// or the same one twice, stands.
 pub fn torch_output(c: &mut Command) -> Output {
     let o = c.output().expect("run marmoset");
     let aborted_at_exit = o.status.code() == Some(134)
