@@ -26,8 +26,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # makespan PROFILE STEPS SCRIPT ARGS... -> seconds (simulated), or nothing when the run failed.
-# The known abort at exit after a complete run ("terminate called without an active exception",
-# not reproduced since; see README) is run once more, loudly, as the e2e tests do.
+# The rare abort at exit after a complete run ("terminate called without an active exception":
+# torch's autograd thread meeting CPython's finalization, see scripts/torch-exit-race.py) is run
+# once more, loudly, as the e2e tests do.
 makespan() {
     once "$@" && return
     if grep -q "terminate called without an active exception" "$tmp/out"; then
