@@ -189,7 +189,7 @@ pub fn torch_output(c: &mut Command) -> Output {
         return o;
     }
     eprintln!(
-        "*** the known abort at exit after a complete run (std::terminate; not yet found): running it once more ***"
+        "*** the known abort at exit after a complete run (torch's autograd thread meets interpreter finalization; scripts/torch-exit-race.py): running it once more ***"
     );
     c.output().expect("run marmoset")
 }
