@@ -20,7 +20,8 @@
 #     gdb -q -batch -x scripts/torch-exit-race.py --args .venv/bin/python examples/small_cnn.py --steps 1
 #
 # It ends with the abort and the device thread's stack, or says the main thread dropped the last
-# GraphTask reference itself this time (another race: then there is nothing to force; run again).
+# GraphTask reference itself this time (another race, which the device thread won about one try
+# in seven here: then there is nothing to force; run again).
 import gdb
 
 gdb.execute("set pagination off")
