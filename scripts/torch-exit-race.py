@@ -13,20 +13,18 @@
 #
 # Normally the device thread takes the GIL within milliseconds, or finds the interpreter already
 # finalized (Py_IsInitialized() false) and leaks the object instead; the abort needs the device
-# thread to pass that check just before finalization begins and take the GIL just after, which a
-# loaded machine makes possible. This script forces that interleaving with scheduler locking:
+# thread to hold the last GraphTask reference, pass that check just before finalization begins
+# and take the GIL just after, which a loaded machine makes possible. This script forces that
+# interleaving with gdb's scheduler locking (one thread runs at a time):
 #
 #   LD_LIBRARY_PATH=target/release/simgpu SIMGPU_MODE=shape SIMGPU_PROFILE=h100 \
 #     gdb -q -batch -x scripts/torch-exit-race.py --args .venv/bin/python examples/small_cnn.py --steps 1
 #
-# It ends with the abort and the device thread's stack, or says the main thread dropped the last
-# GraphTask reference itself this time (another race, which the device thread won about one try
-# in seven here: then there is nothing to force; run again).
+# and ends with the abort and the device thread's stack.
 import gdb
 
 gdb.execute("set pagination off")
 gdb.execute("set breakpoint pending on")
-state = {"dev": None}
 
 
 def frames(limit):
@@ -37,31 +35,49 @@ def frames(limit):
     return out
 
 
-class DeviceThreadTakesGil(gdb.Breakpoint):
-    """The device thread about to take the GIL inside ~ThreadLocalState (of a GraphTask)."""
+def on_device():
+    t = gdb.selected_thread()
+    return t is not None and t.name == "pt_autograd_0"
+
+
+class OnDevice(gdb.Breakpoint):
+    def stop(self):
+        return on_device()
+
+
+class TakesGilInThreadLocalState(gdb.Breakpoint):
+    """The device thread about to take the GIL inside ~ThreadLocalState (of the GraphTask)."""
 
     def stop(self):
-        t = gdb.selected_thread()
-        if state["dev"] is not None or t is None or t.name != "pt_autograd_0":
-            return False
-        if not any("ThreadLocalState::~ThreadLocalState" in n for n in frames(8)):
-            return False
-        state["dev"] = t.num
-        return True
+        return on_device() and any("ThreadLocalState::~ThreadLocalState" in n for n in frames(8))
 
 
-DeviceThreadTakesGil("PyEval_AcquireThread")
+def alone(thread, what):
+    print("=== " + what)
+    gdb.execute(f"thread {thread}", to_string=True)
+    gdb.execute("continue")
+
+
+done = OnDevice("torch::autograd::GraphTask::mark_as_completed_and_run_post_processing")
 gdb.execute("run")
-if state["dev"] is None:
-    raise SystemExit("the main thread dropped the last GraphTask reference this time: run again")
-print(f"=== holding the device thread ({state['dev']}) before it takes the GIL; main runs alone")
+if not on_device():
+    raise SystemExit("no backward completed on the autograd device thread")
+dev = gdb.selected_thread().num
+done.enabled = False
 gdb.execute("set scheduler-locking on")
+# After completing, the device thread wakes the main thread (a task on its queue, then notify).
+wake = OnDevice("std::condition_variable::notify_one")
+alone(dev, "backward's GraphTask completes; the device thread wakes the main thread")
+wake.enabled = False
+gdb.execute("finish")
+finalize = gdb.Breakpoint("Py_FinalizeEx")
+alone(1, "the main thread alone: backward returns, the script ends")
+finalize.enabled = False
+TakesGilInThreadLocalState("PyEval_AcquireThread")
+alone(dev, "the device thread drops the last GraphTask reference while Python is initialized")
 gdb.Breakpoint("_PyGC_CollectNoFail")  # inside Py_FinalizeEx, after CPython marks it finalizing
-gdb.execute("thread 1")
-gdb.execute("continue")
-print("=== the interpreter is finalizing; the device thread goes on")
-gdb.execute(f"thread {state['dev']}")
-gdb.execute("continue")
+alone(1, "it waits for the GIL; the main thread begins finalizing")
+alone(dev, "the device thread takes the GIL during finalization")
 gdb.execute("bt 20")
 gdb.execute("set scheduler-locking off")
 gdb.execute("continue")
