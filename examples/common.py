@@ -1,29 +1,53 @@
 """Shared by the examples: arguments, the training loop on random data, and a per-step line."""
 import argparse
+import contextlib
 import time
 
 import torch
 
 
-def parse(description, batch):
+def parser(description, batch):
+    """The examples' common arguments; a script may add its own before parsing."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
     p.add_argument("--batch", type=int, default=batch, help=f"batch size (default {batch})")
     p.add_argument("--device", default="cuda", help="device (default cuda)")
-    return p.parse_args()
+    p.add_argument(
+        "--amp",
+        choices=["fp16", "bf16"],
+        help="mixed precision: torch.autocast to this type (fp16 with a gradient scaler)",
+    )
+    p.add_argument(
+        "--tf32",
+        action="store_true",
+        help="let matmuls use TF32 (torch.backends.cuda.matmul.allow_tf32; cuDNN allows it by default)",
+    )
+    return p
 
 
-def train(model, make_batch, loss_fn, steps, device, lr=0.01):
-    """SGD with momentum on random batches; prints the loss of each step."""
+def parse(description, batch):
+    return parser(description, batch).parse_args()
+
+
+def train(model, make_batch, loss_fn, steps, device, lr=0.01, amp=None, tf32=False):
+    """SGD with momentum on random batches; prints the loss of each step. `amp` ("fp16" or
+    "bf16") runs forward and loss under torch.autocast, as NVIDIA's AMP recipes do."""
+    if tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     model = model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(amp)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp == "fp16")
     for step in range(steps):
         t = time.time()
         inputs, target = make_batch()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), target)
-        loss.backward()
-        opt.step()
+        ctx = torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
+        with ctx:
+            loss = loss_fn(model(inputs), target)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         value = loss.item()  # synchronises
         print(f"step {step}: loss {value:.4f} ({time.time() - t:.2f} s host time)", flush=True)
     if device.startswith("cuda"):

@@ -63,7 +63,9 @@ def main():
         y = torch.randint(0, 1000, (a.batch,), device=dev)
         return x, y
 
-    train(resnet50(), batch, nn.functional.cross_entropy, a.steps, dev, lr=0.1)
+    train(
+        resnet50(), batch, nn.functional.cross_entropy, a.steps, dev, lr=0.1, amp=a.amp, tf32=a.tf32
+    )
 
 
 if __name__ == "__main__":

@@ -170,11 +170,16 @@ pub fn ok(o: &Output) {
     );
 }
 
-/// Runs a PyTorch example (through `marmoset run`). A defect not yet found: now and then, on a
-/// loaded machine, the process aborts *after* its last line, "terminate called without an active
-/// exception" (a C++ `std::terminate` during exit; seen with and without Marmoset's memory
-/// policy, about once in ten loaded runs, never reproduced alone). Such a run is reported loudly
-/// and run once more; any other failure, or the same one twice, stands.
+/// Runs a PyTorch example (through `marmoset run`). Now and then, on a loaded machine, such a run
+/// aborts *after* its last line: "terminate called without an active exception". The cause is
+/// torch's and CPython's, not ours (scripts/torch-exit-race.py forces it under gdb): after
+/// backward has returned, torch's autograd thread drops the last reference to the finished
+/// GraphTask, whose saved thread-local state holds a Python object; releasing it takes the GIL;
+/// if the interpreter began finalizing meanwhile, CPython 3.11 ends that thread with
+/// pthread_exit, and the forced unwind through torch's noexcept destructor calls std::terminate.
+/// No frame of Marmoset or the simulated GPU is on that stack. Rare (none in about 250 loaded runs
+/// on 2026-11-24), so such a run is reported loudly and run once more; any other failure, or the
+/// same one twice, stands.
 pub fn torch_output(c: &mut Command) -> Output {
     let o = c.output().expect("run marmoset");
     let aborted_at_exit = o.status.code() == Some(134)
@@ -184,7 +189,7 @@ pub fn torch_output(c: &mut Command) -> Output {
         return o;
     }
     eprintln!(
-        "*** the known abort at exit after a complete run (std::terminate; not yet found): running it once more ***"
+        "*** the known abort at exit after a complete run (torch's autograd thread meets interpreter finalization; scripts/torch-exit-race.py): running it once more ***"
     );
     c.output().expect("run marmoset")
 }

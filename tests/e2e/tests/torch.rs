@@ -76,3 +76,42 @@ fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
         assert!(touches > 0, "a launch that names no allocation: {r}");
     }
 }
+
+/// BERT-Tiny at batch 8 and sequence 512 on the p100 profile: its embedding backward sorts 4096
+/// indices with CUB, whose host code picks its kernels from `cudaFuncGetAttributes(...).ptxVersion`
+/// and refuses (cudaErrorInvalidDeviceFunction) a version below every architecture it was built
+/// for (torch 2.15: sm_75 and up). The simulator runs the lowest cubin, sm_75, on a p100 (sm_60)
+/// and must say so in the attributes, or CUB stops the run.
+#[test]
+fn torch_trains_bert_on_the_p100_profile() {
+    let report = temp_path("torch-bert-p100-report.json");
+    let mut c = std::process::Command::new(marmoset());
+    c.args(["run", "--sim=p100", "--no-shim", "--"])
+        .arg(venv_python())
+        .arg(root().join("examples/bert.py"))
+        .args(["--size", "tiny", "--batch", "8", "--steps", "3"]);
+    for (k, _) in std::env::vars() {
+        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            c.env_remove(k);
+        }
+    }
+    // SIMGPU_LOG=debug names each kernel launched: the sort must be among them.
+    c.env("SIMGPU_MODE", "shape")
+        .env("SIMGPU_REPORT", &report)
+        .env("SIMGPU_LOG", "debug");
+    let out = torch_output(&mut c);
+    ok(&out);
+    assert!(
+        stderr(&out).contains("DeviceRadixSort"),
+        "no CUB radix sort launched: {}",
+        stderr(&out)
+    );
+    let text = std::fs::read_to_string(&report).expect("a simulator report");
+    std::fs::remove_file(&report).ok();
+    let report: Value = serde_json::from_str(&text).expect("report JSON");
+    assert_eq!(report["profile"], "p100", "{report}");
+    trained_three_steps(&out, &report);
+}

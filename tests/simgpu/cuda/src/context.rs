@@ -512,10 +512,15 @@ fn known_kernel(d: &Device, f: Handle, fatbin: bool) -> Result<u64, CUresult> {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) -> CUresult {
     let fatbin = crate::modules::is_registered(f as usize);
+    // Before the device lock (lock order): the cubin's architecture, for fatbin kernels.
+    let cubin = fatbin
+        .then(|| crate::modules::cubin_arch(f as usize))
+        .flatten();
     with(|d| {
         let k = known_kernel(d, f, fatbin)?;
         let (regs, shared) = kernel_resources(d, k);
         let cc = d.profile.compute_capability;
+        let version = cubin.map_or(cc[0] * 10 + cc[1], |a| a as c_int);
         let optin = crate::props::arch(cc).shared_per_block_optin;
         let dynamic = FUNC_MAX_DYN_SHARED
             .lock()
@@ -529,7 +534,7 @@ pub extern "C" fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) -> C
             2 => 0,                           // CONST_SIZE_BYTES
             3 => 0,                           // LOCAL_SIZE_BYTES
             4 => regs,                        // NUM_REGS
-            5 | 6 => cc[0] * 10 + cc[1],      // PTX_VERSION, BINARY_VERSION
+            5 | 6 => version,                 // PTX_VERSION, BINARY_VERSION: the cubin's
             7 => 0,                           // CACHE_MODE_CA
             8 => dynamic.min(optin - shared), // MAX_DYNAMIC_SHARED_SIZE_BYTES
             9 => -1,                          // PREFERRED_SHARED_MEMORY_CARVEOUT: no preference

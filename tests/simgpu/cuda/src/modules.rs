@@ -244,6 +244,17 @@ pub fn params(f: usize) -> Result<Arc<KernelParams>, CUresult> {
     res
 }
 
+/// The architecture of the cubin a registered kernel runs from on this device (sm_75 -> 75): what
+/// the driver reports as the function's PTX and binary version. On a device older than every
+/// cubin (p100 under an sm_75+ build) that is the fallback cubin's, not the device's: programs
+/// that pick code paths from it (CUB's policy selection) then see the code they would run.
+pub fn cubin_arch(f: usize) -> Option<u32> {
+    let cc = device_cc().ok()?;
+    let mut r = registry();
+    let module = r.funcs.get(&f)?.module;
+    parse_module(&mut r, module, cc).ok().map(|p| p.arch)
+}
+
 /// The mangled name of a registered kernel.
 pub fn name(f: usize) -> Option<String> {
     registry().funcs.get(&f).map(|k| k.name.clone())
@@ -520,6 +531,42 @@ mod tests {
         unsafe { simgpuUnregisterFatbinary(m) };
         assert!(!is_registered(a));
         assert_eq!(params(a).unwrap_err(), crate::INVALID_HANDLE);
+    }
+
+    #[test]
+    fn a_kernel_reports_the_version_of_the_cubin_it_runs_from() {
+        // The tests' device is an h100 (sm_90). One fatbin has an sm_90 cubin; the other only
+        // sm_75 and sm_80, which a real driver would refuse on sm_90 and the simulator runs from
+        // the lowest: its functions must say 75, not the device's 90 (CUB picks its code from it).
+        let nv = || fixture::elf(&[(".nv.info._Z1vv", fixture::nv_info(&[(0, 4)], 4))]);
+        let native = fixture::fatbin(&[(90, nv())], true);
+        let older = fixture::fatbin(&[(80, nv()), (75, nv())], true);
+        static STUB_N: u8 = 0;
+        static STUB_O: u8 = 0;
+        let n = &STUB_N as *const u8 as usize;
+        let o = &STUB_O as *const u8 as usize;
+        // SAFETY: bare fatbin containers (accepted like wrappers) and NUL-terminated names.
+        unsafe {
+            for (fb, f) in [(&native, n), (&older, o)] {
+                let m = simgpuRegisterFatbinary(fb.as_ptr() as *const c_void);
+                assert!(!m.is_null());
+                assert_eq!(
+                    simgpuRegisterFunction(m, f as *const c_void, c"_Z1vv".as_ptr()),
+                    0
+                );
+            }
+        }
+        let attr = |f: usize, a: i32| {
+            let mut v = -1;
+            assert_eq!(
+                crate::context::cuFuncGetAttribute(&mut v, a, f as Handle),
+                0
+            );
+            v
+        };
+        // CU_FUNC_ATTRIBUTE_PTX_VERSION (5) and BINARY_VERSION (6).
+        assert_eq!((attr(n, 5), attr(n, 6)), (90, 90));
+        assert_eq!((attr(o, 5), attr(o, 6)), (75, 75));
     }
 
     /// Seconds one launch of `f` with these arguments adds to a fresh stream's clock.
