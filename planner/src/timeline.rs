@@ -8,12 +8,14 @@
 //! release theirs when they end). Every stall is explained by an event.
 
 mod candidates;
+pub(crate) mod hash;
 mod neighbourhood;
 
 use crate::model::{Step, Trace};
 use candidates::{Candidates, Verdict};
+use hash::{Map, Set};
 use neighbourhood::Walk;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 /// What happens to one storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,24 +162,24 @@ struct Sim<'a> {
     last_use: Vec<f64>,
     /// The plan's drops as (storage, after): a storage recomputed only as a source of another
     /// and dropped again after this operation goes as soon as the recomputation is done with it.
-    early: HashSet<(usize, usize)>,
+    early: Set<(usize, usize)>,
     passive: Option<&'a Passive<'a>>,
     evicted: Plan,
     prev_op: Option<usize>,
     /// The plan's moves by the operation after which they happen: (storage, swapped).
-    after: HashMap<usize, Vec<(usize, bool)>>,
+    after: Map<usize, Vec<(usize, bool)>>,
     /// Extensions: the operation until which each storage outlives the program's free of it.
-    extended: HashMap<usize, usize>,
+    extended: Map<usize, usize>,
     /// Passive mode: the storages the program freed that stay as metadata (see
     /// [`Passive::horizon`]), with their decisions, and those a recomputation then needed.
-    meta: HashMap<usize, Vec<Decision>>,
-    meta_used: HashSet<usize>,
+    meta: Map<usize, Vec<Decision>>,
+    meta_used: Set<usize>,
     /// Frees postponed by extensions, by the operation after which they happen.
-    deferred: HashMap<usize, Vec<usize>>,
+    deferred: Map<usize, Vec<usize>>,
     /// Dropped for good (nothing was to read it again): its sources may be gone.
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
-    dead_planned: HashSet<(usize, usize)>,
+    dead_planned: Set<(usize, usize)>,
     /// The operations that read each storage.
     consumers: Vec<Vec<usize>>,
     /// Passive mode with [`Passive::gone_from`]: the eviction candidates, and the walk that
@@ -525,7 +527,7 @@ impl Sim<'_> {
     /// The dropped storages among `wanted` and their dropped sources, sources first.
     fn chain(&mut self, wanted: &[usize]) -> Vec<usize> {
         let mut order = Vec::new();
-        let mut done = HashSet::new();
+        let mut done = Set::default();
         let mut stack: Vec<(usize, bool)> = wanted
             .iter()
             .rev()
@@ -572,12 +574,12 @@ impl Sim<'_> {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
         };
-        let mut uses: HashMap<usize, u32> = HashMap::new();
+        let mut uses: Map<usize, u32> = Map::default();
         let mut order = VecDeque::new();
         // Puts the recomputation of `of` (dropped sources first) at the front of `order`.
         let lay_out = |sim: &mut Self,
                        order: &mut VecDeque<usize>,
-                       uses: &mut HashMap<usize, u32>,
+                       uses: &mut Map<usize, u32>,
                        of: &[usize]| {
             let steps = sim.chain(of);
             let laid = steps.len();
@@ -692,11 +694,11 @@ fn replay(
     plan: &Plan,
     passive: Option<&Passive>,
 ) -> (Plan, Outcome) {
-    let mut triggers: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut after: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
-    let mut extended: HashMap<usize, usize> = HashMap::new();
-    let mut early = HashSet::new();
-    let mut dead_planned = HashSet::new();
+    let mut triggers: Map<usize, Vec<usize>> = Map::default();
+    let mut after: Map<usize, Vec<(usize, bool)>> = Map::default();
+    let mut extended: Map<usize, usize> = Map::default();
+    let mut early = Set::default();
+    let mut dead_planned = Set::default();
     for &(s, d) in plan {
         match d {
             Decision::Swap {
@@ -759,9 +761,9 @@ fn replay(
         prev_op: None,
         after,
         extended,
-        meta: HashMap::new(),
-        meta_used: HashSet::new(),
-        deferred: HashMap::new(),
+        meta: Map::default(),
+        meta_used: Set::default(),
+        deferred: Map::default(),
         dead: vec![false; n],
         dead_planned,
         consumers: vec![Vec::new(); n],
@@ -782,7 +784,7 @@ fn replay(
                 .collect();
             sim.index = Some((
                 Candidates::new(&sizes, &own, gone_from.to_vec()),
-                Walk::new(n),
+                Walk::new(n, t.ops.len()),
             ));
             for s in 0..n {
                 if sim.state[s] == State::Resident {

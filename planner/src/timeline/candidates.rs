@@ -48,6 +48,8 @@ pub(super) struct Candidates {
     pending: BinaryHeap<std::cmp::Reverse<(usize, usize)>>,
     /// Storages that nothing needs any more, by index (the scan's tie order).
     doomed: BTreeSet<usize>,
+    /// In `pending` or `doomed`.
+    queued: Vec<bool>,
 }
 
 /// What the simulator tells the index about one candidate, when met.
@@ -65,6 +67,7 @@ impl Candidates {
         Candidates {
             size: sizes.iter().map(|&s| s as f64).collect(),
             own: own.to_vec(),
+            queued: vec![false; sizes.len()],
             classes: BTreeMap::new(),
             gone_from,
             pending: BinaryHeap::new(),
@@ -82,7 +85,8 @@ impl Candidates {
             .entry(class_of(self.size[s] / self.own[s]))
             .or_default()
             .insert((last_use.to_bits(), s));
-        if self.gone_from[s] != usize::MAX {
+        if self.gone_from[s] != usize::MAX && !self.queued[s] {
+            self.queued[s] = true;
             self.pending.push(std::cmp::Reverse((self.gone_from[s], s)));
         }
     }
@@ -122,6 +126,7 @@ impl Candidates {
         }
         for s in gone {
             self.doomed.remove(&s);
+            self.queued[s] = false;
         }
         if found.is_some() {
             return found;

@@ -10,7 +10,6 @@
 //! would (after the last storage it would have pushed): the same cost, to the bit.
 
 use crate::model::Trace;
-use std::collections::HashMap;
 
 pub(super) struct Walk {
     /// `seen[s] == stamp`: seen by the walk in progress.
@@ -19,10 +18,14 @@ pub(super) struct Walk {
     /// The same for making a list (first occurrences).
     listed: Vec<u32>,
     list_stamp: u32,
-    /// Per operation: its inputs that are dropped (not for good), first occurrences in order.
-    ins: HashMap<usize, Vec<usize>>,
-    /// Per operation: its dropped products (outputs, new versions), first occurrences in order.
-    outs: HashMap<usize, Vec<usize>>,
+    /// Per operation: its inputs that are dropped (not for good), first occurrences in order,
+    /// listed in this eviction when `ins_at[op] == epoch`.
+    ins: Vec<Vec<usize>>,
+    ins_at: Vec<u32>,
+    /// Per operation: its dropped products (outputs, new versions), the same way.
+    outs: Vec<Vec<usize>>,
+    outs_at: Vec<u32>,
+    epoch: u32,
 }
 
 /// The next stamp of a mark array (cleared when the stamps wrap).
@@ -36,21 +39,27 @@ fn next(marks: &mut [u32], stamp: &mut u32) -> u32 {
 }
 
 impl Walk {
-    pub(super) fn new(n: usize) -> Walk {
+    /// For `n` storages and `ops` operations.
+    pub(super) fn new(n: usize, ops: usize) -> Walk {
         Walk {
             seen: vec![0; n],
             stamp: 0,
             listed: vec![0; n],
             list_stamp: 0,
-            ins: HashMap::new(),
-            outs: HashMap::new(),
+            ins: vec![Vec::new(); ops],
+            ins_at: vec![0; ops],
+            outs: vec![Vec::new(); ops],
+            outs_at: vec![0; ops],
+            epoch: 0,
         }
     }
 
     /// A new eviction: states may have changed since the lists were made.
     pub(super) fn clear(&mut self) {
-        self.ins.clear();
-        self.outs.clear();
+        next(&mut self.ins_at, &mut self.epoch);
+        if self.epoch == 1 {
+            self.outs_at.iter_mut().for_each(|m| *m = 0);
+        }
     }
 
     /// First occurrences of `it`'s items that `dropped` accepts, in order.
@@ -100,42 +109,45 @@ impl Walk {
             if seen > 64 {
                 break;
             }
-            if !self.ins.contains_key(&p) {
-                let v = Self::list(
+            if self.ins_at[p] != self.epoch {
+                self.ins_at[p] = self.epoch;
+                self.ins[p] = Self::list(
                     &mut self.listed,
                     &mut self.list_stamp,
                     t.ops[p].inputs.iter().copied(),
                     dropped,
                 );
-                self.ins.insert(p, v);
             }
             // The readers of `x` (an operation reading it twice is listed twice, in a row:
             // its second listing adds nothing).
-            let mut readers: Vec<usize> = if downstream {
-                consumers[x].clone()
-            } else {
-                Vec::new()
+            let readers = if downstream { &consumers[x][..] } else { &[] };
+            let readers = || {
+                readers
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, o)| k == 0 || readers[k - 1] != *o)
+                    .map(|(_, &o)| o)
             };
-            readers.dedup();
-            for &o in &readers {
-                if !self.outs.contains_key(&o) {
+            for o in readers() {
+                if self.outs_at[o] != self.epoch {
+                    self.outs_at[o] = self.epoch;
                     let o_ = &t.ops[o];
                     let made = o_
                         .outputs
                         .iter()
                         .chain(o_.inplace.iter().map(|v| &v.1))
                         .copied();
-                    let v = Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
-                    self.outs.insert(o, v);
+                    self.outs[o] =
+                        Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
                 }
             }
             // This step's storages in the scan's order: the producer's inputs, then what each
             // reader makes. Distinct in a trace in execution order (each storage has one
             // producer; a product of a reader of `x` is made after `p`), except a product that
             // is also an input of `p`: checked below.
-            let ins: &[usize] = &self.ins[&p];
+            let ins: &[usize] = &self.ins[p];
             let segs: Vec<&[usize]> = std::iter::once(ins)
-                .chain(readers.iter().map(|o| self.outs[o].as_slice()))
+                .chain(readers().map(|o| self.outs[o].as_slice()))
                 .collect();
             let n_ins = ins.len();
             let total: usize = segs.iter().map(|v| v.len()).sum();
