@@ -186,36 +186,53 @@ fn slack_at(
     if (swappable as f64).min(engines(floor)) >= need as f64 {
         return 0.0;
     }
-    // Producer re-runs, cheapest per byte first: (seconds, bytes).
+    // Each tensor's price per byte recomputed: its producer's time over the bytes one re-run
+    // of it brings back here (a weight, or a tensor without a producer: infinite).
     let mut by_producer: Vec<(usize, u64)> = absent
         .iter()
         .filter_map(|x| x.producer.map(|pr| (pr, x.size)))
         .collect();
     by_producer.sort_unstable();
-    let mut reruns: Vec<(f64, u64)> = Vec::new();
-    for (k, &(pr, size)) in by_producer.iter().enumerate() {
-        if k > 0 && by_producer[k - 1].0 == pr {
-            reruns.last_mut().unwrap().1 += size;
-        } else {
-            reruns.push((t.ops[pr].time_s, size));
+    by_producer.dedup_by(|y, x| {
+        let same = x.0 == y.0;
+        if same {
+            x.1 += y.1;
         }
-    }
-    reruns.sort_by(|x, y| (x.0 / x.1.max(1) as f64).total_cmp(&(y.0 / y.1.max(1) as f64)));
+        same
+    });
+    let price = |x: &Absent| {
+        x.producer.map_or(f64::INFINITY, |pr| {
+            let k = by_producer.partition_point(|g| g.0 < pr);
+            t.ops[pr].time_s / by_producer[k].1.max(1) as f64
+        })
+    };
+    // Dearest first: the copy engines take those (a tensor is swapped or recomputed, not
+    // both), the rest is recomputed cheapest first.
+    let mut priced: Vec<(f64, &Absent)> = absent.iter().map(|x| (price(x), x)).collect();
+    priced.sort_by(|x, y| y.0.total_cmp(&x.0));
     let covers = |slack: f64| -> bool {
-        let swappable: u64 = absent
-            .iter()
-            .filter(|x| x.swap_slack <= slack)
-            .map(|x| x.size)
-            .sum();
-        let swapped = (swappable as f64).min(engines(slack));
-        let mut rest = need as f64 - swapped;
+        let mut room = engines(slack);
+        let mut rest = need as f64;
+        // Bytes left to recompute, by tensor (in `priced`'s order).
+        let mut left: Vec<f64> = Vec::with_capacity(priced.len());
+        for &(_, x) in &priced {
+            let size = x.size as f64;
+            let out = if x.swap_slack <= slack {
+                room.min(size)
+            } else {
+                0.0
+            };
+            room -= out;
+            rest -= out;
+            left.push(size - out);
+        }
         let mut spent = 0.0;
-        for &(secs, bytes) in &reruns {
-            if rest <= 0.0 {
+        for (k, &(pr, _)) in priced.iter().enumerate().rev() {
+            if rest <= 0.0 || !pr.is_finite() {
                 break;
             }
-            let take = rest.min(bytes as f64);
-            spent += secs * take / bytes.max(1) as f64;
+            let take = rest.min(left[k]);
+            spent += pr * take;
             rest -= take;
         }
         rest <= 0.0 && spent <= slack
@@ -227,7 +244,7 @@ fn slack_at(
     let total: u64 = absent.iter().map(|x| x.size).sum();
     let mut hi = absent.iter().map(|x| x.swap_slack).fold(0.0, f64::max)
         + total as f64 / link.d2h.min(link.h2d)
-        + reruns.iter().map(|x| x.0).sum::<f64>();
+        + by_producer.iter().map(|x| t.ops[x.0].time_s).sum::<f64>();
     if !covers(hi) {
         return f64::INFINITY;
     }
