@@ -19,6 +19,7 @@
 //! each operation is taken alone. Weights stay resident after their last use (the optimizer and
 //! the next iteration read them), as every policy here keeps them.
 
+use super::Deadline;
 use super::analysis::Analysis;
 use crate::model::{Step, Trace};
 use crate::timeline::{Link, simulate};
@@ -88,6 +89,18 @@ struct Absent {
 
 /// The lower bound for `t` under `budget` on `link` (see the module's text).
 pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
+    lower_bound_until(t, a, budget, link, &|| true).expect("no deadline")
+}
+
+/// [`lower_bound`], or `None` once `more` says time is up (asked at each operation over the
+/// budget: on a 10,000-operation trace the bound takes a good part of a second).
+pub(super) fn lower_bound_until(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> Option<Bound> {
     let compute = t.compute_time();
     let probe = simulate(t, budget, link, &Vec::new());
     let mut over_at = vec![0u64; t.ops.len()];
@@ -117,6 +130,9 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
             alive.set(new, true);
         }
         if over_at[p] > 0 {
+            if !more() {
+                return None;
+            }
             let floor = bound.makespan - compute;
             let slack = slack_at(t, a, &alive.list, p, over_at[p], link, compute, floor);
             if compute + slack > bound.makespan {
@@ -127,7 +143,7 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
             }
         }
     }
-    bound
+    Some(bound)
 }
 
 /// The least slack over the compute time with which `over` bytes can be absent at `p`
@@ -211,27 +227,39 @@ fn slack_at(
     let mut priced: Vec<(f64, &Absent)> = absent.iter().map(|x| (price(x), x)).collect();
     priced.sort_by(|x, y| y.0.total_cmp(&x.0));
     let covers = |slack: f64| -> bool {
+        let swappable = |x: &Absent| x.swap_slack <= slack;
+        // The engines take whole tensors, dearest first, until they are full: those before
+        // `full` (if swappable), and `part` bytes of the one at `full`.
         let mut room = engines(slack);
         let mut rest = need as f64;
-        // Bytes left to recompute, by tensor (in `priced`'s order).
-        let mut left: Vec<f64> = Vec::with_capacity(priced.len());
-        for &(_, x) in &priced {
+        let (mut full, mut part) = (priced.len(), 0.0);
+        for (k, &(_, x)) in priced.iter().enumerate() {
+            if !swappable(x) {
+                continue;
+            }
             let size = x.size as f64;
-            let out = if x.swap_slack <= slack {
-                room.min(size)
-            } else {
-                0.0
-            };
-            room -= out;
-            rest -= out;
-            left.push(size - out);
+            if size >= room {
+                (full, part) = (k, room);
+                rest -= room;
+                break;
+            }
+            room -= size;
+            rest -= size;
         }
         let mut spent = 0.0;
-        for (k, &(pr, _)) in priced.iter().enumerate().rev() {
+        for (k, &(pr, x)) in priced.iter().enumerate().rev() {
             if rest <= 0.0 || !pr.is_finite() {
                 break;
             }
-            let take = rest.min(left[k]);
+            let size = x.size as f64;
+            let left = if k > full || !swappable(x) {
+                size
+            } else if k == full {
+                size - part
+            } else {
+                0.0
+            };
+            let take = rest.min(left);
             spent += pr * take;
             rest -= take;
         }
