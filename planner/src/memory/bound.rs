@@ -13,9 +13,13 @@
 //!   producer re-run bringing back all its outputs; cheapest per byte first (a fractional
 //!   knapsack, a relaxation of the integral choice).
 //!
+//! A tensor is swapped or recomputed, not both: the engines take the tensors dearest to
+//! recompute (the best use of their bytes: exchanging a swapped byte for a dearer one never
+//! costs more recomputation), the knapsack the rest.
+//!
 //! The bound at `p` is the least `σ` that covers `over` this way (found by bisection, as more
 //! slack never covers less); the bound on the makespan is `C` plus the largest over all `p`.
-//! Relaxed: a tensor may count in both pools, sources a recomputation needs cost nothing, and
+//! Relaxed: sources a recomputation needs cost nothing, a re-run is charged by the byte, and
 //! each operation is taken alone. Weights stay resident after their last use (the optimizer and
 //! the next iteration read them), as every policy here keeps them.
 

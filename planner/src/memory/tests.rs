@@ -720,3 +720,34 @@ fn auto_under_a_deadline_returns_its_best_so_far() {
         }
     }
 }
+
+/// The lower bound asks the deadline as it goes (a 10,000-operation trace takes it a good part
+/// of a second): told to stop, it gives nothing, having asked once more at most; given time,
+/// exactly [`lower_bound`].
+#[test]
+fn the_bound_stops_at_a_deadline() {
+    let (p, _) = simgpu_model::Profile::load("p100").unwrap();
+    let link = Link::from_profile(&p);
+    let t = crate::generate::family("unet", 1, 8).unwrap().trace(&p);
+    let a = Analysis::new(&t);
+    let budget = (t.peak() as f64 * 0.4) as u64;
+    let full = bound::lower_bound_until(&t, &a, budget, link, &|| true).unwrap();
+    assert_eq!(full, lower_bound(&t, budget, link));
+    let asked = std::cell::Cell::new(0usize);
+    let all = bound::lower_bound_until(&t, &a, budget, link, &|| {
+        asked.set(asked.get() + 1);
+        true
+    });
+    assert_eq!(all, Some(full));
+    let total = asked.get();
+    assert!(total > 10, "asked {total} times");
+    for allowed in [0, 1, total / 2] {
+        asked.set(0);
+        let cut = bound::lower_bound_until(&t, &a, budget, link, &|| {
+            asked.set(asked.get() + 1);
+            asked.get() <= allowed
+        });
+        assert_eq!(cut, None, "{allowed}");
+        assert_eq!(asked.get(), allowed + 1);
+    }
+}
