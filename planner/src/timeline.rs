@@ -7,8 +7,15 @@
 //! ends; an access waits for its tensor; an allocation waits for memory (swap-outs in flight
 //! release theirs when they end). Every stall is explained by an event.
 
+mod candidates;
+pub(crate) mod hash;
+mod neighbourhood;
+
 use crate::model::{Step, Trace};
-use std::collections::{HashMap, HashSet, VecDeque};
+use candidates::{Candidates, Verdict};
+use hash::{Map, Set};
+use neighbourhood::Walk;
+use std::collections::VecDeque;
 
 /// What happens to one storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,6 +135,10 @@ pub struct Passive<'a> {
     /// Asked before each operation: false once the caller's time is up, and the run stops
     /// there, not feasible (see `memory::Deadline`).
     pub more: Option<&'a dyn Fn() -> bool>,
+    /// Per storage, the first operation from which `evictable` says nothing needs it again
+    /// (`usize::MAX`: never). Given, evictions are chosen through an index of candidates
+    /// (the same choice, without rescanning every storage); else by a scan.
+    pub gone_from: Option<&'a [usize]>,
 }
 
 struct Sim<'a> {
@@ -151,26 +162,29 @@ struct Sim<'a> {
     last_use: Vec<f64>,
     /// The plan's drops as (storage, after): a storage recomputed only as a source of another
     /// and dropped again after this operation goes as soon as the recomputation is done with it.
-    early: HashSet<(usize, usize)>,
+    early: Set<(usize, usize)>,
     passive: Option<&'a Passive<'a>>,
     evicted: Plan,
     prev_op: Option<usize>,
     /// The plan's moves by the operation after which they happen: (storage, swapped).
-    after: HashMap<usize, Vec<(usize, bool)>>,
+    after: Map<usize, Vec<(usize, bool)>>,
     /// Extensions: the operation until which each storage outlives the program's free of it.
-    extended: HashMap<usize, usize>,
+    extended: Map<usize, usize>,
     /// Passive mode: the storages the program freed that stay as metadata (see
     /// [`Passive::horizon`]), with their decisions, and those a recomputation then needed.
-    meta: HashMap<usize, Vec<Decision>>,
-    meta_used: HashSet<usize>,
+    meta: Map<usize, Vec<Decision>>,
+    meta_used: Set<usize>,
     /// Frees postponed by extensions, by the operation after which they happen.
-    deferred: HashMap<usize, Vec<usize>>,
+    deferred: Map<usize, Vec<usize>>,
     /// Dropped for good (nothing was to read it again): its sources may be gone.
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
-    dead_planned: HashSet<(usize, usize)>,
+    dead_planned: Set<(usize, usize)>,
     /// The operations that read each storage.
     consumers: Vec<Vec<usize>>,
+    /// Passive mode with [`Passive::gone_from`]: the eviction candidates, and the walk that
+    /// costs their neighbourhoods.
+    index: Option<(Candidates, Walk)>,
 }
 
 impl Sim<'_> {
@@ -357,42 +371,90 @@ impl Sim<'_> {
         })
     }
 
+    /// Storage `s` is resident (again) or used: the index of candidates learns of it.
+    fn enter(&mut self, s: usize) {
+        if let Some((ix, _)) = &mut self.index {
+            ix.enter(s, self.last_use[s]);
+        }
+    }
+
+    /// Passive mode: whether `s` may leave during `op` at `at` (its index entry made at last
+    /// use `bits`; `u64::MAX`: whatever its last use), and if so its score and back-access.
+    fn judge(
+        &self,
+        p: &Passive,
+        s: usize,
+        op: usize,
+        at: f64,
+        bits: u64,
+        walk: Option<&mut Walk>,
+    ) -> (Verdict, usize) {
+        let size = self.t.storages[s].size;
+        if self.state[s] != State::Resident
+            || size == 0
+            || bits != u64::MAX && bits != self.last_use[s].to_bits()
+        {
+            return (Verdict::Stale, 0);
+        }
+        // A swap-out could not start before the recomputation that made it ended.
+        let swap = p.evict == Evict::Lru;
+        if self.pinned[s] || swap && self.made.contains(&s) {
+            return (Verdict::Skip, 0);
+        }
+        let Some(back) = (p.evictable)(s, op) else {
+            return (Verdict::Skip, 0);
+        };
+        if !self.may_leave(s, op, back, swap) {
+            return (Verdict::Skip, 0);
+        }
+        let score = if back == usize::MAX {
+            f64::NEG_INFINITY
+        } else if swap {
+            self.last_use[s]
+        } else {
+            let downstream = p.evict == Evict::Dtr;
+            let cost = match walk {
+                Some(w) => {
+                    let dropped = |i: usize| self.state[i] == State::Dropped && !self.dead[i];
+                    w.cost(self.t, &self.consumers, &dropped, s, downstream)
+                }
+                None => self.remat_cost(s, downstream),
+            };
+            cost / (size as f64 * (at - self.last_use[s]).max(1e-9))
+        };
+        (Verdict::Score(score), back)
+    }
+
+    /// The storage to evict during `op` at `at` and its back-access: the least (score,
+    /// storage), through the index where there is one, else by scanning every storage.
+    fn choose(&mut self, p: &Passive, op: usize, at: f64) -> Option<(usize, usize)> {
+        if let Some((mut ix, mut walk)) = self.index.take() {
+            walk.clear();
+            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits| {
+                self.judge(p, s, op, at, bits, Some(&mut walk)).0
+            });
+            self.index = Some((ix, walk));
+            let (_, s) = best?;
+            return (p.evictable)(s, op).map(|back| (s, back));
+        }
+        let mut best: Option<(f64, usize, usize)> = None;
+        for s in 0..self.t.storages.len() {
+            if let (Verdict::Score(score), back) = self.judge(p, s, op, at, u64::MAX, None)
+                && best.is_none_or(|b| score < b.0)
+            {
+                best = Some((score, s, back));
+            }
+        }
+        best.map(|b| (b.1, b.2))
+    }
+
     /// Passive mode: evicts one storage during operation `op` at time `at`; false when nothing
     /// can go.
     fn evict(&mut self, op: usize, at: f64) -> bool {
         let (Some(p), Some(prev)) = (self.passive, self.prev_op) else {
             return false;
         };
-        let mut best: Option<(f64, usize, usize)> = None;
-        for s in 0..self.t.storages.len() {
-            let size = self.t.storages[s].size;
-            if self.state[s] != State::Resident || self.pinned[s] || size == 0 {
-                continue;
-            }
-            // A swap-out could not start before the recomputation that made it ended.
-            let swap = p.evict == Evict::Lru;
-            if swap && self.made.contains(&s) {
-                continue;
-            }
-            let Some(back) = (p.evictable)(s, op) else {
-                continue;
-            };
-            if !self.may_leave(s, op, back, swap) {
-                continue;
-            }
-            let score = if back == usize::MAX {
-                f64::NEG_INFINITY
-            } else if swap {
-                self.last_use[s]
-            } else {
-                self.remat_cost(s, p.evict == Evict::Dtr)
-                    / (size as f64 * (at - self.last_use[s]).max(1e-9))
-            };
-            if best.is_none_or(|b| score < b.0) {
-                best = Some((score, s, back));
-            }
-        }
-        let Some((_, s, back)) = best else {
+        let Some((s, back)) = self.choose(p, op, at) else {
             return false;
         };
         // Recomputed for this operation: it goes once the recomputation is done with it,
@@ -465,7 +527,7 @@ impl Sim<'_> {
     /// The dropped storages among `wanted` and their dropped sources, sources first.
     fn chain(&mut self, wanted: &[usize]) -> Vec<usize> {
         let mut order = Vec::new();
-        let mut done = HashSet::new();
+        let mut done = Set::default();
         let mut stack: Vec<(usize, bool)> = wanted
             .iter()
             .rev()
@@ -512,12 +574,12 @@ impl Sim<'_> {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
         };
-        let mut uses: HashMap<usize, u32> = HashMap::new();
+        let mut uses: Map<usize, u32> = Map::default();
         let mut order = VecDeque::new();
         // Puts the recomputation of `of` (dropped sources first) at the front of `order`.
         let lay_out = |sim: &mut Self,
                        order: &mut VecDeque<usize>,
-                       uses: &mut HashMap<usize, u32>,
+                       uses: &mut Map<usize, u32>,
                        of: &[usize]| {
             let steps = sim.chain(of);
             let laid = steps.len();
@@ -578,6 +640,7 @@ impl Sim<'_> {
                 self.dead[s] = false;
                 self.made.push(s);
                 self.last_use[s] = self.now;
+                self.enter(s);
                 for i in inputs(s).chain([s]) {
                     if self.meta.contains_key(&i) {
                         self.meta_used.insert(i);
@@ -587,6 +650,7 @@ impl Sim<'_> {
             // Made (here, or already by a step laid out since): this step's reads are done.
             for i in inputs(s) {
                 self.last_use[i] = self.now;
+                self.enter(i);
                 let u = uses.get_mut(&i).unwrap();
                 *u -= 1;
                 // What it found resident stays until the operation is done (the replay of an
@@ -630,11 +694,11 @@ fn replay(
     plan: &Plan,
     passive: Option<&Passive>,
 ) -> (Plan, Outcome) {
-    let mut triggers: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut after: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
-    let mut extended: HashMap<usize, usize> = HashMap::new();
-    let mut early = HashSet::new();
-    let mut dead_planned = HashSet::new();
+    let mut triggers: Map<usize, Vec<usize>> = Map::default();
+    let mut after: Map<usize, Vec<(usize, bool)>> = Map::default();
+    let mut extended: Map<usize, usize> = Map::default();
+    let mut early = Set::default();
+    let mut dead_planned = Set::default();
     for &(s, d) in plan {
         match d {
             Decision::Swap {
@@ -697,17 +761,35 @@ fn replay(
         prev_op: None,
         after,
         extended,
-        meta: HashMap::new(),
-        meta_used: HashSet::new(),
-        deferred: HashMap::new(),
+        meta: Map::default(),
+        meta_used: Set::default(),
+        deferred: Map::default(),
         dead: vec![false; n],
         dead_planned,
         consumers: vec![Vec::new(); n],
+        index: None,
     };
-    if passive.is_some() {
+    if let Some(p) = passive {
         for (i, op) in t.ops.iter().enumerate() {
             for &s in &op.inputs {
                 sim.consumers[s].push(i);
+            }
+        }
+        if let Some(gone_from) = p.gone_from {
+            let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
+            let own: Vec<f64> = t
+                .storages
+                .iter()
+                .map(|s| s.producer.map_or(f64::INFINITY, |p| t.ops[p].time_s))
+                .collect();
+            sim.index = Some((
+                Candidates::new(&sizes, &own, gone_from.to_vec()),
+                Walk::new(n, t.ops.len()),
+            ));
+            for s in 0..n {
+                if sim.state[s] == State::Resident {
+                    sim.enter(s);
+                }
             }
         }
     }
@@ -740,7 +822,10 @@ fn replay(
                             // engine time is spent all the same). Releasing its memory at
                             // the copy's end, before this operation allocates, would count
                             // memory the device does not have yet.
-                            State::Leaving(_) => sim.state[s] = State::Resident,
+                            State::Leaving(_) => {
+                                sim.state[s] = State::Resident;
+                                sim.enter(s);
+                            }
                             State::Out => {
                                 sim.swap_in(s, sim.now, i);
                             }
@@ -763,9 +848,11 @@ fn replay(
                 sim.now += op.time_s;
                 for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
                     sim.last_use[s] = sim.now;
+                    sim.enter(s);
                 }
                 for &(_, new) in &op.inplace {
                     sim.last_use[new] = sim.now;
+                    sim.enter(new);
                 }
                 for s in std::mem::take(&mut sim.pins) {
                     sim.pinned[s] = false;
@@ -1042,6 +1129,7 @@ pub(crate) mod tests {
             evictable: &evictable,
             horizon: None,
             more: None,
+            gone_from: None,
         };
         simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
     }

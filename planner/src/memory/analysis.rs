@@ -2,6 +2,7 @@
 //! horizons) and how a recomputation keeps its sources.
 
 use crate::model::{Step, Trace};
+use crate::timeline::hash::Set;
 use crate::timeline::{Decision, Plan};
 
 /// Facts about the trace the policies share: baseline times, accesses, lifetimes.
@@ -120,8 +121,11 @@ impl Analysis {
     ) -> Option<Extension> {
         let p = t.storages[s].producer?;
         let mut ext = Extension::default();
+        // Everything in `ext`, for the membership test (an operation may have thousands of
+        // sources).
+        let mut members = Set::default();
         for &i in &t.ops[p].inputs {
-            if i == s || !self.resolve(t, i, back, planned, dead_after, 0, &mut ext) {
+            if i == s || !self.resolve(t, i, back, planned, dead_after, 0, &mut ext, &mut members) {
                 return None;
             }
         }
@@ -139,12 +143,12 @@ impl Analysis {
         dead_after: &[usize],
         depth: usize,
         ext: &mut Extension,
+        members: &mut Set<usize>,
     ) -> bool {
         if self.overwritten[i] {
             return dead_after[i] >= back && self.sources_at(t, i, back, 1);
         }
-        if ext.kept.contains(&i) || ext.dropped.iter().any(|d| d.0 == i) || ext.revived.contains(&i)
-        {
+        if members.contains(&i) {
             return true;
         }
         // Dropped for good after its last use, before `back`: only a recomputation brings it
@@ -159,25 +163,37 @@ impl Analysis {
             && t.ops[pi].inplace.is_empty()
             && (dead || !planned[i].iter().any(|&(x, y)| x < back && last < y))
         {
-            let mut trial = ext.clone();
+            // A trial on `ext` itself (it only grows), undone if it fails.
+            let mark = (ext.kept.len(), ext.dropped.len(), ext.revived.len());
             if dead {
-                trial.revived.push(i);
+                ext.revived.push(i);
             } else {
-                trial.dropped.push((i, last));
+                ext.dropped.push((i, last));
             }
-            let kept = |e: &Extension| e.kept.iter().map(|&k| t.storages[k].size).sum::<u64>();
-            if t.ops[pi].inputs.iter().all(|&j| {
-                j != i && self.resolve(t, j, back, planned, dead_after, depth + 1, &mut trial)
-            }) && kept(&trial) - kept(ext) < t.storages[i].size
-            {
-                *ext = trial;
+            members.insert(i);
+            let ok = t.ops[pi].inputs.iter().all(|&j| {
+                j != i && self.resolve(t, j, back, planned, dead_after, depth + 1, ext, members)
+            });
+            let added: u64 = ext.kept[mark.0..].iter().map(|&k| t.storages[k].size).sum();
+            if ok && added < t.storages[i].size {
                 return true;
             }
+            let undone = ext.kept[mark.0..]
+                .iter()
+                .chain(ext.dropped[mark.1..].iter().map(|d| &d.0))
+                .chain(&ext.revived[mark.2..]);
+            for k in undone {
+                members.remove(k);
+            }
+            ext.kept.truncate(mark.0);
+            ext.dropped.truncate(mark.1);
+            ext.revived.truncate(mark.2);
         }
         if dead {
             return false;
         }
         ext.kept.push(i);
+        members.insert(i);
         true
     }
 

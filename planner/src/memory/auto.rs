@@ -78,8 +78,10 @@ pub(super) fn portfolio(
         return (s.best, s.named);
     };
     s.policy("dtr", dtr.clone());
-    if s.go_on() {
-        s.bound = super::bound::lower_bound(t, a, budget, link).makespan;
+    if s.go_on()
+        && let Some(b) = super::bound::lower_bound_until(t, a, budget, link, more)
+    {
+        s.bound = b.makespan;
     }
     let swp = s.go_on().then(|| swap_only(t, a, budget, link, more));
     if let Some(w) = &swp {

@@ -13,12 +13,17 @@
 //!   producer re-run bringing back all its outputs; cheapest per byte first (a fractional
 //!   knapsack, a relaxation of the integral choice).
 //!
+//! A tensor is swapped or recomputed, not both: the engines take the tensors dearest to
+//! recompute (the best use of their bytes: exchanging a swapped byte for a dearer one never
+//! costs more recomputation), the knapsack the rest.
+//!
 //! The bound at `p` is the least `σ` that covers `over` this way (found by bisection, as more
 //! slack never covers less); the bound on the makespan is `C` plus the largest over all `p`.
-//! Relaxed: a tensor may count in both pools, sources a recomputation needs cost nothing, and
+//! Relaxed: sources a recomputation needs cost nothing, a re-run is charged by the byte, and
 //! each operation is taken alone. Weights stay resident after their last use (the optimizer and
 //! the next iteration read them), as every policy here keeps them.
 
+use super::Deadline;
 use super::analysis::Analysis;
 use crate::model::{Step, Trace};
 use crate::timeline::{Link, simulate};
@@ -88,6 +93,18 @@ struct Absent {
 
 /// The lower bound for `t` under `budget` on `link` (see the module's text).
 pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
+    lower_bound_until(t, a, budget, link, &|| true).expect("no deadline")
+}
+
+/// [`lower_bound`], or `None` once `more` says time is up (asked at each operation over the
+/// budget: on a 10,000-operation trace the bound takes a good part of a second).
+pub(super) fn lower_bound_until(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> Option<Bound> {
     let compute = t.compute_time();
     let probe = simulate(t, budget, link, &Vec::new());
     let mut over_at = vec![0u64; t.ops.len()];
@@ -117,6 +134,9 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
             alive.set(new, true);
         }
         if over_at[p] > 0 {
+            if !more() {
+                return None;
+            }
             let floor = bound.makespan - compute;
             let slack = slack_at(t, a, &alive.list, p, over_at[p], link, compute, floor);
             if compute + slack > bound.makespan {
@@ -127,7 +147,7 @@ pub fn lower_bound(t: &Trace, a: &Analysis, budget: u64, link: Link) -> Bound {
             }
         }
     }
-    bound
+    Some(bound)
 }
 
 /// The least slack over the compute time with which `over` bytes can be absent at `p`
@@ -186,36 +206,65 @@ fn slack_at(
     if (swappable as f64).min(engines(floor)) >= need as f64 {
         return 0.0;
     }
-    // Producer re-runs, cheapest per byte first: (seconds, bytes).
+    // Each tensor's price per byte recomputed: its producer's time over the bytes one re-run
+    // of it brings back here (a weight, or a tensor without a producer: infinite).
     let mut by_producer: Vec<(usize, u64)> = absent
         .iter()
         .filter_map(|x| x.producer.map(|pr| (pr, x.size)))
         .collect();
     by_producer.sort_unstable();
-    let mut reruns: Vec<(f64, u64)> = Vec::new();
-    for (k, &(pr, size)) in by_producer.iter().enumerate() {
-        if k > 0 && by_producer[k - 1].0 == pr {
-            reruns.last_mut().unwrap().1 += size;
-        } else {
-            reruns.push((t.ops[pr].time_s, size));
+    by_producer.dedup_by(|y, x| {
+        let same = x.0 == y.0;
+        if same {
+            x.1 += y.1;
         }
-    }
-    reruns.sort_by(|x, y| (x.0 / x.1.max(1) as f64).total_cmp(&(y.0 / y.1.max(1) as f64)));
+        same
+    });
+    let price = |x: &Absent| {
+        x.producer.map_or(f64::INFINITY, |pr| {
+            let k = by_producer.partition_point(|g| g.0 < pr);
+            t.ops[pr].time_s / by_producer[k].1.max(1) as f64
+        })
+    };
+    // Dearest first: the copy engines take those (a tensor is swapped or recomputed, not
+    // both), the rest is recomputed cheapest first.
+    let mut priced: Vec<(f64, &Absent)> = absent.iter().map(|x| (price(x), x)).collect();
+    priced.sort_by(|x, y| y.0.total_cmp(&x.0));
     let covers = |slack: f64| -> bool {
-        let swappable: u64 = absent
-            .iter()
-            .filter(|x| x.swap_slack <= slack)
-            .map(|x| x.size)
-            .sum();
-        let swapped = (swappable as f64).min(engines(slack));
-        let mut rest = need as f64 - swapped;
-        let mut spent = 0.0;
-        for &(secs, bytes) in &reruns {
-            if rest <= 0.0 {
+        let swappable = |x: &Absent| x.swap_slack <= slack;
+        // The engines take whole tensors, dearest first, until they are full: those before
+        // `full` (if swappable), and `part` bytes of the one at `full`.
+        let mut room = engines(slack);
+        let mut rest = need as f64;
+        let (mut full, mut part) = (priced.len(), 0.0);
+        for (k, &(_, x)) in priced.iter().enumerate() {
+            if !swappable(x) {
+                continue;
+            }
+            let size = x.size as f64;
+            if size >= room {
+                (full, part) = (k, room);
+                rest -= room;
                 break;
             }
-            let take = rest.min(bytes as f64);
-            spent += secs * take / bytes.max(1) as f64;
+            room -= size;
+            rest -= size;
+        }
+        let mut spent = 0.0;
+        for (k, &(pr, x)) in priced.iter().enumerate().rev() {
+            if rest <= 0.0 || !pr.is_finite() {
+                break;
+            }
+            let size = x.size as f64;
+            let left = if k > full || !swappable(x) {
+                size
+            } else if k == full {
+                size - part
+            } else {
+                0.0
+            };
+            let take = rest.min(left);
+            spent += pr * take;
             rest -= take;
         }
         rest <= 0.0 && spent <= slack
@@ -227,7 +276,7 @@ fn slack_at(
     let total: u64 = absent.iter().map(|x| x.size).sum();
     let mut hi = absent.iter().map(|x| x.swap_slack).fold(0.0, f64::max)
         + total as f64 / link.d2h.min(link.h2d)
-        + reruns.iter().map(|x| x.0).sum::<f64>();
+        + by_producer.iter().map(|x| t.ops[x.0].time_s).sum::<f64>();
     if !covers(hi) {
         return f64::INFINITY;
     }

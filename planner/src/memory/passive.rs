@@ -36,6 +36,22 @@ pub(super) fn passive_run(
     plan: &Plan,
     more: Deadline,
 ) -> (Plan, Outcome) {
+    passive_run_by(t, a, budget, link, evict, plan, more, true)
+}
+
+/// [`passive_run`], choosing each eviction through the simulator's index of candidates
+/// (`indexed`) or by scanning every storage (the reference the index is tested against).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn passive_run_by(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    evict: Evict,
+    plan: &Plan,
+    more: Deadline,
+    indexed: bool,
+) -> (Plan, Outcome) {
     let a = a.clone().extended(plan);
     let swap = evict == Evict::Lru;
     let evictable = |s: usize, op: usize| -> Option<usize> {
@@ -52,11 +68,23 @@ pub(super) fn passive_run(
             Some(&back) => Some(back),
         }
     };
+    // From which operation on `evictable` says `usize::MAX`: after the last access and the
+    // horizon; weights never.
+    let gone_from: Vec<usize> = (0..t.storages.len())
+        .map(|s| {
+            if t.storages[s].constant {
+                usize::MAX
+            } else {
+                a.accesses[s].last().copied().unwrap_or(0).max(a.horizon[s])
+            }
+        })
+        .collect();
     let passive = Passive {
         evict,
         evictable: &evictable,
         horizon: (!swap).then_some(&a.horizon),
         more: Some(more),
+        gone_from: indexed.then_some(&gone_from[..]),
     };
     simulate_passive(t, budget, link, plan, &passive)
 }

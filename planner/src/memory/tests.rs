@@ -1,7 +1,7 @@
 //! The policies against hand-computed timelines, random traces, an exhaustive optimum and DTR's
 //! logs.
 
-use super::passive::passive_run;
+use super::passive::{passive_run, passive_run_by};
 use super::*;
 use crate::model::Step;
 use crate::model::{Op, Storage};
@@ -202,6 +202,60 @@ fn a_passive_run_and_the_replay_of_its_evictions_agree() {
         "{worse} of {runs} replays worse than their passive runs"
     );
     eprintln!("{runs} passive runs fit their budget, none replays worse");
+}
+
+/// The simulator's index of eviction candidates chooses exactly as a scan of every storage
+/// does: the same evictions, the same outcome, on random traces (three modes, three budgets)
+/// and on every generated family (both profiles).
+#[test]
+fn the_index_of_candidates_chooses_as_the_scan_does() {
+    let same = |what: &str, t: &Trace, budget: u64, link: Link| {
+        let a = Analysis::new(t);
+        let mut evictions = 0;
+        for evict in [Evict::Dtr, Evict::DtrUpstream, Evict::Lru] {
+            let by = |indexed| {
+                passive_run_by(t, &a, budget, link, evict, &Vec::new(), &|| true, indexed)
+            };
+            let ((p1, o1), (p2, o2)) = (by(true), by(false));
+            assert_eq!(p1, p2, "{what}, {evict:?}: evictions");
+            assert_eq!(
+                (o1.feasible, o1.makespan.to_bits(), o1.peak),
+                (o2.feasible, o2.makespan.to_bits(), o2.peak),
+                "{what}, {evict:?}: outcome"
+            );
+            evictions += p1.len();
+        }
+        evictions
+    };
+    let mut r = Rng(4141);
+    let mut evictions = 0;
+    for case in 0..600 {
+        let t = random_trace_with(&mut r, 6 + (case % 14), case % 2 == 0);
+        for f in [0.8, 0.6, 0.4] {
+            let budget = (t.peak() as f64 * f) as u64;
+            evictions += same(&format!("case {case} at {f}"), &t, budget, LINK);
+        }
+    }
+    assert!(evictions > 10_000, "{evictions} evictions compared");
+    for profile in ["h100", "p100"] {
+        let (p, _) = simgpu_model::Profile::load(profile).unwrap();
+        let link = Link::from_profile(&p);
+        for name in crate::generate::FAMILIES {
+            let t = crate::generate::family(name, 1, 8).unwrap().trace(&p);
+            for f in [0.7, 0.4, 0.2] {
+                let budget = (t.peak() as f64 * f) as u64;
+                same(&format!("{name} {profile} at {f}"), &t, budget, link);
+            }
+        }
+    }
+    // Neighbourhoods past 64 storages (a recurrent loss reads every step's state), where the
+    // walk stops early.
+    let (p, _) = simgpu_model::Profile::load("p100").unwrap();
+    let t = crate::generate::family("rnn", 3, 8).unwrap().trace(&p);
+    for f in [0.5, 0.3] {
+        let budget = (t.peak() as f64 * f) as u64;
+        same(&format!("rnn:3 at {f}"), &t, budget, Link::from_profile(&p));
+    }
 }
 
 /// Hand-computed, DTR under 220 B on `kept_source`: the program frees a (10 B) after op 1,
@@ -664,5 +718,36 @@ fn auto_under_a_deadline_returns_its_best_so_far() {
                 "{allowed}: asked {after} more times after the deadline"
             );
         }
+    }
+}
+
+/// The lower bound asks the deadline as it goes (a 10,000-operation trace takes it a good part
+/// of a second): told to stop, it gives nothing, having asked once more at most; given time,
+/// exactly [`lower_bound`].
+#[test]
+fn the_bound_stops_at_a_deadline() {
+    let (p, _) = simgpu_model::Profile::load("p100").unwrap();
+    let link = Link::from_profile(&p);
+    let t = crate::generate::family("unet", 1, 8).unwrap().trace(&p);
+    let a = Analysis::new(&t);
+    let budget = (t.peak() as f64 * 0.4) as u64;
+    let full = bound::lower_bound_until(&t, &a, budget, link, &|| true).unwrap();
+    assert_eq!(full, lower_bound(&t, budget, link));
+    let asked = std::cell::Cell::new(0usize);
+    let all = bound::lower_bound_until(&t, &a, budget, link, &|| {
+        asked.set(asked.get() + 1);
+        true
+    });
+    assert_eq!(all, Some(full));
+    let total = asked.get();
+    assert!(total > 10, "asked {total} times");
+    for allowed in [0, 1, total / 2] {
+        asked.set(0);
+        let cut = bound::lower_bound_until(&t, &a, budget, link, &|| {
+            asked.set(asked.get() + 1);
+            asked.get() <= allowed
+        });
+        assert_eq!(cut, None, "{allowed}");
+        assert_eq!(asked.get(), allowed + 1);
     }
 }
