@@ -13,6 +13,9 @@ cargo build --workspace --release -q
 bin=$(scripts/build-workloads.sh)
 m=target/release/marmoset
 export TRAINER_TIMES=1
+# The simulated GPU runs an iteration in far less host time than planning takes: the program
+# waits for the planner, so the plan applies from the next iteration as it would on a real GPU.
+export MARMOSET_PLAN_WAIT=1
 # Enough iterations for the tracker to find, verify and plan one, and to run guided after it.
 prog=${MARMOSET_BENCH_PROG:-trainer}
 args=(${MARMOSET_BENCH_ARGS:-12 256 256 6})

@@ -105,6 +105,10 @@ pub struct Config {
     pub verify: bool,
     /// Test facility: the Nth replay (from 1) computes with twice its alpha, a wrong replay.
     pub test_corrupt_replay: Option<u64>,
+    /// Benchmark facility: the program waits for the planning thread, so that on the simulated
+    /// GPU (whose iterations take far less host time than planning) the plan applies from the
+    /// next iteration boundary, as it would on a real GPU.
+    pub plan_wait: bool,
 }
 
 impl Config {
@@ -134,6 +138,7 @@ impl Default for Config {
             test_skip_restore: None,
             verify: false,
             test_corrupt_replay: None,
+            plan_wait: false,
         }
     }
 }
@@ -245,6 +250,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
     if let Some(v) = var("MARMOSET_VERIFY") {
         flag("MARMOSET_VERIFY", &v)
             .map(|b| c.verify = b)
+            .unwrap_or_else(|e| errors.push(e));
+    }
+    if let Some(v) = var("MARMOSET_PLAN_WAIT") {
+        flag("MARMOSET_PLAN_WAIT", &v)
+            .map(|b| c.plan_wait = b)
             .unwrap_or_else(|e| errors.push(e));
     }
     if let Some(v) = var("MARMOSET_TEST_CORRUPT_REPLAY") {

@@ -134,12 +134,19 @@ pub fn plan(found: Found, records: Vec<Record>) {
                 }
             }
         });
-    if spawned.is_err() {
-        PLANNING.store(false, Ordering::Release);
-        log(
-            Level::Warn,
-            "bridge: cannot start the planning thread; execution stays passive",
-        );
+    match spawned {
+        // MARMOSET_PLAN_WAIT: the program waits for the plan (simulated measurements).
+        Ok(h) if config().plan_wait => {
+            let _ = h.join();
+        }
+        Ok(_) => {}
+        Err(_) => {
+            PLANNING.store(false, Ordering::Release);
+            log(
+                Level::Warn,
+                "bridge: cannot start the planning thread; execution stays passive",
+            );
+        }
     }
 }
 
