@@ -7,11 +7,12 @@
 //! (`MARMOSET_MEMORY_LIMIT`) counts everything Marmoset maps, and `cudaMemGetInfo` /
 //! `cuMemGetInfo_v2` report it as the device's total.
 //!
-//! A tensor needs memory from its first write, not from its allocation: an allocation the
-//! budget has no room for is only reserved, and mapped at its first touch. Its contents are
-//! *dead* until then, and again whenever the plan says the next access overwrites them whole
-//! (guided execution's drops): dead contents are released first when room is needed, without
-//! a copy, and an overwrite of an evicted tensor maps fresh memory instead of copying it in.
+//! Contents are *dead* whenever the plan says the next access overwrites them whole (guided
+//! execution's drops): dead contents are released first when room is needed, without a copy,
+//! and an overwrite of an evicted tensor maps fresh memory instead of copying it in. An
+//! allocation is mapped when it is made, not at its first touch as the planner's model counts
+//! it: a library may touch it through a pointer no record names (cuBLAS's workspace under
+//! PyTorch did), and an unmapped range traps.
 //!
 //! Before an operation runs, every tensor it touches is resident: an evicted one is brought back
 //! (physical memory mapped again, bytes copied in from host on the swap-in stream, the
@@ -48,8 +49,8 @@ enum Place {
     Resident(u64),
     /// Unmapped; its bytes are in this pinned host buffer.
     Evicted(usize),
-    /// Unmapped, and no bytes anywhere: never written yet (`dropped` false), or its contents
-    /// were dropped as dead (a read of them now would be a wrong plan: said at error level).
+    /// Unmapped, and no bytes anywhere: its contents were dropped as dead (`dropped`; a read of
+    /// them now would be a wrong plan: said at error level).
     Empty { dropped: bool },
 }
 
@@ -66,8 +67,8 @@ struct Tensor {
     /// A prefetch's copy in (guided execution): the next operation that touches the tensor
     /// waits for this event, not the host.
     arrival: Option<usize>,
-    /// Resident, but its contents are not needed (not written yet, or the plan says the next
-    /// access overwrites them whole): released without a copy when room is needed.
+    /// Resident, but its contents are not needed (the plan says the next access overwrites them
+    /// whole): released without a copy when room is needed.
     dead: bool,
 }
 
@@ -508,42 +509,24 @@ impl Manager {
             return Ok(p);
         }
         let mapped = size.max(1).div_ceil(self.gran) * self.gran;
-        // Marmoset's own buffers need their memory now; a tensor needs it from its first write:
-        // mapped now if the budget has room without moving anything, else at its first touch.
-        if internal && let Err(why) = self.make_room(mapped, &HashSet::new()) {
+        // Mapped now, not at the first touch: a kernel may touch it through a pointer no
+        // record names (a library's own workspace), and an unmapped range traps. What is not
+        // written yet is not dead for the same reason: only a plan says what is.
+        if let Err(why) = self.make_room(mapped, &HashSet::new()) {
             log(
                 Level::Warn,
                 &format!("memory: out of memory for {size} B: {why}"),
             );
             return Err(OUT_OF_MEMORY);
         }
-        if mapped > self.budget.saturating_sub(self.preexisting) {
-            // It could never be mapped, whatever else is evicted: say so now, as cudaMalloc would.
-            log(
-                Level::Warn,
-                &format!(
-                    "memory: out of memory for {size} B: larger than the budget of {} B ({} B of it held before Marmoset took over)",
-                    self.budget, self.preexisting
-                ),
-            );
-            return Err(OUT_OF_MEMORY);
-        }
         let mut va = 0u64;
         cu!(c"cuMemAddressReserve" (*mut u64, usize, usize, u64, u64) (&mut va, mapped as usize, 0, 0, 0))?;
-        if !internal && self.used + mapped > self.budget {
-            self.reclaim(false);
-        }
-        let place = if internal || self.used + mapped <= self.budget {
-            match self.map(va, mapped) {
-                Ok(phys) => Place::Resident(phys),
-                Err(e) if internal => {
-                    let _ = cu!(c"cuMemAddressFree"(u64, usize)(va, mapped as usize));
-                    return Err(e);
-                }
-                Err(_) => Place::Empty { dropped: false },
+        let place = match self.map(va, mapped) {
+            Ok(phys) => Place::Resident(phys),
+            Err(e) => {
+                let _ = cu!(c"cuMemAddressFree"(u64, usize)(va, mapped as usize));
+                return Err(e);
             }
-        } else {
-            Place::Empty { dropped: false }
         };
         self.tensors.insert(
             va,
@@ -555,7 +538,7 @@ impl Manager {
                 streams: HashSet::new(),
                 internal,
                 arrival: None,
-                dead: !internal,
+                dead: false,
             },
         );
         Ok(va)
