@@ -55,7 +55,15 @@ static void sgd(simgpuKernelCtx *ctx, void **p) {
   for (int i = 0; i < n; i++) w[i] -= lr * dw[i];
 }
 
-static void *k_xent, *k_sgd;
+/* scale2(int n, float *x): x *= 2 in place (TRAINER_PLANT: a write to a recomputation's source) */
+static void scale2(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  float *x = access_fn(ctx, (CUdeviceptr)(uintptr_t)*(void **)p[1], (size_t)n * 4, 1);
+  if (!x) return;
+  for (int i = 0; i < n; i++) x[i] *= 2.0f;
+}
+
+static void *k_xent, *k_sgd, *k_scale2;
 
 static void register_kernels(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -66,6 +74,8 @@ static void register_kernels(void) {
   if (reg("xent", xent, 6, s1, a1, &k_xent)) exit(1);
   size_t s2[] = {4, 4, 8, 8}, a2[] = {4, 4, 8, 8};
   if (reg("sgd", sgd, 4, s2, a2, &k_sgd)) exit(1);
+  size_t s3[] = {4, 8}, a3[] = {4, 8};
+  if (reg("scale2", scale2, 2, s3, a3, &k_scale2)) exit(1);
 }
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -199,8 +209,17 @@ int main(int argc, char **argv) {
      stdout stays comparable between runs). */
   cudaEvent_t *marks = malloc((iters + 1) * sizeof *marks);
   for (int i = 0; i <= iters; i++) cudaEventCreate(&marks[i]);
+  /* TRAINER_PLANT: a planted in-place write (above); TRAINER_VARY=K: iteration K makes calls
+     the others do not (a scratch allocation, a memset, its free), leaving the results alone. */
+  const int plant = getenv("TRAINER_PLANT") != NULL;
+  const int vary = getenv("TRAINER_VARY") ? atoi(getenv("TRAINER_VARY")) : -1;
   for (int it = 0; it < iters; it++) {
     cudaEventRecord(marks[it], NULL);
+    if (it == vary) {
+      void *scratch = dalloc((size_t)4 << 20);
+      CU(memset, cudaMemset(scratch, 0, (size_t)4 << 20));
+      CU(free, cudaFree(scratch));
+    }
     /* forward */
     conv_fwd(&c1, x, conv1);
     DNN(cudnnActivationForward(dnn, relu, &ONE, c1.y, conv1, &ZERO, c1.y, relu1));
@@ -208,6 +227,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < depth; i++) {
       conv_fwd(&blocks[i], top, bconv[i]);
       DNN(cudnnActivationForward(dnn, relu, &ONE, c1.y, bconv[i], &ZERO, c1.y, brelu[i]));
+      if (plant) {
+        /* The ReLU's input doubled in place after it was read: its backward (which needs only
+           the sign) is unchanged, but recomputing the ReLU's output from it would double it. */
+        int nn = (int)a1;
+        void *sargs[] = {&nn, &bconv[i]};
+        dim3 g = {(unsigned)(nn + 255) / 256, 1, 1}, b = {256, 1, 1};
+        CU(launch, cudaLaunchKernel(k_scale2, g, b, sargs, 0, NULL));
+      }
       top = brelu[i];
     }
     DNN(cudnnPoolingForward(dnn, pool, &ONE, c1.y, top, &ZERO, p1, pool1));

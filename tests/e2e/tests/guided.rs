@@ -289,3 +289,95 @@ fn verify_catches_a_wrong_recomputation_and_keeps_results_exact() {
         "{err}"
     );
 }
+
+/// A planted in-place write: each block's ReLU input is doubled by a kernel right after the
+/// ReLU read it (its backward needs only the sign, so the results do not change). Kernels may
+/// write what they touch, so those inputs are new versions and the ReLU outputs made from them
+/// are never recomputed; only the two ReLUs outside the blocks still are. Without the plant the
+/// block ReLUs are recomputed too, and with it the run stays bit for bit the unlimited one.
+#[test]
+fn a_planted_in_place_write_keeps_its_readers_from_being_recomputed() {
+    let args = ["6", "8", "64", "12"];
+    let recomputed = |plant: bool| {
+        let mut env = vec![("MARMOSET_PLAN_WAIT", "1")];
+        if plant {
+            env.push(("TRAINER_PLANT", "1"));
+        }
+        let (peak, plain) = {
+            let r = temp_path(&format!("plant-{plant}.json"));
+            let mut e = env.clone();
+            let rp = r.to_str().unwrap().to_string();
+            e.push(("SIMGPU_REPORT", rp.as_str()));
+            let o = run_sim("h100", &e, "trainer", &args);
+            ok(&o);
+            (report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
+        };
+        let budget = ((peak as f64 * 0.3) as u64).to_string();
+        let mut e = env.clone();
+        e.extend([
+            ("MARMOSET_POLICY", "recompute"),
+            ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
+            MIN_TENSOR,
+        ]);
+        let (o, records) = run_shim(&e, "trainer", &args);
+        ok(&o);
+        assert_eq!(stdout(&o), plain, "plant {plant}: bit for bit");
+        let allocs: std::collections::BTreeSet<u64> = of_kind(&records, "recompute")
+            .iter()
+            .map(|r| r["alloc"].as_u64().unwrap())
+            .collect();
+        allocs
+    };
+    let free = recomputed(false);
+    let planted = recomputed(true);
+    assert!(free.len() >= 6, "without the plant: {free:?}");
+    assert!(planted.len() <= 2, "with the plant: {planted:?}");
+    assert!(planted.is_subset(&free), "{planted:?} vs {free:?}");
+}
+
+/// A program that changes its call sequence while guided (iteration 5 makes a scratch
+/// allocation, a memset and a free the others do not): the rest of that iteration runs
+/// passively, the tracker finds the iteration again, the planner replans and guides again, and
+/// the results stay bit for bit those of an unlimited run of the same program.
+#[test]
+fn a_changed_call_sequence_diverges_replans_and_stays_exact() {
+    let args = ["10", "8", "64", "12"];
+    let env = [("TRAINER_VARY", "5"), ("MARMOSET_PLAN_WAIT", "1")];
+    let r = temp_path("vary.json");
+    let rp = r.to_str().unwrap().to_string();
+    let mut e = env.to_vec();
+    e.push(("SIMGPU_REPORT", rp.as_str()));
+    let plain = run_sim("h100", &e, "trainer", &args);
+    ok(&plain);
+    let peak = report(&r)["peak_bytes"].as_u64().unwrap();
+    let budget = ((peak as f64 * 0.3) as u64).to_string();
+    let mut e = env.to_vec();
+    e.extend([
+        ("MARMOSET_POLICY", "capuchin"),
+        ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
+        MIN_TENSOR,
+    ]);
+    let (o, records) = run_shim(&e, "trainer", &args);
+    ok(&o);
+    assert_eq!(stdout(&o), stdout(&plain), "bit for bit");
+    let plans: Vec<_> = of_kind(&records, "plan")
+        .into_iter()
+        .filter(|p| p["period"] == 141)
+        .collect();
+    assert!(
+        plans.len() >= 2,
+        "planned again after the divergence: {plans:?}"
+    );
+    // Diverged while guided: a divergence between the two plans.
+    let (first, second) = (
+        plans[0]["seq"].as_u64().unwrap(),
+        plans[1]["seq"].as_u64().unwrap(),
+    );
+    assert!(
+        of_kind(&records, "divergence")
+            .iter()
+            .any(|d| d["period"] == 141 && (first..second).contains(&d["at"].as_u64().unwrap())),
+        "{:?}",
+        of_kind(&records, "divergence")
+    );
+}
