@@ -86,6 +86,22 @@ pub fn end(seq: u64, stream: u64, start: usize) {
     }
 }
 
+static QUERY: AtomicUsize = AtomicUsize::new(0);
+static SYNC: AtomicUsize = AtomicUsize::new(0);
+static ELAPSED: AtomicUsize = AtomicUsize::new(0);
+
+/// The real driver function `name` as type `F` (a plain `extern "C" fn` pointer).
+fn drv<F: Copy>(slot: &AtomicUsize, name: &CStr) -> Option<F> {
+    let mut p = slot.load(Ordering::Acquire);
+    if p == 0 {
+        p = resolve(crate::real::CUDA, name);
+        slot.store(p, Ordering::Release);
+    }
+    // SAFETY: `F` is the function pointer type of the driver function `name` (the callers
+    // name each with its prototype), and a function pointer has a usize's size.
+    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+}
+
 /// Writes the durations of completed operations (`wait`: of all of them).
 pub fn drain(wait: bool) {
     // The event calls below must not be traced themselves (outside a hook, e.g. at exit).
@@ -94,16 +110,19 @@ pub fn drain(wait: bool) {
     if pairs.is_empty() {
         return;
     }
+    // The driver's calls, not the runtime's: the runtime's cudaEventQuery records "not ready"
+    // as the calling thread's last error, which the program (PyTorch checks cudaGetLastError
+    // after each launch) would then take for its own. A runtime event is a driver event.
     let (Some(query), Some(sync), Some(elapsed)) = (
-        rt!(c"cudaEventQuery", (Ev)),
-        rt!(c"cudaEventSynchronize", (Ev)),
-        rt!(c"cudaEventElapsedTime", (*mut f32, Ev, Ev)),
+        drv::<unsafe extern "C" fn(Ev) -> c_int>(&QUERY, c"cuEventQuery"),
+        drv::<unsafe extern "C" fn(Ev) -> c_int>(&SYNC, c"cuEventSynchronize"),
+        drv::<unsafe extern "C" fn(*mut f32, Ev, Ev) -> c_int>(&ELAPSED, c"cuEventElapsedTime"),
     ) else {
         return;
     };
     let mut left = Vec::new();
     for p in pairs {
-        // SAFETY: events created by this module; real cudart calls.
+        // SAFETY: events created by this module; real driver calls.
         let done = unsafe {
             if wait {
                 sync(p.end as Ev) == 0
