@@ -173,7 +173,7 @@ impl fmt::Display for Summary {
         if self.evicted_bytes + self.restored_bytes > 0 {
             writeln!(
                 f,
-                "memory moved: {} to host in {} evictions ({:.3} ms of copies the host waited for), {} back in {} restores",
+                "memory moved: {} to host in {} evictions ({:.3} ms of eviction copies on the swap-out stream), {} back in {} restores",
                 size(self.evicted_bytes),
                 self.by_kind.get("evict").copied().unwrap_or(0),
                 self.evict_ms,
