@@ -105,6 +105,8 @@ pub struct Config {
     pub verify: bool,
     /// Test facility: the Nth replay (from 1) computes with twice its alpha, a wrong replay.
     pub test_corrupt_replay: Option<u64>,
+    /// MARMOSET_PLAN_DEADLINE_MS: the in-process planner's time bound (host time).
+    pub plan_deadline_ms: u64,
     /// Benchmark facility: the program waits for the planning thread, so that on the simulated
     /// GPU (whose iterations take far less host time than planning) the plan applies from the
     /// next iteration boundary, as it would on a real GPU.
@@ -139,6 +141,7 @@ impl Default for Config {
             verify: false,
             test_corrupt_replay: None,
             plan_wait: false,
+            plan_deadline_ms: 1000,
         }
     }
 }
@@ -251,6 +254,16 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
         flag("MARMOSET_VERIFY", &v)
             .map(|b| c.verify = b)
             .unwrap_or_else(|e| errors.push(e));
+    }
+    if let Some(v) = var("MARMOSET_PLAN_DEADLINE_MS") {
+        match v.parse::<u64>() {
+            Ok(n) => c.plan_deadline_ms = n,
+            Err(_) => errors.push(bad(
+                "MARMOSET_PLAN_DEADLINE_MS",
+                &v,
+                "milliseconds, a whole number",
+            )),
+        }
     }
     if let Some(v) = var("MARMOSET_PLAN_WAIT") {
         flag("MARMOSET_PLAN_WAIT", &v)
@@ -387,6 +400,10 @@ mod tests {
         assert_eq!(c.policy, Policy::Guided(BUDGET_DEFAULT));
         assert!(GUIDED.contains(&BUDGET_DEFAULT));
         assert_eq!(c.policy.guided(), Some(BUDGET_DEFAULT));
+        assert_eq!(c.plan_deadline_ms, 1000);
+        let c = parse(env(&[("MARMOSET_PLAN_DEADLINE_MS", "250")])).unwrap();
+        assert_eq!(c.plan_deadline_ms, 250);
+        assert!(parse(env(&[("MARMOSET_PLAN_DEADLINE_MS", "soon")])).is_err());
     }
 
     #[test]

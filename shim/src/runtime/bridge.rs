@@ -245,7 +245,12 @@ fn plan_now(
     if let Err(why) = &converted.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }
-    let (plan, outcome) = planner::policy::run(policy, &converted.trace, budget, link(records))
-        .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
+    // A time bound: the best plan found so far when it is up (the planner's anytime search).
+    let bound = std::time::Duration::from_millis(config().plan_deadline_ms);
+    let t0 = Instant::now();
+    let more = || t0.elapsed() < bound;
+    let (plan, outcome) =
+        planner::policy::run_until(policy, &converted.trace, budget, link(records), &more)
+            .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
     Ok((converted, plan, outcome))
 }
