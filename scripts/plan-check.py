@@ -7,7 +7,8 @@ import glob, json, subprocess, sys, os
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 marmoset = os.path.join(root, "target/release/marmoset")
-logs = os.path.join(os.environ.get("MARMOSET_DATA") or os.path.join(root, "../shared/data"), "dtr-logs")
+cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+logs = os.path.join(os.environ.get("MARMOSET_DATA") or os.path.join(cache, "marmoset/data"), "dtr-logs")
 found = sorted(glob.glob(os.path.join(logs, "*.log")))
 if not found:
     sys.exit(f"plan-check.py: DTR's logs are not in {logs}: run scripts/fetch-data.sh and set MARMOSET_DATA")

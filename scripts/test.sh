@@ -11,7 +11,7 @@ cargo build --workspace --release
 scripts/setup-torch.sh
 scripts/setup-chromium.sh   # the report test renders a page in headless Chromium
 # The comparisons with DTR's simulator need DTR's logs, which the repository cannot carry.
-data=${MARMOSET_DATA:-../shared/data}
+data=${MARMOSET_DATA:-${XDG_CACHE_HOME:-$HOME/.cache}/marmoset/data}
 if ! ls "$data"/dtr-logs/*.log >/dev/null 2>&1; then
   echo "*** DTR's logs not found ($data/dtr-logs): the comparisons with DTR's simulator do not run; scripts/fetch-data.sh downloads them ***"
 fi

@@ -1,5 +1,6 @@
-//! Where the tests find DTR's logs: `MARMOSET_DATA/dtr-logs`, else `../shared/data/dtr-logs`
-//! beside the repository (scripts/fetch-data.sh downloads them). The logs have no licence to
+//! Where the tests find DTR's logs: `MARMOSET_DATA/dtr-logs`, else where scripts/fetch-data.sh
+//! puts them by default (`$XDG_CACHE_HOME/marmoset/data/dtr-logs`, else
+//! `~/.cache/marmoset/data/dtr-logs`). The logs have no licence to
 //! redistribute, so the repository does not carry them: without them a comparison says so in one
 //! loud line and does not run; everything else does.
 
@@ -9,14 +10,17 @@ use std::path::PathBuf;
 pub fn dtr_log_dir() -> Option<PathBuf> {
     let candidates = [
         std::env::var_os("MARMOSET_DATA").map(|d| PathBuf::from(d).join("dtr-logs")),
-        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/dtr-logs")),
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("marmoset/data/dtr-logs")),
     ];
     let found = candidates.into_iter().flatten().find(|d| {
         d.join(".").is_dir() && std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some())
     });
     if found.is_none() {
         eprintln!(
-            "*** DTR's logs not found (MARMOSET_DATA/dtr-logs, ../shared/data/dtr-logs): the comparisons on them do not run; scripts/fetch-data.sh downloads them ***"
+            "*** DTR's logs not found (MARMOSET_DATA/dtr-logs, ~/.cache/marmoset/data/dtr-logs): the comparisons on them do not run; scripts/fetch-data.sh downloads them ***"
         );
     }
     found

@@ -293,7 +293,7 @@ fn the_offline_command_agrees_with_the_planner() {
     assert!(stderr(&bad).contains("--workspace"));
 }
 
-/// One layer (AlexNet's conv2), written where the tests can find it without ../shared.
+/// One layer (AlexNet's conv2), written by the test itself (data/ has whole networks only).
 fn conv2_csv() -> std::path::PathBuf {
     let csv = temp_path("conv2-only.csv");
     std::fs::write(

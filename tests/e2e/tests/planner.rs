@@ -270,7 +270,7 @@ fn overhead(sweep: &serde_json::Value, policy: &str, f: f64) -> Option<f64> {
     (r["feasible"] == true).then(|| r["overhead"].as_f64().unwrap())
 }
 
-/// DTR's own simulator on the four logs (../shared/docs/anchors.md): slowdowns at 0.9, 0.7, 0.5,
+/// DTR's own simulator on the four logs (Kirisame et al., ICLR 2021, its simulator's published runs): slowdowns at 0.9, 0.7, 0.5,
 /// 0.4, 0.3 and 0.2 of the peak.
 const DTR_PUBLISHED: [(&str, [f64; 6]); 4] = [
     ("resnet32", [1.013, 1.046, 1.107, 1.140, 1.179, 1.332]),
