@@ -46,6 +46,9 @@ pub struct Call {
     pub effect: Effect,
     /// The allocations it touches, in the record's order.
     pub touches: Vec<u64>,
+    /// Whether `touches` are inferred (a kernel's parameter words that point into an
+    /// allocation), not named by the API: a word may be stale, so they identify nothing.
+    pub inferred: bool,
 }
 
 /// FNV-1a over 64-bit words: stable across runs and builds (a plan may outlive a process).
@@ -79,9 +82,13 @@ fn access_code(a: Access) -> u64 {
 
 /// The token of a call record: its kind, API, result and everything that describes the work
 /// (sizes, directions, kernel handle and geometry, cuDNN algorithm, workspace and tensor shapes
-/// and roles; for each touch the touched allocation's size, the range and the access), with no
-/// pointer and no allocation id. `sizes` maps allocation ids to sizes. `None` for records that
-/// are not calls (header, timing, evict, restore).
+/// and roles; for each touch the API names, the touched allocation's size, the range and the
+/// access), with no pointer and no allocation id. A kernel's touches are left out: they are
+/// inferred from its parameter words, and a word may hold whatever an earlier call left there
+/// (PyTorch's reduction kernels take a struct whose unused pointer fields do), so the same
+/// call may seem to touch another allocation from one iteration to the next. `sizes` maps
+/// allocation ids to sizes. `None` for records that are not calls (header, timing, evict,
+/// restore).
 pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     let mut h = Fnv::new();
     h.str(event.kind());
@@ -124,7 +131,8 @@ pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
         }
         _ => {}
     }
-    for t in event.touches() {
+    let named = !matches!(event, Event::Launch { .. });
+    for t in event.touches().iter().filter(|_| named) {
         h.word(sizes.get(&t.alloc).copied().unwrap_or(u64::MAX));
         h.word(t.offset);
         h.word(t.bytes);
@@ -169,6 +177,7 @@ pub fn calls(records: &[Record]) -> Vec<Call> {
             token,
             effect,
             touches: r.event.touches().iter().map(|t| t.alloc).collect(),
+            inferred: matches!(r.event, Event::Launch { .. }),
         });
     }
     out
@@ -368,8 +377,14 @@ pub fn steady(calls: &[Call], region: Region, cut: usize) -> Result<Steady, Dive
             if x.token != y.token {
                 return Some((o, "a different call".to_string()));
             }
+            // Inferred touches are hints (see [`token`]): the executor makes whatever a call
+            // really touches resident, whatever the plan says.
             let ids = |c: &Call| -> Vec<u64> {
-                let mut v = c.touches.clone();
+                let mut v = if c.inferred {
+                    Vec::new()
+                } else {
+                    c.touches.clone()
+                };
                 if let Effect::Free { id } = c.effect {
                     v.push(id);
                 }
@@ -491,6 +506,7 @@ fn name(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::Touch;
 
     /// A call touching `t`, with token `tok`.
     fn use_(tok: u64, t: &[u64]) -> Call {
@@ -499,6 +515,7 @@ mod tests {
             token: tok,
             effect: Effect::Use,
             touches: t.to_vec(),
+            inferred: false,
         }
     }
     fn alloc(id: u64, size: u64) -> Call {
@@ -507,6 +524,7 @@ mod tests {
             token: 1000 + size,
             effect: Effect::Alloc { id, size },
             touches: vec![],
+            inferred: false,
         }
     }
     fn free(id: u64, size: u64) -> Call {
@@ -515,6 +533,7 @@ mod tests {
             token: 2000 + size,
             effect: Effect::Free { id },
             touches: vec![],
+            inferred: false,
         }
     }
 
@@ -690,5 +709,68 @@ mod tests {
             device_ms: 1.0,
         };
         assert_eq!(token(&timing, &sizes), None);
+    }
+
+    /// A kernel's touches are inferred from its parameter words: PyTorch's reduction kernels
+    /// pass a struct whose unused pointer fields hold whatever was there, so the same kernel
+    /// may seem to touch another allocation. Its token and the verification ignore them; an
+    /// API-named touch still counts.
+    #[test]
+    fn a_kernels_stale_parameter_word_neither_changes_its_token_nor_fails_verification() {
+        let sizes: HashMap<u64, u64> = [(1, 4096), (2, 51 << 20), (3, 8 << 20)].into();
+        let touch = |alloc| Touch {
+            alloc,
+            offset: 0,
+            bytes: 0,
+            access: Access::Rw,
+        };
+        let launch = |touches: Vec<Touch>| Event::Launch {
+            api: "cudaLaunchKernel".into(),
+            func: 7,
+            grid: [2, 1, 1],
+            block: [128, 1, 1],
+            stream: None,
+            touches,
+            result: 0,
+        };
+        let memset = |a| Event::Memset {
+            api: "cudaMemsetAsync".into(),
+            ptr: 0,
+            size: 4096,
+            stream: None,
+            touches: vec![touch(a)],
+            result: 0,
+        };
+        let stale = token(&launch(vec![touch(1), touch(2)]), &sizes);
+        assert_eq!(stale, token(&launch(vec![touch(1), touch(3)]), &sizes));
+        assert_eq!(stale, token(&launch(vec![touch(1)]), &sizes));
+        assert_ne!(
+            token(&memset(2), &sizes),
+            token(&memset(3), &sizes),
+            "a named touch of another size is another call"
+        );
+        // Verification: the same program, once with a kernel whose second touch changes from
+        // one iteration to the next (a stale word), once with a named touch doing the same.
+        let run = |inferred: bool| {
+            let mut v = vec![alloc(1, 64), alloc(2, 8)];
+            for i in 0..4u64 {
+                let x = 10 + i;
+                v.push(alloc(x, 32));
+                let mut k = use_(1, &[x, if i % 2 == 0 { 1 } else { 2 }]);
+                k.inferred = inferred;
+                v.push(k);
+                v.push(free(x, 32));
+            }
+            v
+        };
+        let calls = run(true);
+        let r = detect(&tokens(&calls)).expect("a repetition");
+        assert!(steady(&calls, r, r.start).is_ok(), "stale words are hints");
+        let calls = run(false);
+        let r = detect(&tokens(&calls)).expect("a repetition");
+        assert!(
+            steady(&calls, r, r.start).is_err(),
+            "a named touch that changes is a divergence"
+        );
     }
 }
