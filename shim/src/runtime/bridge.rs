@@ -9,6 +9,7 @@ use crate::runtime::recompute::Recipe;
 use crate::runtime::tracker::Found;
 use crate::state::{config, log};
 use planner::iteration::TensorId;
+use planner::model::Trace;
 use planner::shimtrace::{Converted, convert};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Record};
@@ -235,16 +236,34 @@ fn no_plan(policy: &str, why: String, planning_ms: f64) {
     });
 }
 
+/// The model as the allocator holds its tensors: one from the allocator's minimum size takes
+/// whole pages, so it costs its pages; a smaller one sits in a pool that never moves, so it
+/// frees nothing a plan could count on, and the pool comes off the budget instead.
+fn as_held(t: &mut Trace, budget: u64) -> u64 {
+    let Some(h) = crate::memory::holding() else {
+        return budget;
+    };
+    for s in &mut t.storages {
+        s.size = if s.size >= h.min_tensor {
+            s.size.div_ceil(h.gran) * h.gran
+        } else {
+            0
+        };
+    }
+    budget.saturating_sub(h.pool)
+}
+
 /// The model of the records' steady iteration and the policy's plan for it.
 fn plan_now(
     policy: &str,
     budget: u64,
     records: &[Record],
 ) -> Result<(Converted, Plan, Outcome), String> {
-    let converted = convert(records)?;
+    let mut converted = convert(records)?;
     if let Err(why) = &converted.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }
+    let budget = as_held(&mut converted.trace, budget);
     // A time bound: the best plan found so far when it is up (the planner's anytime search).
     let bound = std::time::Duration::from_millis(config().plan_deadline_ms);
     let t0 = Instant::now();

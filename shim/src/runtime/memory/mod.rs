@@ -837,6 +837,31 @@ pub fn budget() -> Option<u64> {
     with(|m| m.budget.saturating_sub(m.preexisting))
 }
 
+/// How the allocator holds what the program allocates, as the planner's model must see it.
+pub struct Holding {
+    /// Tensors from `min_tensor` bytes take whole pages of `gran` bytes each.
+    pub gran: u64,
+    pub min_tensor: u64,
+    /// Bytes held now by the pool of smaller tensors, which never moves.
+    pub pool: u64,
+}
+
+/// [`Holding`] now (None: not managed).
+pub fn holding() -> Option<Holding> {
+    if !active() {
+        return None;
+    }
+    with(|m| Holding {
+        gran: m.gran,
+        min_tensor: m.min_tensor,
+        pool: m.small_live.values().sum::<u64>()
+            + m.small_free
+                .iter()
+                .map(|(class, v)| class * v.len() as u64)
+                .sum::<u64>(),
+    })
+}
+
 /// An allocation under the memory policy (None: not managed, forward it).
 pub fn alloc(out: *mut u64, size: usize) -> Option<c_int> {
     if !active() || out.is_null() {
