@@ -38,8 +38,13 @@ def train(model, make_batch, loss_fn, steps, device, lr=0.01, amp=None, tf32=Fal
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(amp)
     scaler = torch.amp.GradScaler("cuda", enabled=amp == "fp16")
+    cuda = device.startswith("cuda")
     for step in range(steps):
         t = time.time()
+        if cuda:
+            # The step's time on the device's clock (simulated on the simulated GPU).
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
         inputs, target = make_batch()
         opt.zero_grad(set_to_none=True)
         ctx = torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
@@ -48,8 +53,11 @@ def train(model, make_batch, loss_fn, steps, device, lr=0.01, amp=None, tf32=Fal
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+        if cuda:
+            end.record()
         value = loss.item()  # synchronises
-        print(f"step {step}: loss {value:.4f} ({time.time() - t:.2f} s host time)", flush=True)
-    if device.startswith("cuda"):
+        dev = f", {begin.elapsed_time(end):.3f} ms device time" if cuda else ""
+        print(f"step {step}: loss {value:.4f} ({time.time() - t:.2f} s host time{dev})", flush=True)
+    if cuda:
         peak = torch.cuda.max_memory_allocated() / 2**30
         print(f"peak memory allocated by torch: {peak:.2f} GiB", flush=True)

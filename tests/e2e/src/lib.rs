@@ -221,6 +221,18 @@ pub fn torch_example(
     args: &[&str],
     name: &str,
 ) -> (Output, serde_json::Value) {
+    torch_example_with(marmoset_args, &[], script, args, name)
+}
+
+/// [`torch_example`] with these environment variables set (after the test's own MARMOSET_,
+/// SIMGPU_, TORCH_ and PYTORCH_ ones are removed).
+pub fn torch_example_with(
+    marmoset_args: &[&str],
+    env: &[(&str, &str)],
+    script: &str,
+    args: &[&str],
+    name: &str,
+) -> (Output, serde_json::Value) {
     let report = temp_path(&format!("torch-{name}-report.json"));
     let mut c = Command::new(marmoset());
     c.args(["run", "--sim"]).args(marmoset_args).arg("--");
@@ -236,6 +248,7 @@ pub fn torch_example(
         }
     }
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
+    c.envs(env.iter().copied());
     let out = torch_output(&mut c);
     ok(&out);
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
