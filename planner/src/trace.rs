@@ -252,6 +252,12 @@ pub enum Event {
         feasible: bool,
         predicted_ms: f64,
         planning_ms: f64,
+        /// Bytes the plan copies out per iteration, and the device time of its recomputations
+        /// (both on the planner's timeline, simulated).
+        #[serde(default)]
+        swap_bytes: u64,
+        #[serde(default)]
+        recompute_ms: f64,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

@@ -182,6 +182,14 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 feasible: outcome.feasible,
                 predicted_ms: outcome.makespan * 1e3,
                 planning_ms,
+                swap_bytes: outcome.swapped_out,
+                recompute_ms: plan
+                    .iter()
+                    .filter(|(_, d)| matches!(d, Decision::Recompute { back, .. } if *back != usize::MAX))
+                    .filter_map(|&(st, _)| converted.trace.storages.get(st)?.producer)
+                    .map(|op| converted.trace.ops[op].time_s * 1e3)
+                    // (from +0: an empty sum of floats is -0)
+                    .fold(0.0, |a, b| a + b),
             });
             log(
                 Level::Info,
