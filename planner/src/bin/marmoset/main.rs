@@ -106,7 +106,7 @@ enum Cmd {
         #[arg(long)]
         budget: Option<String>,
         /// The policy planned when the trace recorded no decisions.
-        #[arg(long, default_value = "capuchin")]
+        #[arg(long, default_value = "auto")]
         policy: String,
         /// Device profile for the plan's PCIe links: h100, p100 or a profile .json.
         #[arg(long, default_value = "h100")]
