@@ -231,9 +231,10 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     let h = handle()?;
     dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
     let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
-    // MARMOSET_TEST_CORRUPT_REPLAY: a deliberately wrong replay, for MARMOSET_VERIFY's test.
+    // MARMOSET_TEST_CORRUPT_REPLAY: a deliberately wrong replay, for MARMOSET_VERIFY's test;
+    // negated, so that even a reader that needs only the signs (ReLU's backward) sees it.
     let alpha = if crate::state::config().test_corrupt_replay == Some(n) {
-        alpha * 2.0
+        -alpha
     } else {
         *alpha
     };

@@ -253,7 +253,7 @@ fn a_failing_copy_during_guided_iterations_loses_nothing() {
 }
 
 /// MARMOSET_VERIFY keeps the bytes of each tensor dropped for recomputation and compares the
-/// replay's with them. A deliberately wrong replay (the second computes with twice its alpha)
+/// replay's with them. A deliberately wrong replay (the second computes with its alpha negated)
 /// changes the losses without it; with it, the wrong bytes are caught and replaced, the tensor
 /// is no longer recomputed, and the run stays bit for bit the unlimited one.
 #[test]
