@@ -8,9 +8,11 @@
  * and SGD with momentum (in place, state allocated lazily at the first step) are kernels.
  * Deterministic: it prints each iteration's loss and a checksum of the weights.
  *
- * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS]   (defaults 4, 4, 16, 8, 2)
- * Network: conv(3->C, 3x3) relu_, BLOCKS x [conv relu_ conv, + skip, relu_], conv(C->10, WxW)
- * (the classifier), softmax. */
+ * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL]
+ *        (defaults 4, 4, 16, 8, 2, 3)
+ * Network: conv(3->C, KxK) relu_, BLOCKS x [conv relu_ conv (KxK), + skip, relu_], conv(C->10, WxW)
+ * (the classifier), softmax. A KERNEL of 1 keeps data mode's arithmetic small per byte of
+ * activation (tests that need tensors of the allocator's 2 MiB granularity). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -229,9 +231,10 @@ static void step(Conv *l, float lr, float mu) {
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 4, n = argc > 2 ? atoi(argv[2]) : 4, hw = argc > 3 ? atoi(argv[3]) : 16;
   int ch = argc > 4 ? atoi(argv[4]) : 8, nblocks = argc > 5 ? atoi(argv[5]) : 2;
+  int ks = argc > 6 ? atoi(argv[6]) : 3;
   const int classes = 10;
-  if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64]\n");
+  if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd]\n");
     return 2;
   }
   register_kernels();
@@ -239,8 +242,8 @@ int main(int argc, char **argv) {
   DNN(cudnnCreate(&dnn));
   DNN(cudnnSetStream(dnn, st));
   Conv stem, head, *blocks = calloc(2 * (size_t)nblocks + 1, sizeof *blocks);
-  conv_init(&stem, n, 3, ch, 3, 1, hw, hw);
-  for (int b = 0; b < 2 * nblocks; b++) conv_init(&blocks[b], n, ch, ch, 3, 1, hw, hw);
+  conv_init(&stem, n, 3, ch, ks, ks / 2, hw, hw);
+  for (int b = 0; b < 2 * nblocks; b++) conv_init(&blocks[b], n, ch, ch, ks, ks / 2, hw, hw);
   conv_init(&head, n, ch, classes, hw, 0, hw, hw);
   cudnnTensorDescriptor_t lo = tdesc(n, classes, 1, 1);
 

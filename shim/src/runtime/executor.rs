@@ -207,10 +207,21 @@ pub fn before_call(touches: &[u64], stream: u64) {
     for i in recomputations(offset) {
         recompute(i, stream, 0);
     }
-    for name in step(offset, Kind::Prefetch) {
-        if let Some(id) = crate::runtime::tracker::resolve(name) {
-            crate::memory::prefetch(id, touches);
-        }
+    let ids: Vec<u64> = step(offset, Kind::Prefetch)
+        .into_iter()
+        .filter_map(crate::runtime::tracker::resolve)
+        .collect();
+    // Those whose copy out is still queued keep their memory first (no room needed); then the
+    // others come in, never at the cost of this call's tensors or of each other.
+    let rest: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|&id| !crate::memory::take_back(id))
+        .collect();
+    let mut protect = touches.to_vec();
+    protect.extend(&ids);
+    for id in rest {
+        crate::memory::prefetch(id, &protect);
     }
 }
 

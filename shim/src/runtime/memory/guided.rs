@@ -103,6 +103,21 @@ pub fn evict_planned(id: u64) -> bool {
     with(|m| m.evict_planned(va).is_ok()).unwrap_or(false)
 }
 
+/// Keeps allocation `id` where its eviction is still queued (its copy out under way, or done
+/// but its memory not yet released): true when it did, and nothing needs copying in. At an
+/// in-trigger this comes before making room for the other prefetches, which could otherwise
+/// wait for that very copy, release the memory and have to copy the bytes back in (the
+/// planner's timeline keeps a tensor whose swap-in starts before its swap-out ended resident).
+pub fn take_back(id: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    with(|m| m.take_back(va)).unwrap_or(false)
+}
+
 /// Starts bringing allocation `id` back (guided execution, at its in-trigger), never evicting
 /// the allocations in `protect` to make room.
 pub fn prefetch(id: u64, protect: &[u64]) -> bool {

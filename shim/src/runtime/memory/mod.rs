@@ -32,7 +32,8 @@ mod driver;
 mod guided;
 
 pub use guided::{
-    evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, snapshot, take_late,
+    evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, snapshot, take_back,
+    take_late,
 };
 
 use crate::config::Level;

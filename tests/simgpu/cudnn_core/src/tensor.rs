@@ -25,6 +25,10 @@ pub fn load(s: &Sim, t: &Tensor, ptr: *const c_void, what: &CStr) -> Result<Vec<
             what.as_ptr(),
         )
     })?;
+    if row_major(t) && count(t) == ext {
+        // Logical order already: data mode's cost is mostly here for large tensors.
+        return Ok(raw);
+    }
     let mut dense = Vec::with_capacity(count(t));
     walk(t, |off| dense.push(raw[off]));
     Ok(dense)
@@ -45,6 +49,17 @@ pub fn store(
     if !data_mode(s) {
         // SAFETY: resolved from the simulated driver; checks the range only.
         return drv(unsafe { (s.check)(ptr as u64, ext * 4, what.as_ptr()) });
+    }
+    if row_major(t) && dense.len() == ext {
+        // SAFETY: dense holds ext * 4 readable bytes.
+        return drv(unsafe {
+            (s.write)(
+                ptr as u64,
+                dense.as_ptr() as *const u8,
+                ext * 4,
+                what.as_ptr(),
+            )
+        });
     }
     let mut raw = vec![0f32; ext];
     if count(t) != ext {
@@ -72,6 +87,19 @@ pub fn store(
             what.as_ptr(),
         )
     })
+}
+
+/// Whether the tensor is packed in logical (row-major over dims) order, so that its memory is
+/// its dense vector.
+fn row_major(t: &Tensor) -> bool {
+    let mut acc = 1;
+    for i in (0..t.nb).rev() {
+        if t.dims[i] != 1 && t.strides[i] != acc {
+            return false;
+        }
+        acc *= t.dims[i];
+    }
+    true
 }
 
 /// Calls `f(offset)` for each element in logical (row-major over dims) order.
