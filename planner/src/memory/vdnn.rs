@@ -14,7 +14,8 @@ pub(super) fn vdnn(
     link: Link,
     conv_only: bool,
 ) -> (Plan, Outcome) {
-    let is_conv = |i: usize| t.ops[i].name.contains("conv");
+    // DTR's logs say "conv..."; a shim trace names the cuDNN call, "cudnnConvolution...".
+    let is_conv = |i: usize| t.ops[i].name.to_ascii_lowercase().contains("conv");
     let mut plan = Vec::new();
     for (s, st) in t.storages.iter().enumerate() {
         if st.constant || st.size < 1 << 20 {

@@ -29,9 +29,9 @@ fn cannot(prog: &str, policy: &str, fraction: f64) -> Option<&'static str> {
         // every torchlike activation (a convolution's output, then in-place bias and kernels)
         // can only be kept or swapped, so recomputation alone cannot go far below the peak.
         (_, "recompute" | "dtr", _) => Some("only what the shim replays can be recomputed"),
-        // vDNN's convolution test is `name.contains("conv")`, and the shim's calls are named
-        // `cudnnConvolution...`: no operation counts as a convolution, nothing is offloaded.
-        (_, "vdnn-conv", _) => Some("no call of a shim trace counts as a convolution"),
+        // vDNN's convolution mode moves only what convolutions read in the forward pass, with
+        // no passive mode behind: the rest of the peak (gradients, other feature maps) stays.
+        (_, "vdnn-conv", _) => Some("static: convolutions' forward inputs only"),
         // vDNN moves only forward feature maps (from 1 MiB), with no passive mode behind: at a
         // third of the peak torchlike's backward (gradients, the next batch) is over.
         ("torchlike", "vdnn-all", 0.3) => Some("static: forward feature maps only"),
