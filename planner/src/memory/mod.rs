@@ -161,4 +161,6 @@ pub fn lower_bound(t: &Trace, budget: u64, link: Link) -> Bound {
 }
 
 #[cfg(test)]
+mod bound_tests;
+#[cfg(test)]
 mod tests;
