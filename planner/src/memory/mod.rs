@@ -13,6 +13,7 @@ mod auto;
 mod autoswap;
 pub mod bound;
 mod capuchin;
+mod descent;
 mod dtr;
 mod hybrid;
 mod lru;
