@@ -31,9 +31,10 @@
 //! slack never covers less); the bound on the makespan is `C` plus the largest over all `p`.
 //! Relaxed: sources a recomputation needs cost nothing (but for the overwritten ones above), a
 //! re-run is charged by the byte, and each operation is taken alone (a joint linear relaxation
-//! over every operation over the budget, solved exactly offline on DenseNet-121, gave no
-//! more). Weights stay resident after their last use (the optimizer and the next iteration read
-//! them), as every policy here keeps them.
+//! over every operation over the budget, with the same windows and engines, solved offline by
+//! an LP solver on DenseNet-121 at half its peak on the p100's link, gave no more: the
+//! operation at the peak decides). Weights stay resident after their last use (the optimizer
+//! and the next iteration read them), as every policy here keeps them.
 
 use super::Deadline;
 use super::analysis::Analysis;
