@@ -156,5 +156,10 @@ pub(super) fn portfolio(
         }
         s.policy(name, step(t, a, budget, link));
     }
+    // Last, the best plan so far, one tensor's decision at a time.
+    if s.go_on() {
+        let x = super::descent::descend(t, a, budget, link, more, s.best.clone());
+        s.offer(x);
+    }
     (s.best, s.named)
 }

@@ -13,6 +13,7 @@ mod auto;
 mod autoswap;
 pub mod bound;
 mod capuchin;
+mod descent;
 mod dtr;
 mod hybrid;
 mod lru;
@@ -160,5 +161,7 @@ pub fn lower_bound(t: &Trace, budget: u64, link: Link) -> Bound {
     bound::lower_bound(t, &Analysis::new(t), budget, link)
 }
 
+#[cfg(test)]
+mod bound_tests;
 #[cfg(test)]
 mod tests;

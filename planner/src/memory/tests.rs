@@ -8,9 +8,9 @@ use crate::model::{Op, Storage};
 use crate::timeline::Plan;
 use crate::timeline::{Decision, simulate};
 
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -25,7 +25,7 @@ fn random_trace(r: &mut Rng, ops: usize) -> Trace {
 }
 
 /// `late_frees`: some storages are freed a few operations after their last use.
-fn random_trace_with(r: &mut Rng, ops: usize, late_frees: bool) -> Trace {
+pub(super) fn random_trace_with(r: &mut Rng, ops: usize, late_frees: bool) -> Trace {
     let mut t = Trace::default();
     for _ in 0..2 {
         t.storages.push(Storage {
@@ -98,7 +98,7 @@ fn random_trace_with(r: &mut Rng, ops: usize, late_frees: bool) -> Trace {
     t
 }
 
-const LINK: Link = Link {
+pub(super) const LINK: Link = Link {
     h2d: 200.0,
     d2h: 200.0,
 };
@@ -588,7 +588,7 @@ fn on_random_traces_the_policies_hold_their_claims() {
 /// The exact optimum over plans that move each tensor at most once per gap between two of its
 /// accesses: kept, recomputed, or swapped with its in-trigger at any operation of the gap; by
 /// enumeration (tiny traces only). `None` when no such plan fits, or there are too many.
-fn exhaustive(t: &Trace, budget: u64, link: Link) -> Option<Option<f64>> {
+pub(super) fn exhaustive(t: &Trace, budget: u64, link: Link) -> Option<Option<f64>> {
     let a = Analysis::new(t);
     let mut choices: Vec<Vec<Option<(usize, Decision)>>> = Vec::new();
     for s in 0..t.storages.len() {
