@@ -8,12 +8,12 @@ iteration's device time (guided once a plan is ready; passive under lru) against
 one, the planner's prediction for one guided iteration beside it, the bytes moved each way in the
 whole run, the plan (swaps, recomputations, predicted recomputation time) and the planning time.
 Then the batch multiplier: the largest batch that runs at most 1.3x slower per step under
-`capuchin` within a device of D bytes, over the largest batch that fits D without Marmoset (the
+`auto` (what a budget gets) within a device of D bytes, over the largest batch that fits D without Marmoset (the
 device's capacity is played by the budget: the program sees D as the device).
 
 Environment: MARMOSET_BENCH_PROG (workloads, comma-separated: trainer, torchlike, resnet50,
 bert; default trainer,resnet50,bert), MARMOSET_BENCH_PROFILES (default h100,p100),
-MARMOSET_BENCH_POLICIES (default lru,capuchin,swap,recompute), MARMOSET_BENCH_FRACTIONS,
+MARMOSET_BENCH_POLICIES (default lru,auto,capuchin,swap,recompute), MARMOSET_BENCH_FRACTIONS,
 MARMOSET_BENCH_MULTIPLIER (0 skips it).
 """
 import json
@@ -45,6 +45,8 @@ WORKLOADS = {
     ),
 }
 SLOWER = 1.3
+# What a budget gets with no policy named (shim/src/config.rs, BUDGET_DEFAULT).
+DEFAULT = "auto"
 
 
 def last_iteration(out, err):
@@ -180,7 +182,7 @@ def multiplier(name, profile):
     done()
     best, rows = base, []
     for b in sorted({max(base + 1, int(base * m)) for m in (1.5, 2, 3, 4, 6)}):
-        progress(f"{name}: batch {b} under capuchin within {device / GIB:.0f} GiB")
+        progress(f"{name}: batch {b} under {DEFAULT} within {device / GIB:.0f} GiB")
         # The baseline is the faster of the program's own allocator and the one-allocation-per-
         # tensor backend Marmoset asks PyTorch for (the simulated GPU times them differently,
         # BERT by up to 13%): never one that flatters Marmoset.
@@ -188,7 +190,7 @@ def multiplier(name, profile):
         oka, _, ta, _ = run(cmd(b), profile, env_extra={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
         if oka and ta and (not t0 or ta < t0):
             ok0, t0 = True, ta
-        ok1, rep, t1, _ = run(cmd(b), profile, "capuchin", device)
+        ok1, rep, t1, _ = run(cmd(b), profile, DEFAULT, device)
         done()
         within = ok0 and ok1 and t0 and t1 and rep["peak_bytes"] <= device
         x = t1 / t0 if within else None
@@ -201,14 +203,14 @@ def multiplier(name, profile):
           f"(played by the budget): batch {base} fits without Marmoset")
     for b, t0, t1, x in rows:
         what = "failed" if x is None else f"{t1:.2f} ms against {t0:.2f} ms unlimited: {x:.2f}x"
-        print(f"  batch {b:5d} under capuchin: {what}")
+        print(f"  batch {b:5d} under {DEFAULT}: {what}")
     print(f"  largest batch at most {SLOWER}x slower: {best}; multiplier {best / base:.2f}x (simulated)")
 
 
 def main():
     names = os.environ.get("MARMOSET_BENCH_PROG", "trainer,resnet50,bert").split(",")
     profiles = os.environ.get("MARMOSET_BENCH_PROFILES", "h100,p100").split(",")
-    policies = os.environ.get("MARMOSET_BENCH_POLICIES", "lru,capuchin,swap,recompute").replace(" ", ",").split(",")
+    policies = os.environ.get("MARMOSET_BENCH_POLICIES", "lru,auto,capuchin,swap,recompute").replace(" ", ",").split(",")
     fractions = os.environ.get("MARMOSET_BENCH_FRACTIONS", "0.9,0.7,0.5,0.3").split(",")
     for n in names:
         if n not in WORKLOADS:
