@@ -223,11 +223,22 @@ fn signals_reach_the_program_and_marmoset_ends_as_it_does() {
             } else {
                 "echo $$; exec sleep 37".to_string()
             };
-            let mut child = Command::new(marmoset())
-                .args(["run", "--sim", "--", "sh", "-c", &script])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let mut c = Command::new(marmoset());
+            c.args(["run", "--sim", "--", "sh", "-c", &script])
+                .stdout(Stdio::piped());
+            // A test run started in the background by a non-interactive shell inherits SIGINT
+            // ignored, and so would marmoset's program (as it would without marmoset): start
+            // marmoset with the signals' default actions, as a terminal would.
+            // SAFETY: signal() with SIG_DFL is async-signal-safe, between fork and exec.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                        libc::signal(s, libc::SIG_DFL);
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = c.spawn().unwrap();
             let mut line = String::new();
             BufReader::new(child.stdout.as_mut().unwrap())
                 .read_line(&mut line)
