@@ -91,6 +91,30 @@ pub struct Outcome {
     pub stalls: Vec<Stall>,
     /// Every operation at which memory exceeded the budget, with the excess (largest first).
     pub overs: Vec<(usize, u64)>,
+    /// What the searches read to choose their next replay (see [`Usage`]).
+    pub usage: Usage,
+}
+
+/// The memory curve of a replay and the extensions it used: a search reads them to leave out
+/// replays that cannot succeed.
+#[derive(Clone, Default)]
+pub struct Usage {
+    /// Per operation: the most memory held while it (and its recomputations) ran.
+    pub mem_at: Vec<u64>,
+    /// Per storage: the last operation at which a recomputation read it after the program had
+    /// freed it, kept by an extension (`usize::MAX`: never).
+    pub read_late: Vec<usize>,
+}
+
+impl std::fmt::Debug for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let late = self.read_late.iter().filter(|&&x| x != usize::MAX).count();
+        write!(
+            f,
+            "Usage {{ {} operations, {late} storages read late }}",
+            self.mem_at.len()
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -167,15 +191,18 @@ struct Sim<'a> {
     evicted: Plan,
     prev_op: Option<usize>,
     /// The plan's moves by the operation after which they happen: (storage, swapped).
-    after: Map<usize, Vec<(usize, bool)>>,
+    after: Vec<Vec<(usize, bool)>>,
     /// Extensions: the operation until which each storage outlives the program's free of it.
-    extended: Map<usize, usize>,
+    extended: Vec<Option<usize>>,
     /// Passive mode: the storages the program freed that stay as metadata (see
     /// [`Passive::horizon`]), with their decisions, and those a recomputation then needed.
     meta: Map<usize, Vec<Decision>>,
     meta_used: Set<usize>,
-    /// Frees postponed by extensions, by the operation after which they happen.
-    deferred: Map<usize, Vec<usize>>,
+    /// Frees postponed by extensions, by the operation after which they happen (past the
+    /// last operation: never).
+    deferred: Vec<Vec<usize>>,
+    /// The program has freed it, and an extension keeps it.
+    freed_late: Vec<bool>,
     /// Dropped for good (nothing was to read it again): its sources may be gone.
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
@@ -242,9 +269,16 @@ impl Sim<'_> {
             let after = self.prev_op.unwrap();
             moves.push(Decision::Recompute { after, back: until });
         }
-        self.extended.insert(s, until);
-        self.deferred.entry(until).or_default().push(s);
+        self.extended[s] = Some(until);
+        self.defer(s, until);
         self.meta.entry(s).or_default().extend(moves);
+    }
+
+    /// The free of `s` happens after operation `until`.
+    fn defer(&mut self, s: usize, until: usize) {
+        if let Some(v) = self.deferred.get_mut(until) {
+            v.push(s);
+        }
     }
 
     fn pin(&mut self, s: usize) {
@@ -305,6 +339,9 @@ impl Sim<'_> {
             }
         }
         self.out.peak = self.out.peak.max(self.mem);
+        if let Some(m) = self.out.usage.mem_at.get_mut(op) {
+            *m = (*m).max(self.mem);
+        }
         at
     }
 
@@ -354,7 +391,7 @@ impl Sim<'_> {
                     .any(|&y| {
                         y != s
                             && (self.state[y] == State::Dropped && !self.dead[y]
-                                || self.extended.get(&y).is_some_and(|&u| u > op))
+                                || self.extended[y].is_some_and(|u| u > op))
                     })
             });
         }
@@ -566,10 +603,18 @@ impl Sim<'_> {
     fn gather(&mut self, op: usize) {
         let t = self.t;
         let o = &t.ops[op];
-        let wanted: Vec<usize> = o.inputs.iter().chain(&o.mutates).copied().collect();
-        for &s in wanted.iter().chain(&o.outputs) {
+        for &s in o.inputs.iter().chain(&o.mutates).chain(&o.outputs) {
             self.pin(s);
         }
+        // Most operations find nothing dropped: no recomputation to lay out.
+        let dropped = |s: &usize| self.state[*s] == State::Dropped;
+        if !o.inputs.iter().chain(&o.mutates).any(dropped) {
+            for &s in o.inputs.iter().chain(&o.mutates) {
+                self.available(s, op);
+            }
+            return;
+        }
+        let wanted: Vec<usize> = o.inputs.iter().chain(&o.mutates).copied().collect();
         let inputs = |s: usize| {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
@@ -645,6 +690,9 @@ impl Sim<'_> {
                     if self.meta.contains_key(&i) {
                         self.meta_used.insert(i);
                     }
+                    if self.freed_late[i] {
+                        self.out.usage.read_late[i] = op;
+                    }
                 }
             }
             // Made (here, or already by a step laid out since): this step's reads are done.
@@ -694,9 +742,11 @@ fn replay(
     plan: &Plan,
     passive: Option<&Passive>,
 ) -> (Plan, Outcome) {
-    let mut triggers: Map<usize, Vec<usize>> = Map::default();
-    let mut after: Map<usize, Vec<(usize, bool)>> = Map::default();
-    let mut extended: Map<usize, usize> = Map::default();
+    let n_ops = t.ops.len();
+    // By operation (one past the last: never happens).
+    let mut triggers: Vec<Vec<usize>> = vec![Vec::new(); n_ops];
+    let mut after: Vec<Vec<(usize, bool)>> = vec![Vec::new(); n_ops];
+    let mut extended: Vec<Option<usize>> = vec![None; t.storages.len()];
     let mut early = Set::default();
     let mut dead_planned = Set::default();
     for &(s, d) in plan {
@@ -704,26 +754,32 @@ fn replay(
             Decision::Swap {
                 after: a, trigger, ..
             } => {
-                after.entry(a).or_default().push((s, true));
-                triggers.entry(trigger).or_default().push(s);
+                if let Some(v) = after.get_mut(a) {
+                    v.push((s, true));
+                }
+                if let Some(v) = triggers.get_mut(trigger) {
+                    v.push(s);
+                }
             }
             Decision::Recompute { after: a, back } => {
-                after.entry(a).or_default().push((s, false));
+                if let Some(v) = after.get_mut(a) {
+                    v.push((s, false));
+                }
                 early.insert((s, a));
                 if back == usize::MAX {
                     dead_planned.insert((s, a));
                 }
             }
             Decision::Extend { until } => {
-                let u = extended.entry(s).or_insert(until);
-                *u = (*u).max(until);
+                let u = &mut extended[s];
+                *u = Some(u.map_or(until, |u| u.max(until)));
             }
         }
     }
-    for v in triggers.values_mut() {
+    for v in triggers.iter_mut() {
         v.sort_unstable();
     }
-    for v in after.values_mut() {
+    for v in after.iter_mut() {
         v.sort_unstable();
     }
     let n = t.storages.len();
@@ -749,6 +805,10 @@ fn replay(
         leaving: Vec::new(),
         out: Outcome {
             feasible: true,
+            usage: Usage {
+                mem_at: vec![0; n_ops],
+                read_late: vec![usize::MAX; n],
+            },
             ..Outcome::default()
         },
         pinned: vec![false; n],
@@ -763,7 +823,8 @@ fn replay(
         extended,
         meta: Map::default(),
         meta_used: Set::default(),
-        deferred: Map::default(),
+        deferred: vec![Vec::new(); n_ops],
+        freed_late: vec![false; n],
         dead: vec![false; n],
         dead_planned,
         consumers: vec![Vec::new(); n],
@@ -807,15 +868,18 @@ fn replay(
             break;
         }
         match *step {
-            Step::Free(s) => match sim.extended.get(&s) {
-                Some(&u) if u >= next => sim.deferred.entry(u).or_default().push(s),
+            Step::Free(s) => match sim.extended[s] {
+                Some(u) if u >= next => {
+                    sim.freed_late[s] = true;
+                    sim.defer(s, u);
+                }
                 _ => sim.free_or_keep(s, next),
             },
             Step::Op(i) => {
                 next = i + 1;
                 let op = &t.ops[i];
-                if let Some(ss) = triggers.get(&i) {
-                    for &s in ss {
+                if !triggers[i].is_empty() {
+                    for &s in &triggers[i] {
                         sim.release(sim.now);
                         match sim.state[s] {
                             // Wanted back before its swap-out ended: it stays (the copy's
@@ -854,13 +918,15 @@ fn replay(
                     sim.last_use[new] = sim.now;
                     sim.enter(new);
                 }
-                for s in std::mem::take(&mut sim.pins) {
+                for k in 0..sim.pins.len() {
+                    let s = sim.pins[k];
                     sim.pinned[s] = false;
                 }
+                sim.pins.clear();
                 sim.made.clear();
                 sim.prev_op = Some(i);
-                if let Some(ss) = sim.after.remove(&i) {
-                    for (s, swap) in ss {
+                if !sim.after[i].is_empty() {
+                    for (s, swap) in std::mem::take(&mut sim.after[i]) {
                         if sim.state[s] != State::Resident {
                             continue;
                         }
@@ -879,10 +945,10 @@ fn replay(
                         }
                     }
                 }
-                for s in sim.deferred.remove(&i).unwrap_or_default() {
+                for s in std::mem::take(&mut sim.deferred[i]) {
                     // Extended again since (passive mode): later.
-                    match sim.extended.get(&s) {
-                        Some(&u) if u > i => sim.deferred.entry(u).or_default().push(s),
+                    match sim.extended[s] {
+                        Some(u) if u > i => sim.defer(s, u),
                         _ => sim.free_or_keep(s, i + 1),
                     }
                 }

@@ -5,7 +5,7 @@
 
 use super::analysis::{Analysis, Extension};
 use super::passive::online;
-use super::{DROPS, Deadline, Mechanism, best, rank_outcomes, with_passive};
+use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
 use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
 
@@ -288,9 +288,16 @@ fn select(
     (plan, out)
 }
 
-/// Undoes what the selection took beyond need: each recomputation (the costliest first) is
-/// dropped from the plan when the replay stays within the budget and gets faster; then each
-/// extension nothing needs any more.
+/// Undoes what the selection took beyond need: recomputations (the costliest first) are dropped
+/// from the plan while the replay stays within the budget and gets faster; then the extensions
+/// nothing needs any more.
+///
+/// The replay's memory curve says which removals have room: keeping a tensor that a
+/// recomputation brought back holds its bytes from its evicted-access to its back-access. Only
+/// those with room are tried, the costliest first: a run of them at once (each counted against
+/// the room the earlier ones took), halved where the replay does not agree. The extensions a
+/// recomputation read past the program's free of their storage are known from the replay too:
+/// the others go in one replay.
 pub(super) fn prune(
     t: &Trace,
     budget: u64,
@@ -308,31 +315,124 @@ pub(super) fn prune(
     let mut order: Vec<(usize, Decision)> =
         plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
     order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
-    // An extension saves no time, so it goes when the replay is no slower.
-    let exts = plan
-        .iter()
-        .copied()
-        .filter(|d| matches!(d.1, Decision::Extend { .. }));
-    let tries: Vec<((usize, Decision), bool)> = order
-        .into_iter()
-        .map(|d| (d, false))
-        .chain(exts.collect::<Vec<_>>().into_iter().map(|d| (d, true)))
-        .collect();
-    for (d, as_fast) in tries {
-        if !more() {
-            return;
+    // Room for `d` in a memory curve: keeping its tensor adds its bytes from its
+    // evicted-access to its back-access.
+    let span = |d: &(usize, Decision), len: usize| match d.1 {
+        Decision::Recompute { after, back } => (after + 1).min(len)..back.min(len),
+        _ => 0..0,
+    };
+    let fits = |curve: &[u64], d: &(usize, Decision)| {
+        let size = t.storages[d.0].size;
+        curve[span(d, curve.len())]
+            .iter()
+            .all(|&m| m.saturating_add(size) <= budget)
+    };
+    let mut order = std::collections::VecDeque::from(order);
+    while !order.is_empty() && more() {
+        // Those with room in the replay's curve, in order, each counted against the room the
+        // earlier ones took, until one whose room only the next replay can tell. One without
+        // room at its turn is passed over, as its replay would be.
+        let mut room = out.usage.mem_at.clone();
+        let mut group = Vec::new();
+        while let Some(d) = order.front() {
+            if group.is_empty() && !fits(&room, d) {
+                order.pop_front();
+            } else if fits(&room, d) {
+                let size = t.storages[d.0].size;
+                let sp = span(d, room.len());
+                room[sp].iter_mut().for_each(|m| *m += size);
+                group.push(order.pop_front().unwrap());
+            } else {
+                break;
+            }
         }
-        let Some(k) = plan.iter().position(|x| *x == d) else {
-            continue;
-        };
-        let mut cand = plan.clone();
-        cand.remove(k);
+        in_groups(group.len(), more, |g| {
+            let cand = without(t, plan, &group[g]);
+            let o = simulate(t, budget, link, &cand);
+            let keep = o.feasible && o.makespan < out.makespan;
+            if keep {
+                *plan = cand;
+                *out = o;
+            }
+            keep
+        });
+    }
+    if !more() {
+        return;
+    }
+    // Per storage, the extension to keep: the shortest one that reaches the last operation at
+    // which a recomputation read it past the program's free (none: nothing did).
+    let read_late = &out.usage.read_late;
+    let mut keep_until = vec![usize::MAX; t.storages.len()];
+    for &(s, d) in plan.iter() {
+        if let Decision::Extend { until } = d
+            && read_late[s] != usize::MAX
+            && until >= read_late[s]
+        {
+            keep_until[s] = keep_until[s].min(until);
+        }
+    }
+    let needed = |&(s, d): &(usize, Decision)| match d {
+        Decision::Extend { until } => keep_until[s] == until,
+        _ => true,
+    };
+    let mut gone: Vec<(usize, Decision)> = plan.iter().copied().filter(|d| !needed(d)).collect();
+    // The same extension twice: one goes.
+    let mut cand: Plan = Vec::with_capacity(plan.len());
+    let mut once = vec![false; t.storages.len()];
+    for &d in plan.iter() {
+        if needed(&d) {
+            if let Decision::Extend { .. } = d.1 {
+                if once[d.0] {
+                    gone.push(d);
+                    continue;
+                }
+                once[d.0] = true;
+            }
+            cand.push(d);
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    let o = simulate(t, budget, link, &cand);
+    if o.feasible && o.makespan <= out.makespan {
+        *plan = cand;
+        *out = o;
+        return;
+    }
+    // The replay disagrees (it can where swaps move in time): a group at a time.
+    in_groups(gone.len(), more, |group| {
+        let cand = without(t, plan, &gone[group]);
         let o = simulate(t, budget, link, &cand);
-        if o.feasible && (o.makespan < out.makespan || as_fast && o.makespan <= out.makespan) {
+        let keep = o.feasible && o.makespan <= out.makespan;
+        if keep {
             *plan = cand;
             *out = o;
         }
+        keep
+    });
+}
+
+/// `plan` without one occurrence of each decision in `gone`.
+fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
+    let mut left: Vec<u32> = vec![0; t.storages.len()];
+    for d in gone {
+        left[d.0] += 1;
     }
+    let mut gone = gone.to_vec();
+    let mut cand = Vec::with_capacity(plan.len());
+    for &d in plan {
+        if left[d.0] > 0
+            && let Some(k) = gone.iter().position(|x| *x == d)
+        {
+            gone.swap_remove(k);
+            left[d.0] -= 1;
+            continue;
+        }
+        cand.push(d);
+    }
+    cand
 }
 
 /// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
@@ -586,7 +686,8 @@ fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Opti
 }
 
 /// Turns a swap into a recomputation where recomputing costs less than the stall the swap
-/// causes, smallest ratio first, keeping each change only if the replay improves.
+/// causes, smallest ratio first, keeping a change (a group of them, see [`in_groups`]) only if
+/// the replay improves.
 pub(super) fn refine_swaps(
     t: &Trace,
     a: &Analysis,
@@ -615,20 +716,22 @@ pub(super) fn refine_swaps(
         }
     }
     tries.sort_by(|x, y| x.0.total_cmp(&y.0));
-    for (_, k) in tries {
-        if !more() {
-            return;
-        }
+    // Most such changes help (the queue behind a stalled swap-in clears): a group at a time.
+    in_groups(tries.len(), more, |group| {
         let mut cand = plan.clone();
-        if let (s, Decision::Swap { after, back, .. }) = cand[k] {
-            cand[k] = (s, Decision::Recompute { after, back });
+        for &(_, k) in &tries[group] {
+            if let (s, Decision::Swap { after, back, .. }) = cand[k] {
+                cand[k] = (s, Decision::Recompute { after, back });
+            }
         }
         let o = simulate(t, budget, link, &cand);
-        if o.feasible && o.makespan < out.makespan {
+        let keep = o.feasible && o.makespan < out.makespan;
+        if keep {
             *plan = cand;
             *out = o;
         }
-    }
+        keep
+    });
 }
 
 /// Capuchin's selection with both mechanisms (MSPS ranking, FreeTime first, in-trigger

@@ -106,6 +106,31 @@ pub(super) fn best(v: impl IntoIterator<Item = (Plan, Outcome)>) -> (Plan, Outco
         .expect("at least one plan")
 }
 
+/// Tries `n` moves, in order, a group at a time: `keep(range)` applies moves `range` to the plan,
+/// replays it and says whether it kept them. A group kept makes the next one twice as large; a
+/// group not kept is halved, and a single move not kept is passed over. Where most moves are
+/// kept that is a few replays instead of one per move; where few are, at most about two per
+/// move.
+pub(super) fn in_groups(
+    n: usize,
+    more: Deadline,
+    mut keep: impl FnMut(std::ops::Range<usize>) -> bool,
+) {
+    let (mut i, mut k) = (0, n.max(1));
+    while i < n && more() {
+        let group = i..(i + k).min(n);
+        let len = group.len();
+        if keep(group) {
+            i += len;
+            k = 2 * len;
+        } else if len > 1 {
+            k = len.div_ceil(2);
+        } else {
+            i += 1;
+        }
+    }
+}
+
 /// Asked between (and inside) the steps of a search: false once time is up, and the search
 /// returns its best plan so far. The caller owns the clock (the crate reads none): the
 /// `marmoset` command and the shim pass `|| Instant::now() < end`; a test can count calls.
