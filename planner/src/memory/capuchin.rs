@@ -315,20 +315,32 @@ pub(super) fn prune(
     let mut order: Vec<(usize, Decision)> =
         plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
     order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
-    // Room for `d` in a memory curve: keeping its tensor adds its bytes from its
-    // evicted-access to its back-access.
+    // Keeping a tensor a recomputation brought back adds its bytes from its evicted-access to
+    // its back-access, except where the replay recomputed it anyway (as another's source).
     let span = |d: &(usize, Decision), len: usize| match d.1 {
         Decision::Recompute { after, back } => (after + 1).min(len)..back.min(len),
         _ => 0..0,
     };
-    let fits = |curve: &[u64], d: &(usize, Decision)| {
-        let size = t.storages[d.0].size;
-        curve[span(d, curve.len())]
-            .iter()
-            .all(|&m| m.saturating_add(size) <= budget)
-    };
     let mut order = std::collections::VecDeque::from(order);
     while !order.is_empty() && more() {
+        let mut made: Vec<(usize, usize)> = (out.stalls.iter())
+            .filter_map(|x| match *x {
+                Stall::Recompute { op, storage, .. } => Some((storage, op)),
+                _ => None,
+            })
+            .collect();
+        made.sort_unstable();
+        let adds = |d: (usize, Decision), len: usize| {
+            let sp = span(&d, len);
+            let lo = made.partition_point(|&x| x < (d.0, sp.start));
+            let hi = made.partition_point(|&x| x < (d.0, sp.end));
+            let anyway = &made[lo..hi];
+            sp.filter(move |q| anyway.binary_search(&(d.0, *q)).is_err())
+        };
+        let fits = |curve: &[u64], d: &(usize, Decision)| {
+            let size = t.storages[d.0].size;
+            adds(*d, curve.len()).all(|q| curve[q].saturating_add(size) <= budget)
+        };
         // Those with room in the replay's curve, in order, each counted against the room the
         // earlier ones took, until one whose room only the next replay can tell. One without
         // room at its turn is passed over, as its replay would be.
@@ -339,8 +351,9 @@ pub(super) fn prune(
                 order.pop_front();
             } else if fits(&room, d) {
                 let size = t.storages[d.0].size;
-                let sp = span(d, room.len());
-                room[sp].iter_mut().for_each(|m| *m += size);
+                for q in adds(*d, room.len()) {
+                    room[q] += size;
+                }
                 group.push(order.pop_front().unwrap());
             } else {
                 break;
@@ -686,8 +699,11 @@ fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Opti
 }
 
 /// Turns a swap into a recomputation where recomputing costs less than the stall the swap
-/// causes, smallest ratio first, keeping a change (a group of them, see [`in_groups`]) only if
-/// the replay improves.
+/// causes, smallest ratio first, keeping a change only if the replay improves. The changes are
+/// tried a group at a time (the stalls read again after each group kept, as a change clears
+/// the queue behind it): first one, then a group twice as large after each one kept (at most a
+/// sixteenth of the list: about sixteen replays a pass where most are kept, however many); a
+/// group not kept is halved, and a single change not kept is not tried again.
 pub(super) fn refine_swaps(
     t: &Trace,
     a: &Analysis,
@@ -697,41 +713,52 @@ pub(super) fn refine_swaps(
     out: &mut Outcome,
     more: Deadline,
 ) {
-    let mut stall_of: Vec<(f64, usize)> = Vec::new();
-    for st in &out.stalls {
-        if let Stall::SwapIn { storage, secs, .. } = *st {
-            stall_of.push((secs, storage));
-        }
-    }
-    let mut tries: Vec<(f64, usize)> = Vec::new();
-    for (k, (s, d)) in plan.iter().enumerate() {
-        if let Decision::Swap { back, .. } = *d
-            && a.recomputable(t, *s, back)
-        {
-            let stall: f64 = stall_of.iter().filter(|x| x.1 == *s).map(|x| x.0).sum();
-            let rec = t.ops[t.storages[*s].producer.unwrap()].time_s;
-            if stall > 0.0 && rec < stall {
-                tries.push((rec / stall, k));
+    let mut failed: Vec<(usize, Decision)> = Vec::new();
+    let mut k = 1;
+    while more() {
+        let mut stall_of = vec![0.0; t.storages.len()];
+        for st in &out.stalls {
+            if let Stall::SwapIn { storage, secs, .. } = *st {
+                stall_of[storage] += secs;
             }
         }
-    }
-    tries.sort_by(|x, y| x.0.total_cmp(&y.0));
-    // Most such changes help (the queue behind a stalled swap-in clears): a group at a time.
-    in_groups(tries.len(), more, |group| {
+        let mut tries: Vec<(f64, usize)> = Vec::new();
+        for (i, &(s, d)) in plan.iter().enumerate() {
+            if let Decision::Swap { back, .. } = d
+                && a.recomputable(t, s, back)
+                && !failed.contains(&(s, d))
+            {
+                let stall = stall_of[s];
+                let rec = t.ops[t.storages[s].producer.unwrap()].time_s;
+                if stall > 0.0 && rec < stall {
+                    tries.push((rec / stall, i));
+                }
+            }
+        }
+        if tries.is_empty() {
+            return;
+        }
+        tries.sort_by(|x, y| x.0.total_cmp(&y.0));
+        // Groups of at most a sixteenth of the list: few changes are each tried alone, as
+        // one that does not help may ride in a group that does.
+        let group = &tries[..k.min(tries.len().div_ceil(16))];
         let mut cand = plan.clone();
-        for &(_, k) in &tries[group] {
-            if let (s, Decision::Swap { after, back, .. }) = cand[k] {
-                cand[k] = (s, Decision::Recompute { after, back });
+        for &(_, i) in group {
+            if let (s, Decision::Swap { after, back, .. }) = cand[i] {
+                cand[i] = (s, Decision::Recompute { after, back });
             }
         }
         let o = simulate(t, budget, link, &cand);
-        let keep = o.feasible && o.makespan < out.makespan;
-        if keep {
+        if o.feasible && o.makespan < out.makespan {
             *plan = cand;
             *out = o;
+            k = 2 * group.len();
+        } else if group.len() > 1 {
+            k = group.len().div_ceil(2);
+        } else {
+            failed.push(plan[group[0].1]);
         }
-        keep
-    });
+    }
 }
 
 /// Capuchin's selection with both mechanisms (MSPS ranking, FreeTime first, in-trigger
