@@ -15,7 +15,8 @@ use crate::model::{Step, Trace};
 use candidates::{Candidates, Verdict};
 use hash::{Map, Set};
 use neighbourhood::Walk;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// What happens to one storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -174,8 +175,12 @@ struct Sim<'a> {
     h2d_free: f64,
     mem: u64,
     state: Vec<State>,
-    /// Swap-outs in flight: (end, storage).
-    leaving: Vec<(f64, usize)>,
+    /// Swap-outs in flight, the earliest end first: (end as bits, storage, its `cancels` when
+    /// it began). Times are never negative, so their bits order as they do.
+    leaving: BinaryHeap<Reverse<(u64, usize, u32)>>,
+    /// Per storage: how often the program freed it during a swap-out (which cancels the
+    /// swap-outs in flight then).
+    cancels: Vec<u32>,
     out: Outcome,
     /// Storages the running operation (and its recomputations) still need: never evicted.
     pinned: Vec<bool>,
@@ -217,19 +222,35 @@ struct Sim<'a> {
 impl Sim<'_> {
     /// Releases the memory of swap-outs that have ended by `at`.
     fn release(&mut self, at: f64) {
-        let mut i = 0;
-        while i < self.leaving.len() {
-            let (end, s) = self.leaving[i];
-            if end <= at {
-                self.leaving.swap_remove(i);
-                if self.state[s] == State::Leaving(end) {
-                    self.state[s] = State::Out;
-                    self.mem -= self.t.storages[s].size;
-                }
-            } else {
-                i += 1;
+        while let Some(&Reverse((bits, s, c))) = self.leaving.peek() {
+            let end = f64::from_bits(bits);
+            if end > at {
+                break;
+            }
+            self.leaving.pop();
+            if c == self.cancels[s] && self.state[s] == State::Leaving(end) {
+                self.state[s] = State::Out;
+                self.mem -= self.t.storages[s].size;
             }
         }
+    }
+
+    /// A swap-out of `s` ending at `end` begins.
+    fn leave(&mut self, s: usize, end: f64) {
+        self.state[s] = State::Leaving(end);
+        self.leaving
+            .push(Reverse((end.to_bits(), s, self.cancels[s])));
+    }
+
+    /// When the first swap-out in flight ends (infinity: none is).
+    fn next_release(&mut self) -> f64 {
+        while let Some(&Reverse((bits, s, c))) = self.leaving.peek() {
+            if c == self.cancels[s] {
+                return f64::from_bits(bits);
+            }
+            self.leaving.pop();
+        }
+        f64::INFINITY
     }
 
     /// The program (or an ended extension) frees `s`.
@@ -239,7 +260,7 @@ impl Sim<'_> {
             State::Resident | State::Arriving(_) => self.mem -= size,
             State::Leaving(_) => {
                 self.mem -= size;
-                self.leaving.retain(|l| l.1 != s);
+                self.cancels[s] += 1;
             }
             _ => {}
         }
@@ -292,8 +313,11 @@ impl Sim<'_> {
     fn leaving_bytes(&self) -> u64 {
         self.leaving
             .iter()
-            .filter(|l| self.state[l.1] == State::Leaving(l.0))
-            .map(|l| self.t.storages[l.1].size)
+            .filter(|l| {
+                let (bits, s, c) = l.0;
+                c == self.cancels[s] && self.state[s] == State::Leaving(f64::from_bits(bits))
+            })
+            .map(|l| self.t.storages[l.0.1].size)
             .sum()
     }
 
@@ -308,11 +332,7 @@ impl Sim<'_> {
             {
                 continue;
             }
-            let next = self
-                .leaving
-                .iter()
-                .map(|l| l.0)
-                .fold(f64::INFINITY, f64::min);
+            let next = self.next_release();
             if !next.is_finite() {
                 break;
             }
@@ -503,8 +523,7 @@ impl Sim<'_> {
             let end = start + size as f64 / self.link.d2h;
             self.d2h_free = end;
             self.out.swapped_out += size;
-            self.state[s] = State::Leaving(end);
-            self.leaving.push((end, s));
+            self.leave(s, end);
             self.evicted.push((
                 s,
                 Decision::Swap {
@@ -802,7 +821,8 @@ fn replay(
                 }
             })
             .collect(),
-        leaving: Vec::new(),
+        leaving: BinaryHeap::new(),
+        cancels: vec![0; n],
         out: Outcome {
             feasible: true,
             usage: Usage {
@@ -936,8 +956,7 @@ fn replay(
                             let end = start + size as f64 / link.d2h;
                             sim.d2h_free = end;
                             sim.out.swapped_out += size;
-                            sim.state[s] = State::Leaving(end);
-                            sim.leaving.push((end, s));
+                            sim.leave(s, end);
                         } else {
                             sim.mem -= size;
                             sim.state[s] = State::Dropped;
