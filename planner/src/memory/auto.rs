@@ -6,8 +6,8 @@
 
 use super::analysis::Analysis;
 use super::capuchin::{
-    Rank, Selection, both_selection, capuchin_from, iterative_from, peak_seed, recompute_from,
-    refine_swaps, swap_only,
+    Rank, Selection, both_selection, capuchin_from, iterative, iterative_from, peak_seed,
+    recompute_from, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
 use super::passive::online_until;
@@ -83,7 +83,13 @@ pub(super) fn portfolio(
     {
         s.bound = b.makespan;
     }
-    let swp = s.go_on().then(|| swap_only(t, a, budget, link, more));
+    // Its selection is also a variant's below: made once.
+    let swap_sel = s
+        .go_on()
+        .then(|| iterative(t, a, budget, link, Mechanism::Swap, more));
+    let swp = swap_sel
+        .clone()
+        .map(|sel| swap_only_from(t, a, budget, link, sel));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());
     }
@@ -134,8 +140,14 @@ pub(super) fn portfolio(
         if !s.go_on() {
             break;
         }
-        let seed = seed.map_or(Vec::new(), |by_area| peak_seed(t, a, budget, link, by_area));
-        let (mut plan, mut out) = iterative_from(t, a, budget, link, sel, seed, more);
+        let (mut plan, mut out) = match (&swap_sel, seed) {
+            (Some(x), None) if sel == Selection::of(Mechanism::Swap) => x.clone(),
+            _ => {
+                let seed =
+                    seed.map_or(Vec::new(), |by_area| peak_seed(t, a, budget, link, by_area));
+                iterative_from(t, a, budget, link, sel, seed, more)
+            }
+        };
         if out.feasible {
             refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
         }

@@ -448,9 +448,9 @@ fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
     cand
 }
 
-/// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
-/// key, storage, decision); tier 0 are swaps with no overhead (key: -FreeTime), tier 1 the rest
-/// (key: -memory saving per second).
+/// Tensors (of at least `sel.min_size`) that could leave around operation `p`, each with its
+/// mechanism and rank: (tier, key, storage, decision); tier 0 are swaps with no overhead (key:
+/// -FreeTime), tier 1 the rest (key: -memory saving per second).
 fn candidates(
     t: &Trace,
     a: &Analysis,
@@ -489,7 +489,7 @@ fn candidates(
     }
     for (s, st) in t.storages.iter().enumerate() {
         let acc = &a.accesses[s];
-        if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) {
+        if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) || st.size < sel.min_size {
             continue;
         }
         let next = acc.partition_point(|&x| x <= p);
@@ -549,7 +549,9 @@ fn candidates(
         let swap_cost = (-free_time).max(0.0);
         // Sources the program frees before `back` are kept alive for the recomputation (DTR
         // does the same) when that still saves memory.
-        let ext = if sel.mech == Mechanism::Swap {
+        // A swap with no overhead wins over any recomputation without costing one.
+        let ext = if sel.mech == Mechanism::Swap || sel.mech == Mechanism::Both && swap_cost == 0.0
+        {
             None
         } else {
             a.to_extend(t, s, back, planned, &dead_after)
@@ -817,6 +819,17 @@ pub(super) fn swap_only(
     more: Deadline,
 ) -> (Plan, Outcome) {
     let sel = iterative(t, a, budget, link, Mechanism::Swap, more);
+    swap_only_from(t, a, budget, link, sel)
+}
+
+/// [`swap_only`] from its selection's result.
+pub(super) fn swap_only_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    sel: (Plan, Outcome),
+) -> (Plan, Outcome) {
     best(with_passive(t, a, budget, link, Mechanism::Swap, sel))
 }
 
