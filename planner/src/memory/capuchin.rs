@@ -702,10 +702,9 @@ fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Opti
 
 /// Turns a swap into a recomputation where recomputing costs less than the stall the swap
 /// causes, smallest ratio first, keeping a change only if the replay improves. The changes are
-/// tried a group at a time (the stalls read again after each group kept, as a change clears
-/// the queue behind it): first one, then a group twice as large after each one kept (at most a
-/// sixteenth of the list: about sixteen replays a pass where most are kept, however many); a
-/// group not kept is halved, and a single change not kept is not tried again.
+/// tried a group at a time: first one, then a group twice as large after each one kept (at
+/// most a sixteenth of the list: about sixteen replays where most are kept, however many); a
+/// group not kept is halved, and a single change not kept is passed over.
 pub(super) fn refine_swaps(
     t: &Trace,
     a: &Analysis,
@@ -715,50 +714,45 @@ pub(super) fn refine_swaps(
     out: &mut Outcome,
     more: Deadline,
 ) {
-    let mut failed: Vec<(usize, Decision)> = Vec::new();
-    let mut k = 1;
-    while more() {
-        let mut stall_of = vec![0.0; t.storages.len()];
-        for st in &out.stalls {
-            if let Stall::SwapIn { storage, secs, .. } = *st {
-                stall_of[storage] += secs;
+    let mut stall_of = vec![0.0; t.storages.len()];
+    for st in &out.stalls {
+        if let Stall::SwapIn { storage, secs, .. } = *st {
+            stall_of[storage] += secs;
+        }
+    }
+    let mut tries: Vec<(f64, usize)> = Vec::new();
+    for (i, &(s, d)) in plan.iter().enumerate() {
+        if let Decision::Swap { back, .. } = d
+            && a.recomputable(t, s, back)
+        {
+            let stall = stall_of[s];
+            let rec = t.ops[t.storages[s].producer.unwrap()].time_s;
+            if stall > 0.0 && rec < stall {
+                tries.push((rec / stall, i));
             }
         }
-        let mut tries: Vec<(f64, usize)> = Vec::new();
-        for (i, &(s, d)) in plan.iter().enumerate() {
-            if let Decision::Swap { back, .. } = d
-                && a.recomputable(t, s, back)
-                && !failed.contains(&(s, d))
-            {
-                let stall = stall_of[s];
-                let rec = t.ops[t.storages[s].producer.unwrap()].time_s;
-                if stall > 0.0 && rec < stall {
-                    tries.push((rec / stall, i));
-                }
-            }
-        }
-        if tries.is_empty() {
-            return;
-        }
-        tries.sort_by(|x, y| x.0.total_cmp(&y.0));
-        // Groups of at most a sixteenth of the list: few changes are each tried alone, as
-        // one that does not help may ride in a group that does.
-        let group = &tries[..k.min(tries.len().div_ceil(16))];
+    }
+    tries.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let (mut i, mut k) = (0, 1);
+    let most = tries.len().div_ceil(16);
+    while i < tries.len() && more() {
+        let group = &tries[i..(i + k.min(most)).min(tries.len())];
         let mut cand = plan.clone();
-        for &(_, i) in group {
-            if let (s, Decision::Swap { after, back, .. }) = cand[i] {
-                cand[i] = (s, Decision::Recompute { after, back });
+        for &(_, j) in group {
+            if let (s, Decision::Swap { after, back, .. }) = cand[j] {
+                cand[j] = (s, Decision::Recompute { after, back });
             }
         }
         let o = simulate(t, budget, link, &cand);
         if o.feasible && o.makespan < out.makespan {
             *plan = cand;
             *out = o;
+            i += group.len();
             k = 2 * group.len();
         } else if group.len() > 1 {
             k = group.len().div_ceil(2);
         } else {
-            failed.push(plan[group[0].1]);
+            i += 1;
         }
     }
 }
