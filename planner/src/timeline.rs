@@ -444,7 +444,7 @@ impl Sim<'_> {
         op: usize,
         at: f64,
         bits: u64,
-        walk: Option<&mut Walk>,
+        walk: Option<(&mut Walk, f64)>,
     ) -> (Verdict, usize) {
         let size = self.t.storages[s].size;
         if self.state[s] != State::Resident
@@ -470,14 +470,18 @@ impl Sim<'_> {
             self.last_use[s]
         } else {
             let downstream = p.evict == Evict::Dtr;
+            let per = size as f64 * (at - self.last_use[s]).max(1e-9);
             let cost = match walk {
-                Some(w) => {
+                Some((w, best)) => {
                     let dropped = |i: usize| self.state[i] == State::Dropped && !self.dead[i];
-                    w.cost(self.t, &self.consumers, &dropped, s, downstream)
+                    // The walk may stop once its cost so far loses to the best score: it only
+                    // grows (a sum of times), so the whole would lose too.
+                    let loses = |cost: f64| cost / per > best;
+                    w.cost(self.t, &self.consumers, &dropped, s, downstream, &loses)
                 }
                 None => self.remat_cost(s, downstream),
             };
-            cost / (size as f64 * (at - self.last_use[s]).max(1e-9))
+            cost / per
         };
         (Verdict::Score(score), back)
     }
@@ -487,8 +491,8 @@ impl Sim<'_> {
     fn choose(&mut self, p: &Passive, op: usize, at: f64) -> Option<(usize, usize)> {
         if let Some((mut ix, mut walk)) = self.index.take() {
             walk.clear();
-            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits| {
-                self.judge(p, s, op, at, bits, Some(&mut walk)).0
+            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits, best| {
+                self.judge(p, s, op, at, bits, Some((&mut walk, best))).0
             });
             self.index = Some((ix, walk));
             let (_, s) = best?;
