@@ -89,7 +89,7 @@ pub(super) fn portfolio(
         .then(|| iterative(t, a, budget, link, Mechanism::Swap, more));
     let swp = swap_sel
         .clone()
-        .map(|sel| swap_only_from(t, a, budget, link, sel));
+        .map(|sel| swap_only_from(t, a, budget, link, sel, more));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());
     }
@@ -103,7 +103,15 @@ pub(super) fn portfolio(
     let sel_both = s.go_on().then(|| both_selection(t, a, budget, link, more));
     if let (Some(l), Some(sel)) = (&lru, &sel_both) {
         s.offer(sel.clone());
-        let cap = capuchin_from(t, a, budget, link, [l.clone(), dtr.clone()], sel.clone());
+        let cap = capuchin_from(
+            t,
+            a,
+            budget,
+            link,
+            [l.clone(), dtr.clone()],
+            sel.clone(),
+            more,
+        );
         s.policy("capuchin", cap);
     }
     // Recomputation only, and the hybrid search from the one-mechanism plans.
@@ -151,7 +159,7 @@ pub(super) fn portfolio(
         if out.feasible {
             refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
         }
-        for x in with_passive(t, a, budget, link, sel.mech, (plan, out)) {
+        for x in with_passive(t, a, budget, link, sel.mech, (plan, out), more) {
             s.offer(x);
         }
     }

@@ -787,7 +787,7 @@ pub(super) fn capuchin(
 ) -> (Plan, Outcome) {
     let sel = both_selection(t, a, budget, link, more);
     let passive = [Evict::Lru, Evict::Dtr].map(|e| online(t, a, budget, link, e));
-    capuchin_from(t, a, budget, link, passive, sel)
+    capuchin_from(t, a, budget, link, passive, sel, more)
 }
 
 /// [`capuchin`] from the passive runs alone (LRU, DTR) and its selection's result.
@@ -798,9 +798,10 @@ pub(super) fn capuchin_from(
     link: Link,
     passive: [(Plan, Outcome); 2],
     sel: (Plan, Outcome),
+    more: Deadline,
 ) -> (Plan, Outcome) {
     let mut v = passive.to_vec();
-    v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel));
+    v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel, more));
     best(v)
 }
 
@@ -813,7 +814,7 @@ pub(super) fn swap_only(
     more: Deadline,
 ) -> (Plan, Outcome) {
     let sel = iterative(t, a, budget, link, Mechanism::Swap, more);
-    swap_only_from(t, a, budget, link, sel)
+    swap_only_from(t, a, budget, link, sel, more)
 }
 
 /// [`swap_only`] from its selection's result.
@@ -823,8 +824,9 @@ pub(super) fn swap_only_from(
     budget: u64,
     link: Link,
     sel: (Plan, Outcome),
+    more: Deadline,
 ) -> (Plan, Outcome) {
-    best(with_passive(t, a, budget, link, Mechanism::Swap, sel))
+    best(with_passive(t, a, budget, link, Mechanism::Swap, sel, more))
 }
 
 /// Capuchin's selection restricted to recomputation, under either ranking (the better by
@@ -860,7 +862,7 @@ pub(super) fn recompute_from(
             ..Selection::of(Mechanism::Recompute)
         };
         let got = iterative_from(t, a, budget, link, sel, Vec::new(), more);
-        variants.extend(with_passive(t, a, budget, link, sel.mech, got));
+        variants.extend(with_passive(t, a, budget, link, sel.mech, got, more));
     }
     best(variants)
 }

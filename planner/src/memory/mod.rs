@@ -72,7 +72,7 @@ pub(super) fn rank_outcomes(x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
 
 /// A plan and, where it does not fit, Capuchin's passive mode behind it: the replay evicts on
 /// demand where the plan leaves memory over the budget, by each mechanism `mech` allows, and the
-/// evictions join the plan.
+/// evictions join the plan. A run that `more` cuts short does not fit.
 pub(super) fn with_passive(
     t: &Trace,
     a: &Analysis,
@@ -80,6 +80,7 @@ pub(super) fn with_passive(
     link: Link,
     mech: Mechanism,
     (plan, out): (Plan, Outcome),
+    more: Deadline,
 ) -> Vec<(Plan, Outcome)> {
     let modes: &[Evict] = match (out.feasible, mech) {
         (true, _) => &[],
@@ -89,7 +90,7 @@ pub(super) fn with_passive(
     };
     let mut v: Vec<(Plan, Outcome)> = modes
         .iter()
-        .map(|&evict| online_from(t, a, budget, link, evict, plan.clone()))
+        .map(|&evict| online_from(t, a, budget, link, evict, plan.clone(), more))
         .collect();
     v.push((plan, out));
     v
