@@ -15,7 +15,8 @@ use crate::model::{Step, Trace};
 use candidates::{Candidates, Verdict};
 use hash::{Map, Set};
 use neighbourhood::Walk;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// What happens to one storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,6 +92,30 @@ pub struct Outcome {
     pub stalls: Vec<Stall>,
     /// Every operation at which memory exceeded the budget, with the excess (largest first).
     pub overs: Vec<(usize, u64)>,
+    /// What the searches read to choose their next replay (see [`Usage`]).
+    pub usage: Usage,
+}
+
+/// The memory curve of a replay and the extensions it used: a search reads them to leave out
+/// replays that cannot succeed.
+#[derive(Clone, Default)]
+pub struct Usage {
+    /// Per operation: the most memory held while it (and its recomputations) ran.
+    pub mem_at: Vec<u64>,
+    /// Per storage: the last operation at which a recomputation read it after the program had
+    /// freed it, kept by an extension (`usize::MAX`: never).
+    pub read_late: Vec<usize>,
+}
+
+impl std::fmt::Debug for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let late = self.read_late.iter().filter(|&&x| x != usize::MAX).count();
+        write!(
+            f,
+            "Usage {{ {} operations, {late} storages read late }}",
+            self.mem_at.len()
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -150,8 +175,12 @@ struct Sim<'a> {
     h2d_free: f64,
     mem: u64,
     state: Vec<State>,
-    /// Swap-outs in flight: (end, storage).
-    leaving: Vec<(f64, usize)>,
+    /// Swap-outs in flight, the earliest end first: (end as bits, storage, its `cancels` when
+    /// it began). Times are never negative, so their bits order as they do.
+    leaving: BinaryHeap<Reverse<(u64, usize, u32)>>,
+    /// Per storage: how often the program freed it during a swap-out (which cancels the
+    /// swap-outs in flight then).
+    cancels: Vec<u32>,
     out: Outcome,
     /// Storages the running operation (and its recomputations) still need: never evicted.
     pinned: Vec<bool>,
@@ -167,15 +196,18 @@ struct Sim<'a> {
     evicted: Plan,
     prev_op: Option<usize>,
     /// The plan's moves by the operation after which they happen: (storage, swapped).
-    after: Map<usize, Vec<(usize, bool)>>,
+    after: Vec<Vec<(usize, bool)>>,
     /// Extensions: the operation until which each storage outlives the program's free of it.
-    extended: Map<usize, usize>,
+    extended: Vec<Option<usize>>,
     /// Passive mode: the storages the program freed that stay as metadata (see
     /// [`Passive::horizon`]), with their decisions, and those a recomputation then needed.
     meta: Map<usize, Vec<Decision>>,
     meta_used: Set<usize>,
-    /// Frees postponed by extensions, by the operation after which they happen.
-    deferred: Map<usize, Vec<usize>>,
+    /// Frees postponed by extensions, by the operation after which they happen (past the
+    /// last operation: never).
+    deferred: Vec<Vec<usize>>,
+    /// The program has freed it, and an extension keeps it.
+    freed_late: Vec<bool>,
     /// Dropped for good (nothing was to read it again): its sources may be gone.
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
@@ -190,19 +222,35 @@ struct Sim<'a> {
 impl Sim<'_> {
     /// Releases the memory of swap-outs that have ended by `at`.
     fn release(&mut self, at: f64) {
-        let mut i = 0;
-        while i < self.leaving.len() {
-            let (end, s) = self.leaving[i];
-            if end <= at {
-                self.leaving.swap_remove(i);
-                if self.state[s] == State::Leaving(end) {
-                    self.state[s] = State::Out;
-                    self.mem -= self.t.storages[s].size;
-                }
-            } else {
-                i += 1;
+        while let Some(&Reverse((bits, s, c))) = self.leaving.peek() {
+            let end = f64::from_bits(bits);
+            if end > at {
+                break;
+            }
+            self.leaving.pop();
+            if c == self.cancels[s] && self.state[s] == State::Leaving(end) {
+                self.state[s] = State::Out;
+                self.mem -= self.t.storages[s].size;
             }
         }
+    }
+
+    /// A swap-out of `s` ending at `end` begins.
+    fn leave(&mut self, s: usize, end: f64) {
+        self.state[s] = State::Leaving(end);
+        self.leaving
+            .push(Reverse((end.to_bits(), s, self.cancels[s])));
+    }
+
+    /// When the first swap-out in flight ends (infinity: none is).
+    fn next_release(&mut self) -> f64 {
+        while let Some(&Reverse((bits, s, c))) = self.leaving.peek() {
+            if c == self.cancels[s] {
+                return f64::from_bits(bits);
+            }
+            self.leaving.pop();
+        }
+        f64::INFINITY
     }
 
     /// The program (or an ended extension) frees `s`.
@@ -212,7 +260,7 @@ impl Sim<'_> {
             State::Resident | State::Arriving(_) => self.mem -= size,
             State::Leaving(_) => {
                 self.mem -= size;
-                self.leaving.retain(|l| l.1 != s);
+                self.cancels[s] += 1;
             }
             _ => {}
         }
@@ -242,9 +290,16 @@ impl Sim<'_> {
             let after = self.prev_op.unwrap();
             moves.push(Decision::Recompute { after, back: until });
         }
-        self.extended.insert(s, until);
-        self.deferred.entry(until).or_default().push(s);
+        self.extended[s] = Some(until);
+        self.defer(s, until);
         self.meta.entry(s).or_default().extend(moves);
+    }
+
+    /// The free of `s` happens after operation `until`.
+    fn defer(&mut self, s: usize, until: usize) {
+        if let Some(v) = self.deferred.get_mut(until) {
+            v.push(s);
+        }
     }
 
     fn pin(&mut self, s: usize) {
@@ -258,8 +313,11 @@ impl Sim<'_> {
     fn leaving_bytes(&self) -> u64 {
         self.leaving
             .iter()
-            .filter(|l| self.state[l.1] == State::Leaving(l.0))
-            .map(|l| self.t.storages[l.1].size)
+            .filter(|l| {
+                let (bits, s, c) = l.0;
+                c == self.cancels[s] && self.state[s] == State::Leaving(f64::from_bits(bits))
+            })
+            .map(|l| self.t.storages[l.0.1].size)
             .sum()
     }
 
@@ -274,11 +332,7 @@ impl Sim<'_> {
             {
                 continue;
             }
-            let next = self
-                .leaving
-                .iter()
-                .map(|l| l.0)
-                .fold(f64::INFINITY, f64::min);
+            let next = self.next_release();
             if !next.is_finite() {
                 break;
             }
@@ -305,6 +359,9 @@ impl Sim<'_> {
             }
         }
         self.out.peak = self.out.peak.max(self.mem);
+        if let Some(m) = self.out.usage.mem_at.get_mut(op) {
+            *m = (*m).max(self.mem);
+        }
         at
     }
 
@@ -354,7 +411,7 @@ impl Sim<'_> {
                     .any(|&y| {
                         y != s
                             && (self.state[y] == State::Dropped && !self.dead[y]
-                                || self.extended.get(&y).is_some_and(|&u| u > op))
+                                || self.extended[y].is_some_and(|u| u > op))
                     })
             });
         }
@@ -387,7 +444,7 @@ impl Sim<'_> {
         op: usize,
         at: f64,
         bits: u64,
-        walk: Option<&mut Walk>,
+        walk: Option<(&mut Walk, f64)>,
     ) -> (Verdict, usize) {
         let size = self.t.storages[s].size;
         if self.state[s] != State::Resident
@@ -413,14 +470,18 @@ impl Sim<'_> {
             self.last_use[s]
         } else {
             let downstream = p.evict == Evict::Dtr;
+            let per = size as f64 * (at - self.last_use[s]).max(1e-9);
             let cost = match walk {
-                Some(w) => {
+                Some((w, best)) => {
                     let dropped = |i: usize| self.state[i] == State::Dropped && !self.dead[i];
-                    w.cost(self.t, &self.consumers, &dropped, s, downstream)
+                    // The walk may stop once its cost so far loses to the best score: it only
+                    // grows (a sum of times), so the whole would lose too.
+                    let loses = |cost: f64| cost / per > best;
+                    w.cost(self.t, &self.consumers, &dropped, s, downstream, &loses)
                 }
                 None => self.remat_cost(s, downstream),
             };
-            cost / (size as f64 * (at - self.last_use[s]).max(1e-9))
+            cost / per
         };
         (Verdict::Score(score), back)
     }
@@ -430,8 +491,8 @@ impl Sim<'_> {
     fn choose(&mut self, p: &Passive, op: usize, at: f64) -> Option<(usize, usize)> {
         if let Some((mut ix, mut walk)) = self.index.take() {
             walk.clear();
-            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits| {
-                self.judge(p, s, op, at, bits, Some(&mut walk)).0
+            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits, best| {
+                self.judge(p, s, op, at, bits, Some((&mut walk, best))).0
             });
             self.index = Some((ix, walk));
             let (_, s) = best?;
@@ -466,8 +527,7 @@ impl Sim<'_> {
             let end = start + size as f64 / self.link.d2h;
             self.d2h_free = end;
             self.out.swapped_out += size;
-            self.state[s] = State::Leaving(end);
-            self.leaving.push((end, s));
+            self.leave(s, end);
             self.evicted.push((
                 s,
                 Decision::Swap {
@@ -566,10 +626,18 @@ impl Sim<'_> {
     fn gather(&mut self, op: usize) {
         let t = self.t;
         let o = &t.ops[op];
-        let wanted: Vec<usize> = o.inputs.iter().chain(&o.mutates).copied().collect();
-        for &s in wanted.iter().chain(&o.outputs) {
+        for &s in o.inputs.iter().chain(&o.mutates).chain(&o.outputs) {
             self.pin(s);
         }
+        // Most operations find nothing dropped: no recomputation to lay out.
+        let dropped = |s: &usize| self.state[*s] == State::Dropped;
+        if !o.inputs.iter().chain(&o.mutates).any(dropped) {
+            for &s in o.inputs.iter().chain(&o.mutates) {
+                self.available(s, op);
+            }
+            return;
+        }
+        let wanted: Vec<usize> = o.inputs.iter().chain(&o.mutates).copied().collect();
         let inputs = |s: usize| {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
@@ -645,6 +713,9 @@ impl Sim<'_> {
                     if self.meta.contains_key(&i) {
                         self.meta_used.insert(i);
                     }
+                    if self.freed_late[i] {
+                        self.out.usage.read_late[i] = op;
+                    }
                 }
             }
             // Made (here, or already by a step laid out since): this step's reads are done.
@@ -694,9 +765,11 @@ fn replay(
     plan: &Plan,
     passive: Option<&Passive>,
 ) -> (Plan, Outcome) {
-    let mut triggers: Map<usize, Vec<usize>> = Map::default();
-    let mut after: Map<usize, Vec<(usize, bool)>> = Map::default();
-    let mut extended: Map<usize, usize> = Map::default();
+    let n_ops = t.ops.len();
+    // By operation (one past the last: never happens).
+    let mut triggers: Vec<Vec<usize>> = vec![Vec::new(); n_ops];
+    let mut after: Vec<Vec<(usize, bool)>> = vec![Vec::new(); n_ops];
+    let mut extended: Vec<Option<usize>> = vec![None; t.storages.len()];
     let mut early = Set::default();
     let mut dead_planned = Set::default();
     for &(s, d) in plan {
@@ -704,26 +777,32 @@ fn replay(
             Decision::Swap {
                 after: a, trigger, ..
             } => {
-                after.entry(a).or_default().push((s, true));
-                triggers.entry(trigger).or_default().push(s);
+                if let Some(v) = after.get_mut(a) {
+                    v.push((s, true));
+                }
+                if let Some(v) = triggers.get_mut(trigger) {
+                    v.push(s);
+                }
             }
             Decision::Recompute { after: a, back } => {
-                after.entry(a).or_default().push((s, false));
+                if let Some(v) = after.get_mut(a) {
+                    v.push((s, false));
+                }
                 early.insert((s, a));
                 if back == usize::MAX {
                     dead_planned.insert((s, a));
                 }
             }
             Decision::Extend { until } => {
-                let u = extended.entry(s).or_insert(until);
-                *u = (*u).max(until);
+                let u = &mut extended[s];
+                *u = Some(u.map_or(until, |u| u.max(until)));
             }
         }
     }
-    for v in triggers.values_mut() {
+    for v in triggers.iter_mut() {
         v.sort_unstable();
     }
-    for v in after.values_mut() {
+    for v in after.iter_mut() {
         v.sort_unstable();
     }
     let n = t.storages.len();
@@ -746,9 +825,14 @@ fn replay(
                 }
             })
             .collect(),
-        leaving: Vec::new(),
+        leaving: BinaryHeap::new(),
+        cancels: vec![0; n],
         out: Outcome {
             feasible: true,
+            usage: Usage {
+                mem_at: vec![0; n_ops],
+                read_late: vec![usize::MAX; n],
+            },
             ..Outcome::default()
         },
         pinned: vec![false; n],
@@ -763,7 +847,8 @@ fn replay(
         extended,
         meta: Map::default(),
         meta_used: Set::default(),
-        deferred: Map::default(),
+        deferred: vec![Vec::new(); n_ops],
+        freed_late: vec![false; n],
         dead: vec![false; n],
         dead_planned,
         consumers: vec![Vec::new(); n],
@@ -807,15 +892,18 @@ fn replay(
             break;
         }
         match *step {
-            Step::Free(s) => match sim.extended.get(&s) {
-                Some(&u) if u >= next => sim.deferred.entry(u).or_default().push(s),
+            Step::Free(s) => match sim.extended[s] {
+                Some(u) if u >= next => {
+                    sim.freed_late[s] = true;
+                    sim.defer(s, u);
+                }
                 _ => sim.free_or_keep(s, next),
             },
             Step::Op(i) => {
                 next = i + 1;
                 let op = &t.ops[i];
-                if let Some(ss) = triggers.get(&i) {
-                    for &s in ss {
+                if !triggers[i].is_empty() {
+                    for &s in &triggers[i] {
                         sim.release(sim.now);
                         match sim.state[s] {
                             // Wanted back before its swap-out ended: it stays (the copy's
@@ -854,13 +942,15 @@ fn replay(
                     sim.last_use[new] = sim.now;
                     sim.enter(new);
                 }
-                for s in std::mem::take(&mut sim.pins) {
+                for k in 0..sim.pins.len() {
+                    let s = sim.pins[k];
                     sim.pinned[s] = false;
                 }
+                sim.pins.clear();
                 sim.made.clear();
                 sim.prev_op = Some(i);
-                if let Some(ss) = sim.after.remove(&i) {
-                    for (s, swap) in ss {
+                if !sim.after[i].is_empty() {
+                    for (s, swap) in std::mem::take(&mut sim.after[i]) {
                         if sim.state[s] != State::Resident {
                             continue;
                         }
@@ -870,8 +960,7 @@ fn replay(
                             let end = start + size as f64 / link.d2h;
                             sim.d2h_free = end;
                             sim.out.swapped_out += size;
-                            sim.state[s] = State::Leaving(end);
-                            sim.leaving.push((end, s));
+                            sim.leave(s, end);
                         } else {
                             sim.mem -= size;
                             sim.state[s] = State::Dropped;
@@ -879,10 +968,10 @@ fn replay(
                         }
                     }
                 }
-                for s in sim.deferred.remove(&i).unwrap_or_default() {
+                for s in std::mem::take(&mut sim.deferred[i]) {
                     // Extended again since (passive mode): later.
-                    match sim.extended.get(&s) {
-                        Some(&u) if u > i => sim.deferred.entry(u).or_default().push(s),
+                    match sim.extended[s] {
+                        Some(u) if u > i => sim.defer(s, u),
                         _ => sim.free_or_keep(s, i + 1),
                     }
                 }
@@ -912,324 +1001,4 @@ fn replay(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::model::{Op, Storage};
-
-    /// A trace of 1-second operations, operation i making storage i (of `sizes[i]` bytes) from
-    /// the storages listed for it.
-    pub(crate) fn unit_trace(sizes: &[u64], ops: &[(&str, &[usize])], steps: Vec<Step>) -> Trace {
-        Trace {
-            storages: (0..sizes.len())
-                .map(|i| Storage {
-                    size: sizes[i],
-                    constant: false,
-                    producer: Some(i),
-                })
-                .collect(),
-            ops: (ops.iter().enumerate())
-                .map(|(i, &(name, inputs))| Op::new(name, 1.0, inputs.to_vec(), vec![i]))
-                .collect(),
-            steps,
-        }
-    }
-
-    /// a -> b -> c -> d(a): a is produced by op 0 and read by op 3.
-    fn chain() -> Trace {
-        unit_trace(
-            &[100, 100, 100, 10],
-            &[("a", &[]), ("b", &[0]), ("c", &[1]), ("d", &[0, 2])],
-            vec![
-                Step::Op(0),
-                Step::Op(1),
-                Step::Op(2),
-                Step::Free(1),
-                Step::Op(3),
-                Step::Free(0),
-                Step::Free(2),
-                Step::Free(3),
-            ],
-        )
-    }
-
-    /// Swap a (storage 0) out after op 0, in from op `trigger`, back at op 3.
-    fn swap_a(trigger: usize) -> Plan {
-        vec![(
-            0,
-            Decision::Swap {
-                after: 0,
-                trigger,
-                back: 3,
-            },
-        )]
-    }
-
-    const LINK: Link = Link {
-        h2d: 100.0,
-        d2h: 100.0,
-    };
-
-    #[test]
-    fn the_baseline_is_the_sum_of_operations_and_the_peak_is_counted() {
-        let t = chain();
-        let o = simulate(&t, u64::MAX, LINK, &Plan::new());
-        assert_eq!(o.makespan, 4.0);
-        assert_eq!(o.peak, 300);
-        assert_eq!(
-            o.peak,
-            t.peak(),
-            "the simulator and the independent count agree"
-        );
-        assert!(o.feasible && o.stall_s == 0.0);
-        let tight = simulate(&t, 250, LINK, &Plan::new());
-        assert!(!tight.feasible);
-        assert_eq!(tight.worst, Some((2, 50)));
-    }
-
-    /// Hand-computed: swap a out after op 0 (1 s at 100 B/s, ends at 2), in from op 2's start
-    /// (t = 2, ends at 3), needed by op 3 at t = 3: no stall. At op 2, b, c and the arriving a
-    /// are all held: 300 bytes.
-    #[test]
-    fn a_hidden_swap() {
-        let t = chain();
-        let plan = swap_a(2);
-        assert!(!simulate(&t, 299, LINK, &plan).feasible);
-        let o = simulate(&t, 300, LINK, &plan);
-        assert!(o.feasible, "{o:?}");
-        assert_eq!(o.makespan, 4.0);
-        assert_eq!(o.stall_s, 0.0);
-        assert_eq!((o.swapped_out, o.swapped_in), (100, 100));
-    }
-
-    /// Hand-computed: with the swap-in triggered only at op 3 (t = 3), op 3 waits 1 s.
-    #[test]
-    fn a_late_trigger_stalls() {
-        let t = chain();
-        let plan = swap_a(3);
-        let o = simulate(&t, 300, LINK, &plan);
-        assert_eq!(o.makespan, 5.0);
-        assert_eq!(o.stall_s, 1.0);
-        assert!(matches!(
-            o.stalls[0],
-            Stall::SwapIn {
-                op: 3,
-                storage: 0,
-                ..
-            }
-        ));
-    }
-
-    /// Hand-computed: recomputing a re-runs op 0 (1 s) before op 3.
-    #[test]
-    fn a_recompute() {
-        let t = chain();
-        let plan = vec![(0, Decision::Recompute { after: 1, back: 3 })];
-        let o = simulate(&t, 210, LINK, &plan);
-        assert!(o.feasible, "{o:?}");
-        assert_eq!(o.makespan, 5.0);
-        assert_eq!(o.recomputed_ops, 1);
-        assert_eq!(o.peak, 210);
-    }
-
-    /// a (10 B) -> b (100 B); x (100 B) -> y (100 B); out(b, y). a is freed after op 1.
-    pub(crate) fn kept_source() -> Trace {
-        unit_trace(
-            &[10, 100, 100, 100, 10],
-            &[
-                ("a", &[]),
-                ("b", &[0]),
-                ("x", &[]),
-                ("y", &[2]),
-                ("out", &[1, 3]),
-            ],
-            vec![
-                Step::Op(0),
-                Step::Op(1),
-                Step::Free(0),
-                Step::Op(2),
-                Step::Op(3),
-                Step::Free(2),
-                Step::Op(4),
-                Step::Free(1),
-                Step::Free(3),
-                Step::Free(4),
-            ],
-        )
-    }
-
-    /// Hand-computed: b dropped after op 1 and recomputed before op 4 needs a, which the
-    /// program freed after op 1. Without an extension the plan is invalid; with a kept until
-    /// op 4, memory is a + x at op 2 (110), a + x + y at op 3 (210), a + y + b + out at op 4
-    /// (220), and op 4 waits 1 s for b.
-    #[test]
-    fn an_extension_keeps_a_freed_source() {
-        let t = kept_source();
-        assert_eq!(simulate(&t, u64::MAX, LINK, &Plan::new()).peak, 300);
-        let drop_b = (1, Decision::Recompute { after: 1, back: 4 });
-        let o = simulate(&t, 220, LINK, &vec![drop_b]);
-        assert!(o.invalid && !o.feasible, "{o:?}");
-        let o = simulate(
-            &t,
-            220,
-            LINK,
-            &vec![drop_b, (0, Decision::Extend { until: 4 })],
-        );
-        assert!(o.feasible, "{o:?}");
-        assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 6.0, 1));
-        assert!(
-            !simulate(
-                &t,
-                219,
-                LINK,
-                &vec![drop_b, (0, Decision::Extend { until: 4 })]
-            )
-            .feasible
-        );
-        // Dropped as well, a costs nothing until op 4 recomputes it first (two re-runs):
-        // y + a + b + out = 220 at op 4, x + y = 200 at op 3.
-        let plan = vec![
-            drop_b,
-            (0, Decision::Extend { until: 4 }),
-            (0, Decision::Recompute { after: 1, back: 4 }),
-        ];
-        let o = simulate(&t, 220, LINK, &plan);
-        assert!(o.feasible, "{o:?}");
-        assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 7.0, 2));
-        let o = simulate(&t, 210, LINK, &plan);
-        assert_eq!(o.worst, Some((4, 10)));
-    }
-
-    /// A plan that drops a storage nothing can recompute (no producer) and then needs it for a
-    /// recomputation: the replay ends, and says the plan is invalid (it once looped, laying out
-    /// the missing source again and again).
-    #[test]
-    fn a_source_nothing_can_recompute_makes_the_plan_invalid_not_a_hang() {
-        let mut t = chain();
-        t.storages[0].producer = None;
-        t.storages[0].constant = true;
-        t.ops[0].outputs.clear();
-        let plan = vec![
-            (0, Decision::Recompute { after: 1, back: 3 }),
-            (1, Decision::Recompute { after: 1, back: 2 }),
-        ];
-        let o = simulate(&t, u64::MAX, LINK, &plan);
-        assert!(o.invalid && !o.feasible, "{o:?}");
-    }
-
-    /// Passive mode on the chain, with anything allowed to leave (next access from a table).
-    fn passive_chain(evict: Evict, budget: u64) -> (Plan, Outcome) {
-        let t = chain();
-        let accesses: [&[usize]; 4] = [&[0, 1, 3], &[1, 2], &[2, 3], &[3]];
-        let evictable = |s: usize, op: usize| -> Option<usize> {
-            let next = accesses[s].iter().find(|&&x| x > op).copied();
-            Some(next.unwrap_or(usize::MAX))
-        };
-        let passive = Passive {
-            evict,
-            evictable: &evictable,
-            horizon: None,
-            more: None,
-            gone_from: None,
-        };
-        simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
-    }
-
-    /// Hand-computed, DTR: at op 2 (c needs 100 B, 200 held, budget 210) b is in use, so a
-    /// goes (dropped after op 1) and op 3 recomputes it (1 s): c + a + d = 210 at op 3.
-    #[test]
-    fn passive_recompute_drops_and_recomputes_on_demand() {
-        let (evicted, o) = passive_chain(Evict::Dtr, 210);
-        assert_eq!(
-            evicted,
-            vec![(0, Decision::Recompute { after: 1, back: 3 })]
-        );
-        assert!(o.feasible, "{o:?}");
-        assert_eq!((o.makespan, o.peak, o.recomputed_ops), (5.0, 210, 1));
-        let again = simulate(&chain(), 210, LINK, &evicted);
-        assert_eq!((again.makespan, again.peak), (o.makespan, o.peak));
-    }
-
-    /// Hand-computed, LRU swap: a's swap-out starts at t = 2 and ends at 3, op 2 waits 1 s for
-    /// its memory; op 3 fetches a on demand (t = 4 to 5), 1 s more. The replay of the recorded
-    /// swap (out after op 1, in at op 3) is the same run.
-    #[test]
-    fn passive_swap_evicts_least_recently_used_and_fetches_on_demand() {
-        let (evicted, o) = passive_chain(Evict::Lru, 210);
-        assert_eq!(
-            evicted,
-            vec![(
-                0,
-                Decision::Swap {
-                    after: 1,
-                    trigger: 3,
-                    back: 3
-                }
-            )]
-        );
-        assert!(o.feasible, "{o:?}");
-        assert_eq!((o.makespan, o.stall_s, o.peak), (6.0, 2.0, 210));
-        let again = simulate(&chain(), 210, LINK, &evicted);
-        assert_eq!((again.makespan, again.peak), (6.0, 210));
-        // Nothing can go before the first operation: 300 bytes at op 2 cannot fit in 99.
-        assert!(!passive_chain(Evict::Dtr, 99).1.feasible);
-    }
-
-    /// x -> y -> z -> out(z), then w(x, y): all three dropped, op 3 recomputes x, y, z in a
-    /// row. Dropped again after op 3, x goes once y is made and y once z is (the recomputation
-    /// is done with them): 200 bytes at most instead of x + y + z + out = 310.
-    #[test]
-    fn a_source_dropped_again_goes_as_soon_as_the_recomputation_is_done_with_it() {
-        let t = unit_trace(
-            &[100, 100, 100, 10, 10],
-            &[
-                ("x", &[]),
-                ("y", &[0]),
-                ("z", &[1]),
-                ("out", &[2]),
-                ("w", &[0, 1]),
-            ],
-            (0..5).map(Step::Op).chain((0..5).map(Step::Free)).collect(),
-        );
-        let held = vec![
-            (0, Decision::Recompute { after: 1, back: 4 }),
-            (1, Decision::Recompute { after: 2, back: 4 }),
-            (2, Decision::Recompute { after: 2, back: 3 }),
-        ];
-        let o = simulate(&t, u64::MAX, LINK, &held);
-        assert!(o.feasible && !o.invalid, "{o:?}");
-        // x, y and z recomputed for op 3 and held (310 with out); op 4 finds x and y
-        // resident and adds w: 320.
-        assert_eq!((o.peak, o.recomputed_ops), (320, 3));
-        let mut early = held.clone();
-        early.push((0, Decision::Recompute { after: 3, back: 4 }));
-        early.push((1, Decision::Recompute { after: 3, back: 4 }));
-        let o = simulate(&t, u64::MAX, LINK, &early);
-        assert!(o.feasible && !o.invalid, "{o:?}");
-        // At op 3 the most is x + y, then y + z, then z + out; op 4 recomputes x and y
-        // again (five re-runs) with z and out alive: 320, at op 4 now.
-        assert_eq!((o.peak, o.recomputed_ops), (320, 5));
-        let at3 = simulate(&t, 200, LINK, &early);
-        assert_eq!(
-            at3.overs.iter().map(|x| x.0).collect::<Vec<_>>(),
-            vec![4],
-            "only op 4 goes over 200: {at3:?}"
-        );
-        let without = simulate(&t, 200, LINK, &held);
-        assert!(without.overs.iter().any(|x| x.0 == 3), "{without:?}");
-    }
-
-    /// Op 1's output must wait for a's swap-out (ends at t = 2) to get memory.
-    #[test]
-    fn an_allocation_waits_for_memory() {
-        let t = chain();
-        let plan = swap_a(2);
-        let o = simulate(&t, 100, LINK, &plan);
-        assert!(
-            o.stalls
-                .iter()
-                .any(|s| matches!(s, Stall::Memory { op: 1, .. })),
-            "{o:?}"
-        );
-        assert!(o.makespan > 4.0);
-    }
-}
+pub(crate) mod tests;

@@ -24,6 +24,8 @@ pub struct Analysis {
     /// The last operation that reads the storage or anything made from it, transitively: until
     /// then a recomputation may need it.
     pub horizon: Vec<usize>,
+    /// Start times never decrease (operations run in index order).
+    in_order: bool,
 }
 
 impl Analysis {
@@ -38,6 +40,7 @@ impl Analysis {
             born: vec![0; n],
             overwritten: vec![false; n],
             horizon: vec![0; n],
+            in_order: false,
         };
         let mut now = 0.0;
         let mut next_op = 0;
@@ -73,6 +76,7 @@ impl Analysis {
                 Step::Free(s) => a.freed_before[s] = next_op,
             }
         }
+        a.in_order = a.start.is_sorted();
         for (h, acc) in a.horizon.iter_mut().zip(&a.accesses) {
             *h = acc.last().copied().unwrap_or(0);
         }
@@ -224,6 +228,15 @@ impl Analysis {
     /// after `after`.
     pub fn trigger(&self, after: usize, back: usize, secs: f64) -> usize {
         let want = self.start[back] - secs;
+        if back <= after + 1 {
+            return back;
+        }
+        if self.in_order {
+            // Operations run in index order (as every importer makes them): the last start at
+            // or before `want`, by bisection.
+            let at_or_before = self.start[..=back].partition_point(|&x| x <= want);
+            return at_or_before.saturating_sub(1).max(after + 1);
+        }
         let mut j = back;
         while j > after + 1 && self.start[j] > want {
             j -= 1;

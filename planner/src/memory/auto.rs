@@ -6,8 +6,8 @@
 
 use super::analysis::Analysis;
 use super::capuchin::{
-    Rank, Selection, both_selection, capuchin_from, iterative_from, peak_seed, recompute_from,
-    refine_swaps, swap_only,
+    Rank, Selection, both_selection, capuchin_from, iterative, iterative_from, peak_seed,
+    recompute_from, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
 use super::passive::online_until;
@@ -83,7 +83,13 @@ pub(super) fn portfolio(
     {
         s.bound = b.makespan;
     }
-    let swp = s.go_on().then(|| swap_only(t, a, budget, link, more));
+    // Its selection is also a variant's below: made once.
+    let swap_sel = s
+        .go_on()
+        .then(|| iterative(t, a, budget, link, Mechanism::Swap, more));
+    let swp = swap_sel
+        .clone()
+        .map(|sel| swap_only_from(t, a, budget, link, sel, more));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());
     }
@@ -97,7 +103,15 @@ pub(super) fn portfolio(
     let sel_both = s.go_on().then(|| both_selection(t, a, budget, link, more));
     if let (Some(l), Some(sel)) = (&lru, &sel_both) {
         s.offer(sel.clone());
-        let cap = capuchin_from(t, a, budget, link, [l.clone(), dtr.clone()], sel.clone());
+        let cap = capuchin_from(
+            t,
+            a,
+            budget,
+            link,
+            [l.clone(), dtr.clone()],
+            sel.clone(),
+            more,
+        );
         s.policy("capuchin", cap);
     }
     // Recomputation only, and the hybrid search from the one-mechanism plans.
@@ -134,12 +148,18 @@ pub(super) fn portfolio(
         if !s.go_on() {
             break;
         }
-        let seed = seed.map_or(Vec::new(), |by_area| peak_seed(t, a, budget, link, by_area));
-        let (mut plan, mut out) = iterative_from(t, a, budget, link, sel, seed, more);
+        let (mut plan, mut out) = match (&swap_sel, seed) {
+            (Some(x), None) if sel == Selection::of(Mechanism::Swap) => x.clone(),
+            _ => {
+                let seed =
+                    seed.map_or(Vec::new(), |by_area| peak_seed(t, a, budget, link, by_area));
+                iterative_from(t, a, budget, link, sel, seed, more)
+            }
+        };
         if out.feasible {
             refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
         }
-        for x in with_passive(t, a, budget, link, sel.mech, (plan, out)) {
+        for x in with_passive(t, a, budget, link, sel.mech, (plan, out), more) {
             s.offer(x);
         }
     }

@@ -5,7 +5,7 @@
 
 use super::analysis::{Analysis, Extension};
 use super::passive::online;
-use super::{DROPS, Deadline, Mechanism, best, rank_outcomes, with_passive};
+use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
 use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
 
@@ -288,9 +288,16 @@ fn select(
     (plan, out)
 }
 
-/// Undoes what the selection took beyond need: each recomputation (the costliest first) is
-/// dropped from the plan when the replay stays within the budget and gets faster; then each
-/// extension nothing needs any more.
+/// Undoes what the selection took beyond need: recomputations (the costliest first) are dropped
+/// from the plan while the replay stays within the budget and gets faster; then the extensions
+/// nothing needs any more.
+///
+/// The replay's memory curve says which removals have room: keeping a tensor that a
+/// recomputation brought back holds its bytes from its evicted-access to its back-access. Only
+/// those with room are tried, the costliest first: a run of them at once (each counted against
+/// the room the earlier ones took), halved where the replay does not agree. The extensions a
+/// recomputation read past the program's free of their storage are known from the replay too:
+/// the others go in one replay.
 pub(super) fn prune(
     t: &Trace,
     budget: u64,
@@ -308,36 +315,142 @@ pub(super) fn prune(
     let mut order: Vec<(usize, Decision)> =
         plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
     order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
-    // An extension saves no time, so it goes when the replay is no slower.
-    let exts = plan
-        .iter()
-        .copied()
-        .filter(|d| matches!(d.1, Decision::Extend { .. }));
-    let tries: Vec<((usize, Decision), bool)> = order
-        .into_iter()
-        .map(|d| (d, false))
-        .chain(exts.collect::<Vec<_>>().into_iter().map(|d| (d, true)))
-        .collect();
-    for (d, as_fast) in tries {
-        if !more() {
-            return;
-        }
-        let Some(k) = plan.iter().position(|x| *x == d) else {
-            continue;
+    // Keeping a tensor a recomputation brought back adds its bytes from its evicted-access to
+    // its back-access, except where the replay recomputed it anyway (as another's source).
+    let span = |d: &(usize, Decision), len: usize| match d.1 {
+        Decision::Recompute { after, back } => (after + 1).min(len)..back.min(len),
+        _ => 0..0,
+    };
+    let mut order = std::collections::VecDeque::from(order);
+    while !order.is_empty() && more() {
+        let mut made: Vec<(usize, usize)> = (out.stalls.iter())
+            .filter_map(|x| match *x {
+                Stall::Recompute { op, storage, .. } => Some((storage, op)),
+                _ => None,
+            })
+            .collect();
+        made.sort_unstable();
+        let adds = |d: (usize, Decision), len: usize| {
+            let sp = span(&d, len);
+            let lo = made.partition_point(|&x| x < (d.0, sp.start));
+            let hi = made.partition_point(|&x| x < (d.0, sp.end));
+            let anyway = &made[lo..hi];
+            sp.filter(move |q| anyway.binary_search(&(d.0, *q)).is_err())
         };
-        let mut cand = plan.clone();
-        cand.remove(k);
+        let fits = |curve: &[u64], d: &(usize, Decision)| {
+            let size = t.storages[d.0].size;
+            adds(*d, curve.len()).all(|q| curve[q].saturating_add(size) <= budget)
+        };
+        // Those with room in the replay's curve, in order, each counted against the room the
+        // earlier ones took, until one whose room only the next replay can tell. One without
+        // room at its turn is passed over, as its replay would be.
+        let mut room = out.usage.mem_at.clone();
+        let mut group = Vec::new();
+        while let Some(d) = order.front() {
+            if group.is_empty() && !fits(&room, d) {
+                order.pop_front();
+            } else if fits(&room, d) {
+                let size = t.storages[d.0].size;
+                for q in adds(*d, room.len()) {
+                    room[q] += size;
+                }
+                group.push(order.pop_front().unwrap());
+            } else {
+                break;
+            }
+        }
+        in_groups(group.len(), more, |g| {
+            let cand = without(t, plan, &group[g]);
+            let o = simulate(t, budget, link, &cand);
+            let keep = o.feasible && o.makespan < out.makespan;
+            if keep {
+                *plan = cand;
+                *out = o;
+            }
+            keep
+        });
+    }
+    if !more() {
+        return;
+    }
+    // Per storage, the extension to keep: the shortest one that reaches the last operation at
+    // which a recomputation read it past the program's free (none: nothing did).
+    let read_late = &out.usage.read_late;
+    let mut keep_until = vec![usize::MAX; t.storages.len()];
+    for &(s, d) in plan.iter() {
+        if let Decision::Extend { until } = d
+            && read_late[s] != usize::MAX
+            && until >= read_late[s]
+        {
+            keep_until[s] = keep_until[s].min(until);
+        }
+    }
+    let needed = |&(s, d): &(usize, Decision)| match d {
+        Decision::Extend { until } => keep_until[s] == until,
+        _ => true,
+    };
+    let mut gone: Vec<(usize, Decision)> = plan.iter().copied().filter(|d| !needed(d)).collect();
+    // The same extension twice: one goes.
+    let mut cand: Plan = Vec::with_capacity(plan.len());
+    let mut once = vec![false; t.storages.len()];
+    for &d in plan.iter() {
+        if needed(&d) {
+            if let Decision::Extend { .. } = d.1 {
+                if once[d.0] {
+                    gone.push(d);
+                    continue;
+                }
+                once[d.0] = true;
+            }
+            cand.push(d);
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    let o = simulate(t, budget, link, &cand);
+    if o.feasible && o.makespan <= out.makespan {
+        *plan = cand;
+        *out = o;
+        return;
+    }
+    // The replay disagrees (it can where swaps move in time): a group at a time.
+    in_groups(gone.len(), more, |group| {
+        let cand = without(t, plan, &gone[group]);
         let o = simulate(t, budget, link, &cand);
-        if o.feasible && (o.makespan < out.makespan || as_fast && o.makespan <= out.makespan) {
+        let keep = o.feasible && o.makespan <= out.makespan;
+        if keep {
             *plan = cand;
             *out = o;
         }
-    }
+        keep
+    });
 }
 
-/// Tensors that could leave around operation `p`, each with its mechanism and rank: (tier,
-/// key, storage, decision); tier 0 are swaps with no overhead (key: -FreeTime), tier 1 the rest
-/// (key: -memory saving per second).
+/// `plan` without one occurrence of each decision in `gone`.
+fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
+    let mut left: Vec<u32> = vec![0; t.storages.len()];
+    for d in gone {
+        left[d.0] += 1;
+    }
+    let mut gone = gone.to_vec();
+    let mut cand = Vec::with_capacity(plan.len());
+    for &d in plan {
+        if left[d.0] > 0
+            && let Some(k) = gone.iter().position(|x| *x == d)
+        {
+            gone.swap_remove(k);
+            left[d.0] -= 1;
+            continue;
+        }
+        cand.push(d);
+    }
+    cand
+}
+
+/// Tensors (of at least `sel.min_size`) that could leave around operation `p`, each with its
+/// mechanism and rank: (tier, key, storage, decision); tier 0 are swaps with no overhead (key:
+/// -FreeTime), tier 1 the rest (key: -memory saving per second).
 fn candidates(
     t: &Trace,
     a: &Analysis,
@@ -376,7 +489,7 @@ fn candidates(
     }
     for (s, st) in t.storages.iter().enumerate() {
         let acc = &a.accesses[s];
-        if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) {
+        if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) || st.size < sel.min_size {
             continue;
         }
         let next = acc.partition_point(|&x| x <= p);
@@ -436,7 +549,9 @@ fn candidates(
         let swap_cost = (-free_time).max(0.0);
         // Sources the program frees before `back` are kept alive for the recomputation (DTR
         // does the same) when that still saves memory.
-        let ext = if sel.mech == Mechanism::Swap {
+        // A swap with no overhead wins over any recomputation without costing one.
+        let ext = if sel.mech == Mechanism::Swap || sel.mech == Mechanism::Both && swap_cost == 0.0
+        {
             None
         } else {
             a.to_extend(t, s, back, planned, &dead_after)
@@ -586,7 +701,10 @@ fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Opti
 }
 
 /// Turns a swap into a recomputation where recomputing costs less than the stall the swap
-/// causes, smallest ratio first, keeping each change only if the replay improves.
+/// causes, smallest ratio first, keeping a change only if the replay improves. The changes are
+/// tried a group at a time: first one, then a group twice as large after each one kept (at
+/// most a sixteenth of the list: about sixteen replays where most are kept, however many); a
+/// group not kept is halved, and a single change not kept is passed over.
 pub(super) fn refine_swaps(
     t: &Trace,
     a: &Analysis,
@@ -596,37 +714,45 @@ pub(super) fn refine_swaps(
     out: &mut Outcome,
     more: Deadline,
 ) {
-    let mut stall_of: Vec<(f64, usize)> = Vec::new();
+    let mut stall_of = vec![0.0; t.storages.len()];
     for st in &out.stalls {
         if let Stall::SwapIn { storage, secs, .. } = *st {
-            stall_of.push((secs, storage));
+            stall_of[storage] += secs;
         }
     }
     let mut tries: Vec<(f64, usize)> = Vec::new();
-    for (k, (s, d)) in plan.iter().enumerate() {
-        if let Decision::Swap { back, .. } = *d
-            && a.recomputable(t, *s, back)
+    for (i, &(s, d)) in plan.iter().enumerate() {
+        if let Decision::Swap { back, .. } = d
+            && a.recomputable(t, s, back)
         {
-            let stall: f64 = stall_of.iter().filter(|x| x.1 == *s).map(|x| x.0).sum();
-            let rec = t.ops[t.storages[*s].producer.unwrap()].time_s;
+            let stall = stall_of[s];
+            let rec = t.ops[t.storages[s].producer.unwrap()].time_s;
             if stall > 0.0 && rec < stall {
-                tries.push((rec / stall, k));
+                tries.push((rec / stall, i));
             }
         }
     }
     tries.sort_by(|x, y| x.0.total_cmp(&y.0));
-    for (_, k) in tries {
-        if !more() {
-            return;
-        }
+    let (mut i, mut k) = (0, 1);
+    let most = tries.len().div_ceil(16);
+    while i < tries.len() && more() {
+        let group = &tries[i..(i + k.min(most)).min(tries.len())];
         let mut cand = plan.clone();
-        if let (s, Decision::Swap { after, back, .. }) = cand[k] {
-            cand[k] = (s, Decision::Recompute { after, back });
+        for &(_, j) in group {
+            if let (s, Decision::Swap { after, back, .. }) = cand[j] {
+                cand[j] = (s, Decision::Recompute { after, back });
+            }
         }
         let o = simulate(t, budget, link, &cand);
         if o.feasible && o.makespan < out.makespan {
             *plan = cand;
             *out = o;
+            i += group.len();
+            k = 2 * group.len();
+        } else if group.len() > 1 {
+            k = group.len().div_ceil(2);
+        } else {
+            i += 1;
         }
     }
 }
@@ -661,7 +787,7 @@ pub(super) fn capuchin(
 ) -> (Plan, Outcome) {
     let sel = both_selection(t, a, budget, link, more);
     let passive = [Evict::Lru, Evict::Dtr].map(|e| online(t, a, budget, link, e));
-    capuchin_from(t, a, budget, link, passive, sel)
+    capuchin_from(t, a, budget, link, passive, sel, more)
 }
 
 /// [`capuchin`] from the passive runs alone (LRU, DTR) and its selection's result.
@@ -672,9 +798,10 @@ pub(super) fn capuchin_from(
     link: Link,
     passive: [(Plan, Outcome); 2],
     sel: (Plan, Outcome),
+    more: Deadline,
 ) -> (Plan, Outcome) {
     let mut v = passive.to_vec();
-    v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel));
+    v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel, more));
     best(v)
 }
 
@@ -687,7 +814,19 @@ pub(super) fn swap_only(
     more: Deadline,
 ) -> (Plan, Outcome) {
     let sel = iterative(t, a, budget, link, Mechanism::Swap, more);
-    best(with_passive(t, a, budget, link, Mechanism::Swap, sel))
+    swap_only_from(t, a, budget, link, sel, more)
+}
+
+/// [`swap_only`] from its selection's result.
+pub(super) fn swap_only_from(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    sel: (Plan, Outcome),
+    more: Deadline,
+) -> (Plan, Outcome) {
+    best(with_passive(t, a, budget, link, Mechanism::Swap, sel, more))
 }
 
 /// Capuchin's selection restricted to recomputation, under either ranking (the better by
@@ -723,7 +862,7 @@ pub(super) fn recompute_from(
             ..Selection::of(Mechanism::Recompute)
         };
         let got = iterative_from(t, a, budget, link, sel, Vec::new(), more);
-        variants.extend(with_passive(t, a, budget, link, sel.mech, got));
+        variants.extend(with_passive(t, a, budget, link, sel.mech, got, more));
     }
     best(variants)
 }

@@ -73,7 +73,7 @@ pub(super) fn rank_outcomes(x: &Outcome, y: &Outcome) -> std::cmp::Ordering {
 
 /// A plan and, where it does not fit, Capuchin's passive mode behind it: the replay evicts on
 /// demand where the plan leaves memory over the budget, by each mechanism `mech` allows, and the
-/// evictions join the plan.
+/// evictions join the plan. A run that `more` cuts short does not fit.
 pub(super) fn with_passive(
     t: &Trace,
     a: &Analysis,
@@ -81,6 +81,7 @@ pub(super) fn with_passive(
     link: Link,
     mech: Mechanism,
     (plan, out): (Plan, Outcome),
+    more: Deadline,
 ) -> Vec<(Plan, Outcome)> {
     let modes: &[Evict] = match (out.feasible, mech) {
         (true, _) => &[],
@@ -90,7 +91,7 @@ pub(super) fn with_passive(
     };
     let mut v: Vec<(Plan, Outcome)> = modes
         .iter()
-        .map(|&evict| online_from(t, a, budget, link, evict, plan.clone()))
+        .map(|&evict| online_from(t, a, budget, link, evict, plan.clone(), more))
         .collect();
     v.push((plan, out));
     v
@@ -105,6 +106,31 @@ pub(super) fn best(v: impl IntoIterator<Item = (Plan, Outcome)>) -> (Plan, Outco
     v.into_iter()
         .min_by(|x, y| rank_outcomes(&x.1, &y.1))
         .expect("at least one plan")
+}
+
+/// Tries `n` moves, in order, a group at a time: `keep(range)` applies moves `range` to the plan,
+/// replays it and says whether it kept them. A group kept makes the next one twice as large; a
+/// group not kept is halved, and a single move not kept is passed over. Where most moves are
+/// kept that is a few replays instead of one per move; where few are, at most about two per
+/// move.
+pub(super) fn in_groups(
+    n: usize,
+    more: Deadline,
+    mut keep: impl FnMut(std::ops::Range<usize>) -> bool,
+) {
+    let (mut i, mut k) = (0, n.max(1));
+    while i < n && more() {
+        let group = i..(i + k).min(n);
+        let len = group.len();
+        if keep(group) {
+            i += len;
+            k = 2 * len;
+        } else if len > 1 {
+            k = len.div_ceil(2);
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// Asked between (and inside) the steps of a search: false once time is up, and the search

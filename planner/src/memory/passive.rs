@@ -11,7 +11,8 @@ use crate::timeline::{Evict, Link, Outcome, Passive, Plan, simulate, simulate_pa
 /// alone; else Capuchin's passive mode behind its plan): when an allocation would exceed the
 /// budget, evict (see [`Evict`]): least recently used, swapped out and back on demand (the
 /// passive baseline), or by DTR's heuristic, dropped and recomputed on demand, evicting during
-/// recomputations too. The evictions join the plan, and the plan is replayed as any other.
+/// recomputations too. The evictions join the plan, and the plan is replayed as any other (one
+/// that `more` cut short does not fit).
 pub(super) fn online_from(
     t: &Trace,
     a: &Analysis,
@@ -19,8 +20,9 @@ pub(super) fn online_from(
     link: Link,
     evict: Evict,
     mut plan: Plan,
+    more: Deadline,
 ) -> (Plan, Outcome) {
-    let (evicted, _) = passive_run(t, a, budget, link, evict, &plan, &|| true);
+    let (evicted, _) = passive_run(t, a, budget, link, evict, &plan, more);
     plan.extend(evicted);
     let out = simulate(t, budget, link, &plan);
     (plan, out)
@@ -96,7 +98,7 @@ pub(super) fn online(
     link: Link,
     evict: Evict,
 ) -> (Plan, Outcome) {
-    online_from(t, a, budget, link, evict, Vec::new())
+    online_from(t, a, budget, link, evict, Vec::new(), &|| true)
 }
 
 /// [`online`] until `more` says time is up (a cut run's plan does not fit).

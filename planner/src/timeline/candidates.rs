@@ -93,13 +93,14 @@ impl Candidates {
 
     /// The least (score, storage) at operation `op`, time `at`, or `None`. `lru`: the score
     /// is the last use; else DTR's, whose lower bound is `own / (size x staleness)`. `judge`
-    /// says, for a storage and its entry's last use, whether it is a candidate and its score.
+    /// says, for a storage, its entry's last use and the best score so far, whether it is a
+    /// candidate and its score (for one that loses to the best so far, any score above it).
     pub(super) fn best(
         &mut self,
         op: usize,
         at: f64,
         lru: bool,
-        judge: &mut dyn FnMut(usize, u64) -> Verdict,
+        judge: &mut dyn FnMut(usize, u64, f64) -> Verdict,
     ) -> Option<(f64, usize)> {
         // Nothing reads them again: score -inf, the least index first.
         while let Some(&std::cmp::Reverse((from, s))) = self.pending.peek() {
@@ -113,7 +114,7 @@ impl Candidates {
         let mut found = None;
         for &s in &self.doomed {
             // The entry's last use is not needed to judge a storage nothing reads again.
-            match judge(s, u64::MAX) {
+            match judge(s, u64::MAX, f64::INFINITY) {
                 Verdict::Stale => gone.push(s),
                 Verdict::Skip => {}
                 Verdict::Score(x) => {
@@ -154,7 +155,7 @@ impl Candidates {
                 } else if best.is_some_and(|(b, _)| f64::from_bits(bits) > b) {
                     break;
                 }
-                match judge(s, bits) {
+                match judge(s, bits, best.map_or(f64::INFINITY, |b| b.0)) {
                     Verdict::Stale => stale.push((class, bits, s)),
                     Verdict::Skip => {}
                     Verdict::Score(x) => {

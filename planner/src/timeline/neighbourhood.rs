@@ -82,7 +82,8 @@ impl Walk {
 
     /// The cost of dropping `s` (see the module's comment); `dropped(i)`: `i` is dropped, not
     /// for good; `consumers[x]`: the operations that read `x`. Exact for traces in execution
-    /// order (an operation's inputs are made by earlier operations).
+    /// order (an operation's inputs are made by earlier operations). Once `loses(cost so far)`
+    /// the walk stops with that part (the caller only needs to know it lost).
     pub(super) fn cost(
         &mut self,
         t: &Trace,
@@ -90,6 +91,7 @@ impl Walk {
         dropped: &dyn Fn(usize) -> bool,
         s: usize,
         downstream: bool,
+        loses: &dyn Fn(f64) -> bool,
     ) -> f64 {
         let producer_time = |x: usize| {
             t.storages[x]
@@ -106,7 +108,7 @@ impl Walk {
                 return f64::INFINITY;
             };
             cost += t.ops[p].time_s;
-            if seen > 64 {
+            if seen > 64 || loses(cost) {
                 break;
             }
             if self.ins_at[p] != self.epoch {

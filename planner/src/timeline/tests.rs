@@ -1,0 +1,321 @@
+//! The simulator against hand-computed timelines.
+
+use super::*;
+use crate::model::{Op, Storage};
+
+/// A trace of 1-second operations, operation i making storage i (of `sizes[i]` bytes) from
+/// the storages listed for it.
+pub(crate) fn unit_trace(sizes: &[u64], ops: &[(&str, &[usize])], steps: Vec<Step>) -> Trace {
+    Trace {
+        storages: (0..sizes.len())
+            .map(|i| Storage {
+                size: sizes[i],
+                constant: false,
+                producer: Some(i),
+            })
+            .collect(),
+        ops: (ops.iter().enumerate())
+            .map(|(i, &(name, inputs))| Op::new(name, 1.0, inputs.to_vec(), vec![i]))
+            .collect(),
+        steps,
+    }
+}
+
+/// a -> b -> c -> d(a): a is produced by op 0 and read by op 3.
+fn chain() -> Trace {
+    unit_trace(
+        &[100, 100, 100, 10],
+        &[("a", &[]), ("b", &[0]), ("c", &[1]), ("d", &[0, 2])],
+        vec![
+            Step::Op(0),
+            Step::Op(1),
+            Step::Op(2),
+            Step::Free(1),
+            Step::Op(3),
+            Step::Free(0),
+            Step::Free(2),
+            Step::Free(3),
+        ],
+    )
+}
+
+/// Swap a (storage 0) out after op 0, in from op `trigger`, back at op 3.
+fn swap_a(trigger: usize) -> Plan {
+    vec![(
+        0,
+        Decision::Swap {
+            after: 0,
+            trigger,
+            back: 3,
+        },
+    )]
+}
+
+const LINK: Link = Link {
+    h2d: 100.0,
+    d2h: 100.0,
+};
+
+#[test]
+fn the_baseline_is_the_sum_of_operations_and_the_peak_is_counted() {
+    let t = chain();
+    let o = simulate(&t, u64::MAX, LINK, &Plan::new());
+    assert_eq!(o.makespan, 4.0);
+    assert_eq!(o.peak, 300);
+    assert_eq!(
+        o.peak,
+        t.peak(),
+        "the simulator and the independent count agree"
+    );
+    assert!(o.feasible && o.stall_s == 0.0);
+    let tight = simulate(&t, 250, LINK, &Plan::new());
+    assert!(!tight.feasible);
+    assert_eq!(tight.worst, Some((2, 50)));
+}
+
+/// Hand-computed: swap a out after op 0 (1 s at 100 B/s, ends at 2), in from op 2's start
+/// (t = 2, ends at 3), needed by op 3 at t = 3: no stall. At op 2, b, c and the arriving a
+/// are all held: 300 bytes.
+#[test]
+fn a_hidden_swap() {
+    let t = chain();
+    let plan = swap_a(2);
+    assert!(!simulate(&t, 299, LINK, &plan).feasible);
+    let o = simulate(&t, 300, LINK, &plan);
+    assert!(o.feasible, "{o:?}");
+    assert_eq!(o.makespan, 4.0);
+    assert_eq!(o.stall_s, 0.0);
+    assert_eq!((o.swapped_out, o.swapped_in), (100, 100));
+}
+
+/// Hand-computed: with the swap-in triggered only at op 3 (t = 3), op 3 waits 1 s.
+#[test]
+fn a_late_trigger_stalls() {
+    let t = chain();
+    let plan = swap_a(3);
+    let o = simulate(&t, 300, LINK, &plan);
+    assert_eq!(o.makespan, 5.0);
+    assert_eq!(o.stall_s, 1.0);
+    assert!(matches!(
+        o.stalls[0],
+        Stall::SwapIn {
+            op: 3,
+            storage: 0,
+            ..
+        }
+    ));
+}
+
+/// Hand-computed: recomputing a re-runs op 0 (1 s) before op 3.
+#[test]
+fn a_recompute() {
+    let t = chain();
+    let plan = vec![(0, Decision::Recompute { after: 1, back: 3 })];
+    let o = simulate(&t, 210, LINK, &plan);
+    assert!(o.feasible, "{o:?}");
+    assert_eq!(o.makespan, 5.0);
+    assert_eq!(o.recomputed_ops, 1);
+    assert_eq!(o.peak, 210);
+}
+
+/// a (10 B) -> b (100 B); x (100 B) -> y (100 B); out(b, y). a is freed after op 1.
+pub(crate) fn kept_source() -> Trace {
+    unit_trace(
+        &[10, 100, 100, 100, 10],
+        &[
+            ("a", &[]),
+            ("b", &[0]),
+            ("x", &[]),
+            ("y", &[2]),
+            ("out", &[1, 3]),
+        ],
+        vec![
+            Step::Op(0),
+            Step::Op(1),
+            Step::Free(0),
+            Step::Op(2),
+            Step::Op(3),
+            Step::Free(2),
+            Step::Op(4),
+            Step::Free(1),
+            Step::Free(3),
+            Step::Free(4),
+        ],
+    )
+}
+
+/// Hand-computed: b dropped after op 1 and recomputed before op 4 needs a, which the
+/// program freed after op 1. Without an extension the plan is invalid; with a kept until
+/// op 4, memory is a + x at op 2 (110), a + x + y at op 3 (210), a + y + b + out at op 4
+/// (220), and op 4 waits 1 s for b.
+#[test]
+fn an_extension_keeps_a_freed_source() {
+    let t = kept_source();
+    assert_eq!(simulate(&t, u64::MAX, LINK, &Plan::new()).peak, 300);
+    let drop_b = (1, Decision::Recompute { after: 1, back: 4 });
+    let o = simulate(&t, 220, LINK, &vec![drop_b]);
+    assert!(o.invalid && !o.feasible, "{o:?}");
+    let o = simulate(
+        &t,
+        220,
+        LINK,
+        &vec![drop_b, (0, Decision::Extend { until: 4 })],
+    );
+    assert!(o.feasible, "{o:?}");
+    assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 6.0, 1));
+    assert!(
+        !simulate(
+            &t,
+            219,
+            LINK,
+            &vec![drop_b, (0, Decision::Extend { until: 4 })]
+        )
+        .feasible
+    );
+    // Dropped as well, a costs nothing until op 4 recomputes it first (two re-runs):
+    // y + a + b + out = 220 at op 4, x + y = 200 at op 3.
+    let plan = vec![
+        drop_b,
+        (0, Decision::Extend { until: 4 }),
+        (0, Decision::Recompute { after: 1, back: 4 }),
+    ];
+    let o = simulate(&t, 220, LINK, &plan);
+    assert!(o.feasible, "{o:?}");
+    assert_eq!((o.peak, o.makespan, o.recomputed_ops), (220, 7.0, 2));
+    let o = simulate(&t, 210, LINK, &plan);
+    assert_eq!(o.worst, Some((4, 10)));
+}
+
+/// A plan that drops a storage nothing can recompute (no producer) and then needs it for a
+/// recomputation: the replay ends, and says the plan is invalid (it once looped, laying out
+/// the missing source again and again).
+#[test]
+fn a_source_nothing_can_recompute_makes_the_plan_invalid_not_a_hang() {
+    let mut t = chain();
+    t.storages[0].producer = None;
+    t.storages[0].constant = true;
+    t.ops[0].outputs.clear();
+    let plan = vec![
+        (0, Decision::Recompute { after: 1, back: 3 }),
+        (1, Decision::Recompute { after: 1, back: 2 }),
+    ];
+    let o = simulate(&t, u64::MAX, LINK, &plan);
+    assert!(o.invalid && !o.feasible, "{o:?}");
+}
+
+/// Passive mode on the chain, with anything allowed to leave (next access from a table).
+fn passive_chain(evict: Evict, budget: u64) -> (Plan, Outcome) {
+    let t = chain();
+    let accesses: [&[usize]; 4] = [&[0, 1, 3], &[1, 2], &[2, 3], &[3]];
+    let evictable = |s: usize, op: usize| -> Option<usize> {
+        let next = accesses[s].iter().find(|&&x| x > op).copied();
+        Some(next.unwrap_or(usize::MAX))
+    };
+    let passive = Passive {
+        evict,
+        evictable: &evictable,
+        horizon: None,
+        more: None,
+        gone_from: None,
+    };
+    simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
+}
+
+/// Hand-computed, DTR: at op 2 (c needs 100 B, 200 held, budget 210) b is in use, so a
+/// goes (dropped after op 1) and op 3 recomputes it (1 s): c + a + d = 210 at op 3.
+#[test]
+fn passive_recompute_drops_and_recomputes_on_demand() {
+    let (evicted, o) = passive_chain(Evict::Dtr, 210);
+    assert_eq!(
+        evicted,
+        vec![(0, Decision::Recompute { after: 1, back: 3 })]
+    );
+    assert!(o.feasible, "{o:?}");
+    assert_eq!((o.makespan, o.peak, o.recomputed_ops), (5.0, 210, 1));
+    let again = simulate(&chain(), 210, LINK, &evicted);
+    assert_eq!((again.makespan, again.peak), (o.makespan, o.peak));
+}
+
+/// Hand-computed, LRU swap: a's swap-out starts at t = 2 and ends at 3, op 2 waits 1 s for
+/// its memory; op 3 fetches a on demand (t = 4 to 5), 1 s more. The replay of the recorded
+/// swap (out after op 1, in at op 3) is the same run.
+#[test]
+fn passive_swap_evicts_least_recently_used_and_fetches_on_demand() {
+    let (evicted, o) = passive_chain(Evict::Lru, 210);
+    assert_eq!(
+        evicted,
+        vec![(
+            0,
+            Decision::Swap {
+                after: 1,
+                trigger: 3,
+                back: 3
+            }
+        )]
+    );
+    assert!(o.feasible, "{o:?}");
+    assert_eq!((o.makespan, o.stall_s, o.peak), (6.0, 2.0, 210));
+    let again = simulate(&chain(), 210, LINK, &evicted);
+    assert_eq!((again.makespan, again.peak), (6.0, 210));
+    // Nothing can go before the first operation: 300 bytes at op 2 cannot fit in 99.
+    assert!(!passive_chain(Evict::Dtr, 99).1.feasible);
+}
+
+/// x -> y -> z -> out(z), then w(x, y): all three dropped, op 3 recomputes x, y, z in a
+/// row. Dropped again after op 3, x goes once y is made and y once z is (the recomputation
+/// is done with them): 200 bytes at most instead of x + y + z + out = 310.
+#[test]
+fn a_source_dropped_again_goes_as_soon_as_the_recomputation_is_done_with_it() {
+    let t = unit_trace(
+        &[100, 100, 100, 10, 10],
+        &[
+            ("x", &[]),
+            ("y", &[0]),
+            ("z", &[1]),
+            ("out", &[2]),
+            ("w", &[0, 1]),
+        ],
+        (0..5).map(Step::Op).chain((0..5).map(Step::Free)).collect(),
+    );
+    let held = vec![
+        (0, Decision::Recompute { after: 1, back: 4 }),
+        (1, Decision::Recompute { after: 2, back: 4 }),
+        (2, Decision::Recompute { after: 2, back: 3 }),
+    ];
+    let o = simulate(&t, u64::MAX, LINK, &held);
+    assert!(o.feasible && !o.invalid, "{o:?}");
+    // x, y and z recomputed for op 3 and held (310 with out); op 4 finds x and y
+    // resident and adds w: 320.
+    assert_eq!((o.peak, o.recomputed_ops), (320, 3));
+    let mut early = held.clone();
+    early.push((0, Decision::Recompute { after: 3, back: 4 }));
+    early.push((1, Decision::Recompute { after: 3, back: 4 }));
+    let o = simulate(&t, u64::MAX, LINK, &early);
+    assert!(o.feasible && !o.invalid, "{o:?}");
+    // At op 3 the most is x + y, then y + z, then z + out; op 4 recomputes x and y
+    // again (five re-runs) with z and out alive: 320, at op 4 now.
+    assert_eq!((o.peak, o.recomputed_ops), (320, 5));
+    let at3 = simulate(&t, 200, LINK, &early);
+    assert_eq!(
+        at3.overs.iter().map(|x| x.0).collect::<Vec<_>>(),
+        vec![4],
+        "only op 4 goes over 200: {at3:?}"
+    );
+    let without = simulate(&t, 200, LINK, &held);
+    assert!(without.overs.iter().any(|x| x.0 == 3), "{without:?}");
+}
+
+/// Op 1's output must wait for a's swap-out (ends at t = 2) to get memory.
+#[test]
+fn an_allocation_waits_for_memory() {
+    let t = chain();
+    let plan = swap_a(2);
+    let o = simulate(&t, 100, LINK, &plan);
+    assert!(
+        o.stalls
+            .iter()
+            .any(|s| matches!(s, Stall::Memory { op: 1, .. })),
+        "{o:?}"
+    );
+    assert!(o.makespan > 4.0);
+}
