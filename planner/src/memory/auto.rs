@@ -10,7 +10,7 @@ use super::capuchin::{
     recompute_from, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
-use super::passive::online_until;
+use super::passive::{online_from, online_until};
 use super::{Deadline, Mechanism, Named, autoswap, rank_outcomes, vdnn, with_passive};
 use crate::model::Trace;
 use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
@@ -122,6 +122,22 @@ pub(super) fn portfolio(
     });
     if let Some(r) = &rec {
         s.policy("recompute", r.clone());
+    }
+    // Behind any plan, the runtime's passive mechanism swaps the least recently used tensors
+    // out (the shim's allocator): a one-mechanism plan that does not fit alone may, with that
+    // behind it, beat every plan that does (recompute's drops leave LRU nothing to swap back).
+    for x in [&rec, &swp].into_iter().flatten() {
+        if !x.1.feasible && s.go_on() {
+            s.offer(online_from(
+                t,
+                a,
+                budget,
+                link,
+                Evict::Lru,
+                x.0.clone(),
+                more,
+            ));
+        }
     }
     if let (Some(r), Some(w), Some(sel)) = (rec, swp, sel_both)
         && s.go_on()
