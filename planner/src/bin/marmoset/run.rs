@@ -19,8 +19,8 @@ pub struct RunArgs {
     #[arg(long)]
     no_shim: bool,
     /// Marmoset's policy (MARMOSET_POLICY): none, lru (passive), or a planner policy run by
-    /// measured and guided execution: capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv,
-    /// autoswap, hybrid.
+    /// measured and guided execution: auto (the portfolio; what --memory-limit alone gets),
+    /// capuchin, swap, recompute, dtr, vdnn-all, vdnn-conv, autoswap, hybrid.
     #[arg(long, value_name = "P")]
     policy: Option<String>,
     /// Write a trace of every call (MARMOSET_TRACE).
