@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda_abi.h"
+#include "iteration_times.h"
 
 #define CU(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
   fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_)); exit(1); } } while (0)
@@ -323,15 +324,7 @@ int main(int argc, char **argv) {
   }
   cudaEventRecord(marks[iters], st);
   CU(cudaStreamSynchronize(st));
-  if (getenv("TRAINER_TIMES")) {
-    fprintf(stderr, "torchlike: iteration times (ms, device clock):");
-    for (int it = 0; it < iters; it++) {
-      float ms = 0;
-      cudaEventElapsedTime(&ms, marks[it], marks[it + 1]);
-      fprintf(stderr, " %.3f", ms);
-    }
-    fprintf(stderr, "\n");
-  }
+  print_iteration_times("torchlike", marks, iters);
   for (int i = 0; i <= iters; i++) cudaEventDestroy(marks[i]);
   free(marks);
   tfree(x); tfree(labels);

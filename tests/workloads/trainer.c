@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda_abi.h"
+#include "iteration_times.h"
 
 /* Every API call goes through one of these, which counts it by kind. */
 static long n_alloc, n_free, n_copy, n_memset, n_launch, n_cudnn, n_sync;
@@ -277,15 +278,7 @@ int main(int argc, char **argv) {
   }
   cudaEventRecord(marks[iters], NULL);
   CU(sync, cudaDeviceSynchronize());
-  if (getenv("TRAINER_TIMES")) {
-    fprintf(stderr, "trainer: iteration times (ms, device clock):");
-    for (int it = 0; it < iters; it++) {
-      float ms = 0;
-      cudaEventElapsedTime(&ms, marks[it], marks[it + 1]);
-      fprintf(stderr, " %.3f", ms);
-    }
-    fprintf(stderr, "\n");
-  }
+  print_iteration_times("trainer", marks, iters);
   for (int i = 0; i <= iters; i++) cudaEventDestroy(marks[i]);
   free(marks);
 
