@@ -82,6 +82,27 @@ pub fn run_sim(profile: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -
     c.output().expect("run marmoset")
 }
 
+/// Runs a workload under the shim (no trace) on the simulated `profile`, Marmoset's log at info,
+/// with none of the test's own MARMOSET_ and SIMGPU_ settings but `env`.
+pub fn under_shim(profile: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Output {
+    let mut c = Command::new(marmoset());
+    c.arg("run")
+        .arg(format!("--sim={profile}"))
+        .arg("--")
+        .arg(workloads().join(prog))
+        .args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("MARMOSET_LOG", "info");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run marmoset")
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -212,6 +233,25 @@ pub fn venv_python() -> PathBuf {
     py
 }
 
+/// `marmoset run SIM MARMOSET_ARGS -- .venv/bin/python examples/SCRIPT ARGS` (SIM: `--sim`,
+/// `--sim=p100`), with none of the test's own MARMOSET_, SIMGPU_, TORCH_ and PYTORCH_ settings.
+pub fn torch_command(sim: &str, marmoset_args: &[&str], script: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(marmoset());
+    c.args(["run", sim]).args(marmoset_args).arg("--");
+    c.arg(venv_python())
+        .arg(root().join("examples").join(script))
+        .args(args);
+    for (k, _) in std::env::vars() {
+        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
 /// `marmoset run --sim MARMOSET_ARGS -- .venv/bin/python examples/SCRIPT ARGS` in shape mode,
 /// with no inherited Marmoset, simulator or framework settings; returns the output (which must
 /// succeed) and the simulator's report.
@@ -234,19 +274,7 @@ pub fn torch_example_with(
     name: &str,
 ) -> (Output, serde_json::Value) {
     let report = temp_path(&format!("torch-{name}-report.json"));
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim"]).args(marmoset_args).arg("--");
-    c.arg(venv_python())
-        .arg(root().join("examples").join(script))
-        .args(args);
-    for (k, _) in std::env::vars() {
-        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
-            .iter()
-            .any(|p| k.starts_with(p))
-        {
-            c.env_remove(k);
-        }
-    }
+    let mut c = torch_command("--sim", marmoset_args, script, args);
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
     c.envs(env.iter().copied());
     let out = torch_output(&mut c);

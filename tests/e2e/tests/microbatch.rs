@@ -12,26 +12,6 @@ fn cache_dir(name: &str) -> std::path::PathBuf {
     d
 }
 
-/// Runs a workload under the shim (no trace) with the given environment.
-fn shim(profile: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Output {
-    let mut c = Command::new(marmoset());
-    c.arg("run")
-        .arg(format!("--sim={profile}"))
-        .arg("--")
-        .arg(workloads().join(prog))
-        .args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("MARMOSET_LOG", "info");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
-
 fn planned(o: &Output) -> Vec<String> {
     stderr(o)
         .lines()
@@ -46,7 +26,7 @@ fn micro_batched_convolutions_equal_the_reference_in_every_direction() {
     // 1e-5): NCHW, NHWC and strided layouts, groups, dilation, stride, beta 0, 1 and -0.35.
     for b in ["1", "2"] {
         let dir = cache_dir(&format!("mb-check-{b}"));
-        let o = shim(
+        let o = under_shim(
             "h100",
             &[
                 ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
@@ -86,7 +66,7 @@ fn wr_moves_alexnet_conv2_to_fft_on_micro_batches_within_64_mib() {
     let plain = run_sim("p100", &[("SIMGPU_MODE", "shape")], "conv_layers", &args);
     ok(&plain);
     let dir = cache_dir("mb-alexnet");
-    let o = shim(
+    let o = under_shim(
         "p100",
         &[
             ("SIMGPU_MODE", "shape"),
@@ -141,7 +121,7 @@ fn wr_moves_alexnet_conv2_to_fft_on_micro_batches_within_64_mib() {
 fn wd_tells_the_framework_no_workspace_and_shares_one() {
     let csv = root().join("data/conv-layers/alexnet.csv");
     let dir = cache_dir("mb-wd");
-    let o = shim(
+    let o = under_shim(
         "p100",
         &[
             ("SIMGPU_MODE", "shape"),
@@ -237,13 +217,13 @@ fn a_corrupt_or_foreign_database_is_reported_and_never_fatal() {
         ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
         ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
     ];
-    let first = shim("p100", &env, "conv_layers", &args);
+    let first = under_shim("p100", &env, "conv_layers", &args);
     ok(&first);
     let db = dir.join("mucudnn.jsonl");
     let mut text = std::fs::read_to_string(&db).unwrap();
     text.push_str("{\"key\": \"half a line\n");
     std::fs::write(&db, &text).unwrap();
-    let second = shim("p100", &env, "conv_layers", &args);
+    let second = under_shim("p100", &env, "conv_layers", &args);
     ok(&second);
     assert!(
         stderr(&second).contains("ignoring 1 corrupt line"),
@@ -252,7 +232,7 @@ fn a_corrupt_or_foreign_database_is_reported_and_never_fatal() {
     );
     assert_eq!(stdout(&second), stdout(&first));
     std::fs::write(&db, "this is somebody else's file\n").unwrap();
-    let third = shim("p100", &env, "conv_layers", &args);
+    let third = under_shim("p100", &env, "conv_layers", &args);
     ok(&third);
     assert!(
         stderr(&third).contains("not a Marmoset benchmark cache"),
@@ -322,11 +302,11 @@ fn an_unwritable_cache_dir_is_said_once_and_the_run_goes_on() {
     let good = cache_dir("mb-writable");
     let e = env(good.to_str().unwrap());
     let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let reference = shim("p100", &e, "conv_layers", &args);
+    let reference = under_shim("p100", &e, "conv_layers", &args);
     ok(&reference);
     let e = env(under_a_file.to_str().unwrap());
     let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let o = shim("p100", &e, "conv_layers", &args);
+    let o = under_shim("p100", &e, "conv_layers", &args);
     ok(&o);
     assert_eq!(
         stdout(&o),
@@ -348,7 +328,7 @@ fn an_entry_after_a_line_cut_short_starts_on_its_own_line() {
     let args = [csv.to_str().unwrap(), "64"];
     let dir = cache_dir("mb-partial");
     let run = |limit: &str| {
-        shim(
+        under_shim(
             "p100",
             &[
                 ("SIMGPU_MODE", "shape"),

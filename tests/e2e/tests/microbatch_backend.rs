@@ -4,28 +4,28 @@
 
 use marmoset_e2e::*;
 use microbatch_log::wd_segments_within_the_pool;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod microbatch_log;
 
-/// Runs a workload under the shim (no trace) with the given environment.
-fn shim(profile: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Output {
-    let mut c = Command::new(marmoset());
-    c.arg("run")
-        .arg(format!("--sim={profile}"))
-        .arg("--")
-        .arg(workloads().join(prog))
-        .args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
-            c.env_remove(k);
+/// PROG on the simulated P100 in shape mode: under the shim with `knob` (a μ-cuDNN setting and
+/// its value) and a plan cache of its own (`cache` names it), or without Marmoset; it succeeded.
+fn p100_shape(prog: &str, args: &[&str], knob: Option<(&str, &str)>, cache: &str) -> Output {
+    let shape = ("SIMGPU_MODE", "shape");
+    let o = match knob {
+        Some(k) => {
+            let dir = temp_path(cache);
+            under_shim(
+                "p100",
+                &[shape, k, ("MARMOSET_CACHE_DIR", dir.to_str().unwrap())],
+                prog,
+                args,
+            )
         }
-    }
-    c.env("MARMOSET_LOG", "info");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+        None => run_sim("p100", &[shape], prog, args),
+    };
+    ok(&o);
+    o
 }
 
 fn floats(path: &std::path::Path) -> Vec<f32> {
@@ -86,7 +86,7 @@ fn micro_batched_backend_executions_equal_undivided_ones() {
     }
     for b in ["1", "2"] {
         let out = temp_path(&format!("backend-check-mb{b}.bin"));
-        let o = shim(
+        let o = under_shim(
             "h100",
             &[
                 ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
@@ -138,7 +138,7 @@ fn wr_planned_backend_executions_equal_undivided_ones() {
     let list = cases(&plain);
     let dir = temp_path("backend-wr-cache");
     let out = temp_path("backend-wr-mb.bin");
-    let o = shim(
+    let o = under_shim(
         "p100",
         &[
             // Small enough that WR's choice is not cuDNN's first heuristic for some.
@@ -223,7 +223,7 @@ fn wd_micro_batched_backend_executions_equal_undivided_ones_in_the_shared_worksp
     for b in ["1", "2"] {
         let out = temp_path(&format!("backend-wd-mb{b}.bin"));
         let dir = temp_path(&format!("backend-wd-cache{b}"));
-        let o = shim(
+        let o = under_shim(
             "h100",
             &[
                 ("MARMOSET_WORKSPACE_TOTAL", "4KiB"),
@@ -298,25 +298,9 @@ fn backend_wr_speedups_match_the_legacy_path_and_the_paper_on_p100() {
     for (net, paper) in [("alexnet", 1.63), ("resnet18", 1.21)] {
         let csv = root().join(format!("data/conv-layers/{net}.csv"));
         let args = [csv.to_str().unwrap(), "64"];
-        let shape = [("SIMGPU_MODE", "shape")];
         let run = |prog: &str, wr: bool| {
-            let dir = temp_path(&format!("bk-bench-{net}-{prog}"));
-            let o = if wr {
-                shim(
-                    "p100",
-                    &[
-                        ("SIMGPU_MODE", "shape"),
-                        ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
-                        ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
-                    ],
-                    prog,
-                    &args,
-                )
-            } else {
-                run_sim("p100", &shape, prog, &args)
-            };
-            ok(&o);
-            o
+            let knob = wr.then_some(("MARMOSET_WORKSPACE_LIMIT", "64MiB"));
+            p100_shape(prog, &args, knob, &format!("bk-bench-{net}-{prog}"))
         };
         let (bk0, bk_layers0) = layer_times(&run("backend_layers", false), "total_ms=");
         let wr = run("backend_layers", true);
@@ -362,23 +346,8 @@ fn backend_graphs_join_wds_knapsack_like_the_legacy_calls_on_p100() {
     let args = [csv.to_str().unwrap(), "64"];
     let total: u64 = 960 << 20;
     let run = |prog: &str, wd: bool| {
-        let dir = temp_path(&format!("bk-wd-{prog}"));
-        let o = if wd {
-            shim(
-                "p100",
-                &[
-                    ("SIMGPU_MODE", "shape"),
-                    ("MARMOSET_WORKSPACE_TOTAL", "960MiB"),
-                    ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
-                ],
-                prog,
-                &args,
-            )
-        } else {
-            run_sim("p100", &[("SIMGPU_MODE", "shape")], prog, &args)
-        };
-        ok(&o);
-        o
+        let knob = wd.then_some(("MARMOSET_WORKSPACE_TOTAL", "960MiB"));
+        p100_shape(prog, &args, knob, &format!("bk-wd-{prog}"))
     };
     let (bk0, _) = layer_times(&run("backend_layers", false), "total_ms=");
     let wd = run("backend_layers", true);

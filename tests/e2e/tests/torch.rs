@@ -85,19 +85,8 @@ fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
 #[test]
 fn torch_trains_bert_on_the_p100_profile() {
     let report = temp_path("torch-bert-p100-report.json");
-    let mut c = std::process::Command::new(marmoset());
-    c.args(["run", "--sim=p100", "--no-shim", "--"])
-        .arg(venv_python())
-        .arg(root().join("examples/bert.py"))
-        .args(["--size", "tiny", "--batch", "8", "--steps", "3"]);
-    for (k, _) in std::env::vars() {
-        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
-            .iter()
-            .any(|p| k.starts_with(p))
-        {
-            c.env_remove(k);
-        }
-    }
+    let args = ["--size", "tiny", "--batch", "8", "--steps", "3"];
+    let mut c = torch_command("--sim=p100", &["--no-shim"], "bert.py", &args);
     // SIMGPU_LOG=debug names each kernel launched: the sort must be among them.
     c.env("SIMGPU_MODE", "shape")
         .env("SIMGPU_REPORT", &report)

@@ -5,7 +5,7 @@
 
 use marmoset_e2e::*;
 use microbatch_log::wd_segments_within_the_pool;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod microbatch_log;
 
@@ -13,19 +13,8 @@ mod microbatch_log;
 /// shape mode, Marmoset's log at info, no inherited settings; (output, simulator report).
 fn resnet50(marmoset_args: &[&str], name: &str) -> (Output, serde_json::Value) {
     let report = temp_path(&format!("torch-mb-{name}-report.json"));
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim=p100"]).args(marmoset_args).arg("--");
-    c.arg(venv_python())
-        .arg(root().join("examples/resnet50.py"))
-        .args(["--steps", "3", "--batch", "64"]);
-    for (k, _) in std::env::vars() {
-        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
-            .iter()
-            .any(|p| k.starts_with(p))
-        {
-            c.env_remove(k);
-        }
-    }
+    let args = ["--steps", "3", "--batch", "64"];
+    let mut c = torch_command("--sim=p100", marmoset_args, "resnet50.py", &args);
     c.env("SIMGPU_MODE", "shape")
         .env("SIMGPU_REPORT", &report)
         .env("MARMOSET_LOG", "info")
@@ -104,19 +93,8 @@ fn pytorch_default_path_trains_resnet50_with_graphs_in_wds_shared_workspace() {
 /// `marmoset run --sim=p100 ARGS -- .venv/bin/python examples/conv_layers.py CSV` in shape mode:
 /// each layer's simulated milliseconds (forward; backward-data + backward-filter) and the total.
 fn torch_layers(marmoset_args: &[&str], csv: &std::path::Path) -> (f64, Vec<(String, f64)>) {
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim=p100"]).args(marmoset_args).arg("--");
-    c.arg(venv_python())
-        .arg(root().join("examples/conv_layers.py"))
-        .arg(csv);
-    for (k, _) in std::env::vars() {
-        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
-            .iter()
-            .any(|p| k.starts_with(p))
-        {
-            c.env_remove(k);
-        }
-    }
+    let csv = csv.to_str().expect("a UTF-8 path");
+    let mut c = torch_command("--sim=p100", marmoset_args, "conv_layers.py", &[csv]);
     c.env("SIMGPU_MODE", "shape")
         .env("MARMOSET_CACHE_DIR", temp_path("torch-mb-layers"));
     let o = torch_output(&mut c);
@@ -166,18 +144,17 @@ fn pytorch_default_path_alexnet_gains_what_the_legacy_path_and_the_paper_do() {
         "conv_layers",
         &args,
     ));
-    let mut c = Command::new(marmoset());
-    c.args(["run", "--sim=p100", "--workspace-limit", "64MiB", "--"])
-        .arg(workloads().join("conv_layers"))
-        .args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("SIMGPU_MODE", "shape")
-        .env("MARMOSET_CACHE_DIR", temp_path("torch-mb-legacy"));
-    let lg1 = legacy_total(&c.output().unwrap());
+    let cache = temp_path("torch-mb-legacy");
+    let lg1 = legacy_total(&under_shim(
+        "p100",
+        &[
+            ("SIMGPU_MODE", "shape"),
+            ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
+            ("MARMOSET_CACHE_DIR", cache.to_str().unwrap()),
+        ],
+        "conv_layers",
+        &args,
+    ));
     let (torch, legacy) = (capped / wr, lg0 / lg1);
     assert!(
         (torch / legacy - 1.0).abs() < 0.05,
