@@ -2,7 +2,7 @@
 //! traces with in-place writes (the other random traces have none, where it changes nothing).
 
 use super::bound::lower_bound_by;
-use super::tests::{LINK, Rng, exhaustive};
+use super::tests::{LINK, Rng, exhaustive, random_op};
 use super::*;
 use crate::model::{Op, Step, Storage};
 
@@ -55,35 +55,7 @@ pub(super) fn inplace_trace(r: &mut Rng, ops: usize) -> Trace {
             fresh = Some(new);
             continue;
         }
-        let mut inputs = Vec::new();
-        for _ in 0..1 + r.below(2) {
-            let s = pick(r, &live);
-            if !inputs.contains(&s) {
-                inputs.push(s);
-            }
-        }
-        if backward && i >= 1 {
-            let s = live[r.below((live.len() as u64 / 2).max(1)) as usize];
-            if !inputs.contains(&s) {
-                inputs.push(s);
-            }
-        }
-        t.storages.push(Storage {
-            size: 20 + r.below(100),
-            constant: false,
-            producer: Some(i),
-        });
-        let out = t.storages.len() - 1;
-        reads.push(Vec::new());
-        for &s in &inputs {
-            reads[s].push(i);
-        }
-        let name = if r.below(3) == 0 { "conv" } else { "op" };
-        t.ops.push(Op {
-            backward,
-            ..Op::new(name, time_s, inputs, vec![out])
-        });
-        live.push(out);
+        let out = random_op(r, &mut t, &mut live, &mut reads, (i, ops), |_| time_s);
         fresh = Some(out);
     }
     // Frees right after each last read (or the making); an overwritten version's memory passed

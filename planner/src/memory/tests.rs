@@ -37,37 +37,9 @@ pub(super) fn random_trace_with(r: &mut Rng, ops: usize, late_frees: bool) -> Tr
     let mut live: Vec<usize> = vec![0, 1];
     let mut uses: Vec<Vec<usize>> = vec![Vec::new(); 2];
     for i in 0..ops {
-        let mut inputs = Vec::new();
-        for _ in 0..1 + r.below(2) {
-            let s = live[r.below(live.len() as u64) as usize];
-            if !inputs.contains(&s) {
-                inputs.push(s);
-            }
-        }
-        if i >= ops / 2 && i >= 1 {
-            // Backward: reach far back.
-            let s = live[r.below((live.len() as u64 / 2).max(1)) as usize];
-            if !inputs.contains(&s) {
-                inputs.push(s);
-            }
-        }
-        t.storages.push(Storage {
-            size: 20 + r.below(100),
-            constant: false,
-            producer: Some(i),
+        random_op(r, &mut t, &mut live, &mut uses, (i, ops), |r| {
+            0.5 + r.below(10) as f64 / 10.0
         });
-        let out = t.storages.len() - 1;
-        uses.push(Vec::new());
-        for &s in &inputs {
-            uses[s].push(i);
-        }
-        let name = if r.below(3) == 0 { "conv" } else { "op" };
-        let time_s = 0.5 + r.below(10) as f64 / 10.0;
-        t.ops.push(Op {
-            backward: i >= ops / 2,
-            ..Op::new(name, time_s, inputs, vec![out])
-        });
-        live.push(out);
     }
     // Program order with frees after each storage's last use: right after it, or (one in
     // three, as when a framework holds a reference) a few operations later.
@@ -96,6 +68,51 @@ pub(super) fn random_trace_with(r: &mut Rng, ops: usize, late_frees: bool) -> Tr
     }
     t.validate().unwrap();
     t
+}
+
+/// Operation `i` of `ops` in a random iteration: it reads one or two live storages (in the
+/// backward half, also one from the first half of those), and makes a new one, which becomes
+/// live; `uses` records the reads, `time` draws its duration after everything else.
+pub(super) fn random_op(
+    r: &mut Rng,
+    t: &mut Trace,
+    live: &mut Vec<usize>,
+    uses: &mut Vec<Vec<usize>>,
+    (i, ops): (usize, usize),
+    time: impl FnOnce(&mut Rng) -> f64,
+) -> usize {
+    let mut inputs = Vec::new();
+    for _ in 0..1 + r.below(2) {
+        let s = live[r.below(live.len() as u64) as usize];
+        if !inputs.contains(&s) {
+            inputs.push(s);
+        }
+    }
+    if i >= ops / 2 && i >= 1 {
+        // Backward: reach far back.
+        let s = live[r.below((live.len() as u64 / 2).max(1)) as usize];
+        if !inputs.contains(&s) {
+            inputs.push(s);
+        }
+    }
+    t.storages.push(Storage {
+        size: 20 + r.below(100),
+        constant: false,
+        producer: Some(i),
+    });
+    let out = t.storages.len() - 1;
+    uses.push(Vec::new());
+    for &s in &inputs {
+        uses[s].push(i);
+    }
+    let name = if r.below(3) == 0 { "conv" } else { "op" };
+    let time_s = time(r);
+    t.ops.push(Op {
+        backward: i >= ops / 2,
+        ..Op::new(name, time_s, inputs, vec![out])
+    });
+    live.push(out);
+    out
 }
 
 pub(super) const LINK: Link = Link {
