@@ -307,16 +307,16 @@ impl Manager {
         Some(p as usize)
     }
 
-    /// Evicts one tensor (Ok: its copy out is under way on the swap-out stream, and its memory
-    /// is released once the copy is done; the host does not wait).
-    fn evict(&mut self, va: u64) -> Result<(), c_int> {
+    /// What an eviction and a drop do first: a resident tensor's (memory, size, mapped bytes),
+    /// with the swap-out stream made to wait for all the work issued on it so far (its streams,
+    /// and a prefetch still arriving).
+    fn after_its_work(&self, va: u64) -> Result<(u64, u64, u64), c_int> {
         let t = self.tensors.get(&va).ok_or(1)?;
         let Place::Resident(phys) = t.place else {
             return Err(1);
         };
-        let (size, mapped, mut streams) = (t.size, t.mapped, t.streams.clone());
+        let mut streams = t.streams.clone();
         if let Some(e) = t.arrival {
-            // A prefetch still arriving: the copy out follows it.
             let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(
                 self.swap_out as P,
                 e as P,
@@ -324,8 +324,28 @@ impl Manager {
             ));
             streams.remove(&(self.swap_in as u64));
         }
-        let buf = self.host_buffer(size).ok_or(OUT_OF_MEMORY)?;
         wait_for(self.swap_out, &streams);
+        Ok((phys, t.size, t.mapped))
+    }
+
+    /// The tensor has left its memory for `place` (its release queued): no stream, no pending
+    /// arrival, contents no longer marked dead.
+    fn left(&mut self, va: u64, place: Place) {
+        if let Some(t) = self.tensors.get_mut(&va) {
+            t.place = place;
+            t.streams.clear();
+            t.dead = false;
+            if let Some(e) = t.arrival.take() {
+                destroy_event(e);
+            }
+        }
+    }
+
+    /// Evicts one tensor (Ok: its copy out is under way on the swap-out stream, and its memory
+    /// is released once the copy is done; the host does not wait).
+    fn evict(&mut self, va: u64) -> Result<(), c_int> {
+        let (phys, size, mapped) = self.after_its_work(va)?;
+        let buf = self.host_buffer(size).ok_or(OUT_OF_MEMORY)?;
         let (Some(e), Some(start)) = (event_flags(0), event_flags(0)) else {
             self.host_free.entry(size).or_default().push(buf);
             return Err(1);
@@ -353,48 +373,21 @@ impl Manager {
             return Err(code);
         }
         self.release_after(e, va, mapped, phys, Some((start, alloc_of(va), size)));
-        if let Some(t) = self.tensors.get_mut(&va) {
-            t.place = Place::Evicted(buf);
-            t.streams.clear();
-            t.dead = false;
-            if let Some(e) = t.arrival.take() {
-                destroy_event(e);
-            }
-        }
+        self.left(va, Place::Evicted(buf));
         Ok(())
     }
 
     /// Releases a resident tensor whose contents are dead, without a copy, once the work
     /// issued before on its streams is done.
     fn release_dead(&mut self, va: u64) -> Result<(), c_int> {
-        let t = self.tensors.get(&va).ok_or(1)?;
-        let Place::Resident(phys) = t.place else {
-            return Err(1);
-        };
-        let (size, mapped, mut streams) = (t.size, t.mapped, t.streams.clone());
-        if let Some(a) = t.arrival {
-            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(
-                self.swap_out as P,
-                a as P,
-                0
-            ));
-            streams.remove(&(self.swap_in as u64));
-        }
-        wait_for(self.swap_out, &streams);
+        let (phys, size, mapped) = self.after_its_work(va)?;
         let e = event().ok_or(1)?;
         if let Err(code) = record(e, self.swap_out as u64) {
             destroy_event(e);
             return Err(code);
         }
         self.release_after(e, va, mapped, phys, None);
-        if let Some(t) = self.tensors.get_mut(&va) {
-            t.place = Place::Empty { dropped: true };
-            t.streams.clear();
-            t.dead = false;
-            if let Some(a) = t.arrival.take() {
-                destroy_event(a);
-            }
-        }
+        self.left(va, Place::Empty { dropped: true });
         crate::trace::emit(Event::Drop {
             alloc: alloc_of(va),
             bytes: size,
