@@ -62,18 +62,28 @@ fn max_relative_error(want: &[f32], got: &[f32]) -> f64 {
 
 const CASES: &str = "40";
 
-#[test]
-fn micro_batched_backend_executions_equal_undivided_ones() {
-    let plain_out = temp_path("backend-check-plain.bin");
+/// backend_check's `count` cases from `seed` run undivided on `profile`, without Marmoset (the
+/// reference): every output's floats, written to `name`, and the case lines.
+fn undivided(
+    profile: &str,
+    count: &str,
+    seed: &str,
+    name: &str,
+) -> (Vec<f32>, Vec<(String, usize)>) {
+    let out = temp_path(name);
     let plain = run_sim(
-        "h100",
+        profile,
         &[],
         "backend_check",
-        &[CASES, "11", plain_out.to_str().unwrap()],
+        &[count, seed, out.to_str().unwrap()],
     );
     ok(&plain);
-    let want = floats(&plain_out);
-    let list = cases(&plain);
+    (floats(&out), cases(&plain))
+}
+
+#[test]
+fn micro_batched_backend_executions_equal_undivided_ones() {
+    let (want, list) = undivided("h100", CASES, "11", "backend-check-plain.bin");
     assert_eq!(list.len(), CASES.parse::<usize>().unwrap());
     for dir in ["fwd", "bwd_data", "bwd_filter", "fused"] {
         assert!(list.iter().any(|(l, _)| l.contains(&format!("dir={dir} "))));
@@ -126,16 +136,7 @@ fn micro_batched_backend_executions_equal_undivided_ones() {
 
 #[test]
 fn wr_planned_backend_executions_equal_undivided_ones() {
-    let plain_out = temp_path("backend-wr-plain.bin");
-    let plain = run_sim(
-        "p100",
-        &[],
-        "backend_check",
-        &["16", "5", plain_out.to_str().unwrap()],
-    );
-    ok(&plain);
-    let want = floats(&plain_out);
-    let list = cases(&plain);
+    let (want, list) = undivided("p100", "16", "5", "backend-wr-plain.bin");
     let dir = temp_path("backend-wr-cache");
     let out = temp_path("backend-wr-mb.bin");
     let o = under_shim(
@@ -207,16 +208,7 @@ fn wr_planned_backend_executions_equal_undivided_ones() {
 
 #[test]
 fn wd_micro_batched_backend_executions_equal_undivided_ones_in_the_shared_workspace() {
-    let plain_out = temp_path("backend-wd-plain.bin");
-    let plain = run_sim(
-        "h100",
-        &[],
-        "backend_check",
-        &[CASES, "11", plain_out.to_str().unwrap()],
-    );
-    ok(&plain);
-    let want = floats(&plain_out);
-    let list = cases(&plain);
+    let (want, list) = undivided("h100", CASES, "11", "backend-wd-plain.bin");
     // The test facility under WD measures micro-batches of its size alone, so every
     // configuration the knapsack can pick divides the batch; 4 KiB is less than these
     // convolutions' fastest configurations need together.
