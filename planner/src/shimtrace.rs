@@ -260,7 +260,9 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
 
 /// The cuDNN computations the shim's executor can replay to recompute their output (Capuchin's
 /// recomputation, by the call's record and lineage: descriptors rebuilt from the recorded shapes,
-/// scalars by value). The rest (kernels, whose parameters hold pointers of their iteration;
+/// scalars by value). Kernels are replayed too where the shim knew their roles exactly (every
+/// touch `r` or `w`, see the shim's `hooks::launch`): the recorded parameter buffer with each
+/// operand's pointer replaced by the current one. The rest (kernels whose roles are inferred,
 /// library calls whose descriptors the lineage does not carry; host-to-device copies, whose
 /// source the program may have changed) are never recomputed: their outputs are kept or swapped.
 pub const REPLAYED: &[&str] = &[
@@ -271,6 +273,18 @@ pub const REPLAYED: &[&str] = &[
 
 /// Whether the shim can replay this call (see [`REPLAYED`]).
 pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
+    if let (
+        Event::Launch {
+            touches, result: 0, ..
+        },
+        Some(Replay::Kernel { .. }),
+    ) = (event, replay)
+    {
+        // Exact roles only: an `rw` touch may be a write the kernel does not declare, and a
+        // replay would then repeat it on the current contents.
+        return touches.iter().any(|t| t.access == Access::W)
+            && touches.iter().all(|t| t.access != Access::Rw);
+    }
     let (
         Event::Cudnn {
             api,
@@ -726,6 +740,25 @@ mod tests {
             seq += 2;
         }
         out
+    }
+
+    #[test]
+    fn kernels_replay_only_with_exact_roles() {
+        let lineage = Replay::Kernel {
+            params: "00".into(),
+            shared: 0,
+        };
+        // The shim knew the roles (an elementwise kernel: output written whole, input read).
+        let exact = kernel(vec![touch(2, 64, Access::W), touch(1, 0, Access::R)]);
+        assert!(replays_in_shim(&exact, Some(&lineage)));
+        // Without the parameter buffer there is nothing to replay.
+        assert!(!replays_in_shim(&exact, None));
+        // An inferred touch may be an undeclared write: never replayed.
+        let inferred = kernel(vec![touch(2, 64, Access::W), touch(1, 0, Access::Rw)]);
+        assert!(!replays_in_shim(&inferred, Some(&lineage)));
+        // Nothing written: nothing to recompute.
+        let reads = kernel(vec![touch(1, 0, Access::R)]);
+        assert!(!replays_in_shim(&reads, Some(&lineage)));
     }
 
     #[test]

@@ -8,11 +8,16 @@
  * and SGD with momentum (in place, state allocated lazily at the first step) are kernels.
  * Deterministic: it prints each iteration's loss and a checksum of the weights.
  *
- * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL]
- *        (defaults 4, 4, 16, 8, 2, 3)
- * Network: conv(3->C, KxK) relu_, BLOCKS x [conv relu_ conv (KxK), + skip, relu_], conv(C->10, WxW)
+ * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT]
+ *        (defaults 4, 4, 16, 8, 2, 3, relu)
+ * Network: conv(3->C, KxK) relu_, BLOCKS x [conv ACT conv (KxK), + skip, relu_], conv(C->10, WxW)
  * (the classifier), softmax. A KERNEL of 1 keeps data mode's arithmetic small per byte of
- * activation (tests that need tensors of the allocator's 2 MiB granularity). */
+ * activation (tests that need tensors of the allocator's 2 MiB granularity). ACT relu: relu_ in
+ * place; gelu: GELU (tanh form) out of place, as a transformer's feed-forward layer runs it: its
+ * input is kept for its backward and its output for the next convolution's, and both kernels
+ * are named and laid out as ATen's contiguous elementwise kernels are in torch's fatbins
+ * (vectorized_elementwise_kernel<4, functor, std::array<char*, K>>(int N, functor, operands),
+ * the output first), so that Marmoset can tell their roles and replay them. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -72,6 +77,39 @@ static void add_(simgpuKernelCtx *ctx, void **p) {
   for (int i = 0; i < n; i++) a[i] += b[i];
 }
 
+/* The tanh form of GELU and its derivative. */
+static float gelu_of(float x) {
+  const float c = 0.7978845608f, k = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(c * (x + k * x * x * x)));
+}
+static float gelu_grad(float x) {
+  const float c = 0.7978845608f, k = 0.044715f;
+  float t = tanhf(c * (x + k * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * k * x * x);
+}
+
+/* vectorized_elementwise_kernel<4, GeluFunctor<float>, std::array<char*, 2>>(int n, functor,
+ * {out, x}): out = gelu(x) */
+static void gelu(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  char **data = (char **)p[2];
+  float *out = arg(ctx, &data[0], n, 1);
+  const float *x = arg(ctx, &data[1], n, 0);
+  if (!out || !x) return;
+  for (int i = 0; i < n; i++) out[i] = gelu_of(x[i]);
+}
+
+/* vectorized_elementwise_kernel<4, GeluBackwardFunctor<float>, std::array<char*, 3>>(int n,
+ * functor, {dx, dy, x}): dx = dy * gelu'(x) */
+static void gelu_backward(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  char **data = (char **)p[2];
+  float *dx = arg(ctx, &data[0], n, 1);
+  const float *dy = arg(ctx, &data[1], n, 0), *x = arg(ctx, &data[2], n, 0);
+  if (!dx || !dy || !x) return;
+  for (int i = 0; i < n; i++) dx[i] = dy[i] * gelu_grad(x[i]);
+}
+
 /* xent(int n, int k, const float *probs, const float *labels, float *dlogits, float *loss) */
 static void xent(simgpuKernelCtx *ctx, void **p) {
   int n = *(int *)p[0], k = *(int *)p[1];
@@ -100,7 +138,12 @@ static void sgd_(simgpuKernelCtx *ctx, void **p) {
   }
 }
 
-static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd;
+static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd;
+
+/* ATen's mangled names (c++filt: void at::native::vectorized_elementwise_kernel<4,
+ * at::native::GeluFunctor<float>, std::array<char*, 2ul>, false>(int, ...) and the backward's). */
+#define GELU_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11GeluFunctorIfEESt5arrayIPcLm2EELb0EEEviT0_T1_"
+#define GELU_BWD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_19GeluBackwardFunctorIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
 
 static void register_kernels(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -112,6 +155,10 @@ static void register_kernels(void) {
       reg("add", add, 4, s4, s4, &k_add) || reg("add_", add_, 3, s3, s3, &k_add_) ||
       reg("xent", xent, 6, s6, s6, &k_xent) || reg("sgd_", sgd_, 6, g6, g6, &k_sgd))
     exit(1);
+  /* (int N, an empty functor, K operand pointers): offsets 0, 4, 8 as torch's fatbins give. */
+  size_t gs[] = {4, 1, 16}, ga[] = {4, 1, 8}, bs[] = {4, 1, 24}, ba[] = {4, 1, 8};
+  if (reg(GELU_NAME, gelu, 3, gs, ga, &k_gelu) || reg(GELU_BWD_NAME, gelu_backward, 3, bs, ba, &k_gelu_bwd))
+    exit(1);
 }
 
 static void launch(void *k, int n, void **args) {
@@ -122,6 +169,18 @@ static void relu_inplace(float *x, int n) { void *a[] = {&n, &x}; launch(k_relu,
 static void relu_bwd_inplace(float *g, float *y, int n) { void *a[] = {&n, &g, &y}; launch(k_relu_bwd, n, a); }
 static void add_into(float *a, float *b, float *out, int n) { void *v[] = {&n, &a, &b, &out}; launch(k_add, n, v); }
 static void add_inplace(float *a, float *b, int n) { void *v[] = {&n, &a, &b}; launch(k_add_, n, v); }
+static void gelu_into(float *x, float *out, int n) {
+  unsigned char functor = 0;
+  float *data[2] = {out, x};
+  void *v[] = {&n, &functor, data};
+  launch(k_gelu, n, v);
+}
+static void gelu_bwd_into(float *dy, float *x, float *dx, int n) {
+  unsigned char functor = 0;
+  float *data[3] = {dx, dy, x};
+  void *v[] = {&n, &functor, data};
+  launch(k_gelu_bwd, n, v);
+}
 
 /* One tensor: one stream-ordered allocation, as PyTorch's CUDA allocator with
  * PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync. */
@@ -233,9 +292,12 @@ int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 4, n = argc > 2 ? atoi(argv[2]) : 4, hw = argc > 3 ? atoi(argv[3]) : 16;
   int ch = argc > 4 ? atoi(argv[4]) : 8, nblocks = argc > 5 ? atoi(argv[5]) : 2;
   int ks = argc > 6 ? atoi(argv[6]) : 3;
+  const char *act_name = argc > 7 ? argv[7] : "relu";
+  int use_gelu = strcmp(act_name, "gelu") == 0;
   const int classes = 10;
-  if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd]\n");
+  if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw ||
+      (!use_gelu && strcmp(act_name, "relu") != 0)) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu]\n");
     return 2;
   }
   register_kernels();
@@ -258,6 +320,7 @@ int main(int argc, char **argv) {
   CU(cudaMemcpyAsync(x, hx, in * 4, cudaMemcpyHostToDevice, st));
   CU(cudaMemcpyAsync(labels, hl, (size_t)n * 4, cudaMemcpyHostToDevice, st));
   float **a = calloc((size_t)nblocks + 1, sizeof *a), **h1 = calloc((size_t)nblocks + 1, sizeof *h1);
+  float **g1 = calloc((size_t)nblocks + 1, sizeof *g1); /* GELU's outputs (ACT gelu) */
   const float lr = 0.05f, mu = 0.9f;
   /* Each iteration's time on the device's clock, on stderr at the end with TRAINER_TIMES set. */
   cudaEvent_t *marks = malloc((iters + 1) * sizeof *marks);
@@ -269,8 +332,14 @@ int main(int argc, char **argv) {
     relu_inplace(a[0], nact);
     for (int b = 0; b < nblocks; b++) {
       h1[b] = conv_fwd(&blocks[2 * b], a[b], act);
-      relu_inplace(h1[b], nact);
-      float *h2 = conv_fwd(&blocks[2 * b + 1], h1[b], act);
+      if (use_gelu) {
+        g1[b] = talloc(act * 4);
+        gelu_into(h1[b], g1[b], nact);
+      } else {
+        relu_inplace(h1[b], nact);
+        g1[b] = h1[b];
+      }
+      float *h2 = conv_fwd(&blocks[2 * b + 1], g1[b], act);
       a[b + 1] = talloc(act * 4);
       add_into(h2, a[b], a[b + 1], nact);
       tfree(h2); /* an addition's backward needs neither input */
@@ -297,8 +366,16 @@ int main(int argc, char **argv) {
     for (int b = nblocks - 1; b >= 0; b--) {
       relu_bwd_inplace(g, a[b + 1], nact); /* through the block's last relu_ */
       tfree(a[b + 1]);
-      float *dh1 = conv_bwd(&blocks[2 * b + 1], h1[b], g, act);
-      relu_bwd_inplace(dh1, h1[b], nact);
+      float *dh1 = conv_bwd(&blocks[2 * b + 1], g1[b], g, act);
+      if (use_gelu) {
+        tfree(g1[b]);
+        float *dpre = talloc(act * 4);
+        gelu_bwd_into(dh1, h1[b], dpre, nact);
+        tfree(dh1);
+        dh1 = dpre;
+      } else {
+        relu_bwd_inplace(dh1, h1[b], nact);
+      }
       tfree(h1[b]);
       float *da = conv_bwd(&blocks[2 * b], a[b], dh1, act);
       tfree(dh1);
@@ -347,6 +424,6 @@ int main(int argc, char **argv) {
   printf("checksum %016llx\n", (unsigned long long)hsum);
   cudnnDestroy(dnn);
   CU(cudaStreamDestroy(st));
-  free(hx); free(hl); free(a); free(h1); free(blocks);
+  free(hx); free(hl); free(a); free(h1); free(g1); free(blocks);
   return 0;
 }

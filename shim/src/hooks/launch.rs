@@ -1,13 +1,16 @@
 //! Which allocations a kernel launch touches: each parameter's offset and size come from
 //! `cuFuncGetParamInfo` (via `cudaGetFuncBySymbol` for runtime kernels); every 8-byte word of
 //! every parameter, structs included, that holds an address inside a known allocation is a touch.
-//! Kernels do not say what they read or write, so these touches are `rw`.
+//! Kernels do not say what they read or write, so these touches are `rw`, with one documented
+//! exception where the kernel's name and parameters say it exactly (see [`elementwise`]):
+//! PyTorch's elementwise kernels over contiguous operands.
 
 use crate::real::{CUDA, CUDART, resolve};
 use crate::state;
 use planner::trace::{Access, Touch};
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,6 +18,9 @@ type Layout = Vec<(usize, usize)>;
 
 /// Parameter layouts by (kernel handle, is a runtime handle); None when the driver cannot say.
 type Layouts = HashMap<(usize, bool), Option<Layout>>;
+
+/// What the driver says of each kernel, by (kernel handle, is a runtime handle).
+type PerKernel<T> = Mutex<Option<HashMap<(usize, bool), Option<T>>>>;
 
 static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
 
@@ -37,23 +43,9 @@ fn layout(func: usize, runtime: bool) -> Option<Layout> {
     {
         return l.clone();
     }
-    static BY_SYMBOL: AtomicUsize = AtomicUsize::new(0);
     static PARAM_INFO: AtomicUsize = AtomicUsize::new(0);
     let info = real(&PARAM_INFO, CUDA, c"cuFuncGetParamInfo");
-    let mut cufunc = func;
-    if runtime {
-        let by_symbol = real(&BY_SYMBOL, CUDART, c"cudaGetFuncBySymbol");
-        if by_symbol == 0 {
-            return None;
-        }
-        // SAFETY: the real cudaGetFuncBySymbol(cudaFunction_t*, const void*).
-        let f: unsafe extern "C" fn(*mut usize, usize) -> c_int =
-            unsafe { std::mem::transmute(by_symbol) };
-        // SAFETY: valid output pointer; func is the caller's kernel handle.
-        if unsafe { f(&mut cufunc, func) } != 0 {
-            cufunc = 0;
-        }
-    }
+    let cufunc = driver_function(func, runtime).unwrap_or(0);
     let result = (info != 0 && cufunc != 0).then(|| {
         // SAFETY: the real cuFuncGetParamInfo(CUfunction, size_t, size_t*, size_t*).
         let f: unsafe extern "C" fn(usize, usize, *mut usize, *mut usize) -> c_int =
@@ -70,6 +62,65 @@ fn layout(func: usize, runtime: bool) -> Option<Layout> {
         v
     });
     if let Ok(mut g) = LAYOUTS.lock() {
+        g.get_or_insert_with(HashMap::new)
+            .insert((func, runtime), result.clone());
+    }
+    result
+}
+
+/// The driver's handle (CUfunction) of a kernel: a runtime kernel's via `cudaGetFuncBySymbol`.
+pub fn driver_function(func: usize, runtime: bool) -> Option<usize> {
+    if !runtime {
+        return Some(func);
+    }
+    static BY_SYMBOL: AtomicUsize = AtomicUsize::new(0);
+    let by_symbol = real(&BY_SYMBOL, CUDART, c"cudaGetFuncBySymbol");
+    if by_symbol == 0 {
+        return None;
+    }
+    // SAFETY: the real cudaGetFuncBySymbol(cudaFunction_t*, const void*).
+    let f: unsafe extern "C" fn(*mut usize, usize) -> c_int =
+        unsafe { std::mem::transmute(by_symbol) };
+    let mut cufunc = 0usize;
+    // SAFETY: valid output pointer; func is the caller's kernel handle.
+    (unsafe { f(&mut cufunc, func) } == 0 && cufunc != 0).then_some(cufunc)
+}
+
+/// Demangled kernel names by (kernel handle, is a runtime handle); None when the driver cannot
+/// say.
+static NAMES: PerKernel<Arc<str>> = Mutex::new(None);
+
+/// A kernel's name, demangled (the driver gives the mangled one), once per kernel.
+pub fn name(func: usize, runtime: bool) -> Option<Arc<str>> {
+    if let Some(n) = NAMES
+        .lock()
+        .ok()?
+        .get_or_insert_with(HashMap::new)
+        .get(&(func, runtime))
+    {
+        return n.clone();
+    }
+    static GET_NAME: AtomicUsize = AtomicUsize::new(0);
+    let get = real(&GET_NAME, CUDA, c"cuFuncGetName");
+    let cufunc = driver_function(func, runtime);
+    let result = cufunc.filter(|_| get != 0).and_then(|f| {
+        // SAFETY: the real cuFuncGetName(const char**, CUfunction).
+        let get: unsafe extern "C" fn(*mut *const c_char, usize) -> c_int =
+            unsafe { std::mem::transmute(get) };
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: valid output pointer; f is a driver handle.
+        if unsafe { get(&mut p, f) } != 0 || p.is_null() {
+            return None;
+        }
+        // SAFETY: the driver returns a NUL-terminated name that lives as long as its module.
+        let mangled = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        let demangled = cpp_demangle::Symbol::new(mangled.as_bytes())
+            .ok()
+            .and_then(|s| s.demangle().ok())
+            .unwrap_or(mangled);
+        Some(Arc::<str>::from(demangled))
+    });
+    if let Ok(mut g) = NAMES.lock() {
         g.get_or_insert_with(HashMap::new)
             .insert((func, runtime), result.clone());
     }
@@ -121,17 +172,13 @@ fn values(
     values
 }
 
-/// Lineage: the launch's parameters as one buffer, each at its offset (what
-/// `CU_LAUNCH_PARAM_BUFFER_POINTER` takes); pointers in it stay valid while their tensors live
-/// (Marmoset's virtual ranges do not move). None when the driver cannot give the layout.
-pub fn param_buffer(
-    func: usize,
-    runtime: bool,
+/// The parameters as one buffer, each at its offset; None when a parameter is missing.
+fn packed(
+    layout: &[(usize, usize)],
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Option<Vec<u8>> {
-    let layout = layout(func, runtime)?;
-    let vals = values(&layout, params, extra);
+    let vals = values(layout, params, extra);
     let len = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0);
     if vals.len() != layout.len() || len > 1 << 16 {
         return None;
@@ -148,6 +195,18 @@ pub fn param_buffer(
     Some(buf)
 }
 
+/// Lineage: the launch's parameters as one buffer, each at its offset (what
+/// `CU_LAUNCH_PARAM_BUFFER_POINTER` takes); pointers in it stay valid while their tensors live
+/// (Marmoset's virtual ranges do not move). None when the driver cannot give the layout.
+pub fn param_buffer(
+    func: usize,
+    runtime: bool,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Option<Vec<u8>> {
+    packed(&layout(func, runtime)?, params, extra)
+}
+
 /// The allocations a launch's parameters point into.
 pub fn touches(
     func: usize,
@@ -158,29 +217,324 @@ pub fn touches(
     let Some(layout) = layout(func, runtime) else {
         return Vec::new();
     };
-    let values: Vec<(*const u8, usize)> = values(&layout, params, extra)
-        .into_iter()
-        .map(|(p, _, size)| (p, size))
-        .collect();
+    let Some(buf) = packed(&layout, params, extra) else {
+        return Vec::new();
+    };
+    let find = |w: u64| {
+        let (alloc, offset) = state::points_into(w)?;
+        Some((alloc, offset, state::allocation(alloc)?.1))
+    };
+    if let Some(t) = operands(func, runtime).and_then(|o| elementwise(o, &layout, &buf, find)) {
+        return t;
+    }
+    pointed(&layout, &buf, find)
+}
+
+/// Every allocation a parameter word points into, `rw`.
+fn pointed(
+    layout: &[(usize, usize)],
+    buf: &[u8],
+    find: impl Fn(u64) -> Option<Found>,
+) -> Vec<Touch> {
     let mut out: Vec<Touch> = Vec::new();
-    for (p, size) in values {
-        if p.is_null() {
-            continue;
-        }
-        for k in (0..size.saturating_sub(7)).step_by(8) {
-            // SAFETY: p points to the parameter's `size` bytes; k + 8 <= size.
-            let word = unsafe { std::ptr::read_unaligned(p.add(k) as *const u64) };
-            if let Some((alloc, offset)) = state::points_into(word)
-                && !out.iter().any(|t| t.alloc == alloc && t.offset == offset)
-            {
-                out.push(Touch {
-                    alloc,
-                    offset,
-                    bytes: 0,
-                    access: Access::Rw,
-                });
-            }
+    for (_, w) in words(layout, buf) {
+        if let Some((alloc, offset, _)) = find(w)
+            && !out.iter().any(|t| t.alloc == alloc && t.offset == offset)
+        {
+            out.push(Touch {
+                alloc,
+                offset,
+                bytes: 0,
+                access: Access::Rw,
+            });
         }
     }
     out
+}
+
+/// (allocation, offset in it, its size) of an address.
+type Found = (u64, u64, u64);
+
+/// Each parameter's 8-byte words as (offset in the buffer, value).
+fn words<'a>(
+    layout: &'a [(usize, usize)],
+    buf: &'a [u8],
+) -> impl Iterator<Item = (usize, u64)> + 'a {
+    layout.iter().flat_map(move |&(off, size)| {
+        (0..size.saturating_sub(7)).step_by(8).filter_map(move |k| {
+            let b = buf.get(off + k..off + k + 8)?;
+            Some((off + k, u64::from_le_bytes(b.try_into().ok()?)))
+        })
+    })
+}
+
+/// Exact touches of PyTorch's TensorIterator kernels over contiguous operands
+/// (`vectorized_elementwise_kernel`, `unrolled_elementwise_kernel`: ATen's CUDALoops.cuh). They
+/// take `(int N, functor, array of K operand pointers, ...)` and are launched for one output:
+/// operand 0 is written, N elements from its start, from the others, each read. The output's
+/// element size is taken as the first scalar type the name's template arguments give (the
+/// functor's): the write covers the allocation only where it starts it and N such elements fill
+/// it exactly, and only then is it `w` (written whole, so replaying the kernel rebuilds it);
+/// an output of another type, a view into a larger buffer or an output that is also an input is
+/// `rw`. Any other parameter word that points into an allocation (a functor holding a device
+/// pointer) leaves the kernel to the conservative rule. None: not such a kernel.
+fn elementwise(
+    (k, elem): Operands,
+    layout: &[(usize, usize)],
+    buf: &[u8],
+    find: impl Fn(u64) -> Option<Found>,
+) -> Option<Vec<Touch>> {
+    let (&(n_off, n_size), &(data_off, data_size)) = (layout.first()?, layout.get(2)?);
+    if k == 0 || n_size != 4 || data_size != 8 * k {
+        return None;
+    }
+    let n = i32::from_le_bytes(buf.get(n_off..n_off + 4)?.try_into().ok()?);
+    let data = data_off..data_off + data_size;
+    let mut out: Vec<Touch> = Vec::new();
+    for (at, w) in words(layout, buf) {
+        let found = find(w);
+        if !data.contains(&at) {
+            if found.is_some() {
+                return None;
+            }
+            continue;
+        }
+        let (alloc, offset, size) = found?;
+        let output = at == data.start;
+        let whole = output && n > 0 && offset == 0 && size == n as u64 * elem;
+        match out.iter_mut().find(|t| t.alloc == alloc) {
+            // The output's allocation again (in place): read and written. Inputs sharing an
+            // allocation stay read.
+            Some(t) => {
+                if t.access != Access::R {
+                    t.access = Access::Rw;
+                    t.bytes = 0;
+                }
+            }
+            None => out.push(Touch {
+                alloc,
+                offset,
+                bytes: if whole { size } else { 0 },
+                access: match (output, whole) {
+                    (true, true) => Access::W,
+                    (true, false) => Access::Rw,
+                    (false, _) => Access::R,
+                },
+            }),
+        }
+    }
+    Some(out)
+}
+
+/// An elementwise kernel's operand count and output element size (see [`elementwise`]).
+type Operands = (usize, u64);
+
+/// [`parse`] of each kernel's name, once per kernel.
+static OPERANDS: PerKernel<Operands> = Mutex::new(None);
+
+fn operands(func: usize, runtime: bool) -> Option<Operands> {
+    let mut g = OPERANDS.lock().ok()?;
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some(o) = map.get(&(func, runtime)) {
+        return *o;
+    }
+    let o = name(func, runtime).and_then(|n| parse(&n));
+    map.insert((func, runtime), o);
+    o
+}
+
+/// The operand count and output element size of a TensorIterator kernel for contiguous
+/// operands, from its demangled name; None for any other kernel.
+fn parse(name: &str) -> Option<Operands> {
+    let rest = name
+        .strip_prefix("void at::native::vectorized_elementwise_kernel<")
+        .or_else(|| name.strip_prefix("void at::native::unrolled_elementwise_kernel<"))?;
+    // The operand count: `std::array<char*, 3ul>` (c++filt) or `(unsigned long)3`.
+    let k: usize = rest
+        .split("std::array<char*, ")
+        .nth(1)?
+        .trim_start_matches("(unsigned long)")
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some((k, element_size(rest)?))
+}
+
+/// The size of the first scalar type among a kernel's template arguments.
+fn element_size(args: &str) -> Option<u64> {
+    const TYPES: [(&str, u64); 9] = [
+        ("float", 4),
+        ("double", 8),
+        ("c10::Half", 2),
+        ("c10::BFloat16", 2),
+        ("long", 8),
+        ("int", 4),
+        ("short", 2),
+        ("bool", 1),
+        ("signed char", 1),
+    ];
+    let whole_word = |i: usize, w: &str| {
+        let before = args[..i].chars().next_back();
+        let after = args[i + w.len()..].chars().next();
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    };
+    TYPES
+        .iter()
+        .filter_map(|&(w, size)| {
+            let i = args
+                .match_indices(w)
+                .map(|(i, _)| i)
+                .find(|&i| whole_word(i, w))?;
+            Some((i, size))
+        })
+        .min_by_key(|&(i, _)| i)
+        .map(|(_, size)| size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GELU as torch 2.x names it (demangled by cpp_demangle) and lays it out: (int N at 0, an
+    /// empty functor at 4, two operand pointers at 8).
+    const GELU: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, (unsigned long)2>, false>(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, (unsigned long)2>)";
+    const LAYOUT: [(usize, usize); 3] = [(0, 4), (4, 1), (8, 16)];
+
+    /// Allocations 1 and 2 at 0x1000 * id, each `size` bytes.
+    fn find(size: u64) -> impl Fn(u64) -> Option<Found> {
+        move |w| {
+            let id = w / 0x1000;
+            ((1..=2).contains(&id) && w % 0x1000 < size).then_some((id, w % 0x1000, size))
+        }
+    }
+
+    fn params(n: i32, out: u64, input: u64) -> Vec<u8> {
+        let mut b = vec![0u8; 24];
+        b[..4].copy_from_slice(&n.to_le_bytes());
+        b[8..16].copy_from_slice(&out.to_le_bytes());
+        b[16..24].copy_from_slice(&input.to_le_bytes());
+        b
+    }
+
+    fn touch(alloc: u64, bytes: u64, access: Access) -> Touch {
+        Touch {
+            alloc,
+            offset: 0,
+            bytes,
+            access,
+        }
+    }
+
+    #[test]
+    fn a_contiguous_elementwise_output_is_written_whole_and_its_inputs_read() {
+        let t = elementwise(
+            parse(GELU).unwrap(),
+            &LAYOUT,
+            &params(256, 0x2000, 0x1000),
+            find(1024),
+        );
+        assert_eq!(
+            t,
+            Some(vec![touch(2, 1024, Access::W), touch(1, 0, Access::R)])
+        );
+        // c++filt's spelling of the operand count reads the same.
+        let filt = GELU.replace("(unsigned long)2", "2ul");
+        assert_eq!(
+            elementwise(
+                parse(&filt).unwrap(),
+                &LAYOUT,
+                &params(256, 0x2000, 0x1000),
+                find(1024)
+            ),
+            t
+        );
+    }
+
+    #[test]
+    fn what_is_not_provably_a_whole_write_stays_rw() {
+        // In place: the output is an input too.
+        let t = elementwise(
+            parse(GELU).unwrap(),
+            &LAYOUT,
+            &params(256, 0x1000, 0x1000),
+            find(1024),
+        )
+        .unwrap();
+        assert_eq!(t, vec![touch(1, 0, Access::Rw)]);
+        // 200 floats do not fill an allocation of 1024 bytes (a view into a larger buffer).
+        let t = elementwise(
+            parse(GELU).unwrap(),
+            &LAYOUT,
+            &params(200, 0x2000, 0x1000),
+            find(1024),
+        )
+        .unwrap();
+        assert_eq!(t[0], touch(2, 0, Access::Rw));
+        // The output starts inside its allocation.
+        let t = elementwise(
+            parse(GELU).unwrap(),
+            &LAYOUT,
+            &params(4, 0x2010, 0x1000),
+            find(32),
+        )
+        .unwrap();
+        assert_eq!(t[0].access, Access::Rw);
+    }
+
+    #[test]
+    fn other_kernels_and_hidden_pointers_are_left_to_the_conservative_rule() {
+        // A functor word that points into an allocation: a read (or write) the name does not
+        // declare.
+        let layout = [(0, 4), (8, 8), (16, 16)];
+        let mut b = vec![0u8; 32];
+        b[..4].copy_from_slice(&256i32.to_le_bytes());
+        b[8..16].copy_from_slice(&0x3000u64.to_le_bytes());
+        b[16..24].copy_from_slice(&0x2000u64.to_le_bytes());
+        b[24..32].copy_from_slice(&0x1000u64.to_le_bytes());
+        assert!(
+            elementwise(parse(GELU).unwrap(), &layout, &b, find(1024)).is_some(),
+            "{b:?}"
+        );
+        let wide = |w: u64| find(1024)(w).or_else(|| (w == 0x3000).then_some((3, 0, 1024)));
+        assert_eq!(elementwise(parse(GELU).unwrap(), &layout, &b, wide), None);
+        // Not a TensorIterator kernel, or another layout.
+        let other = GELU.replace("vectorized_elementwise_kernel", "elementwise_kernel");
+        assert_eq!(parse(&other), None);
+        let three = GELU.replace("(unsigned long)2", "(unsigned long)3");
+        assert_eq!(
+            elementwise(
+                parse(&three).unwrap(),
+                &LAYOUT,
+                &params(256, 0x2000, 0x1000),
+                find(1024)
+            ),
+            None
+        );
+        // An operand that points nowhere known.
+        assert_eq!(
+            elementwise(
+                parse(GELU).unwrap(),
+                &LAYOUT,
+                &params(256, 0x2000, 0x10),
+                find(1024)
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn element_sizes_come_from_the_first_scalar_type() {
+        assert_eq!(
+            element_size("4, at::native::CUDAFunctor_add<float>"),
+            Some(4)
+        );
+        assert_eq!(
+            element_size("4, at::native::BinaryFunctor<c10::Half, c10::Half, c10::Half>"),
+            Some(2)
+        );
+        assert_eq!(element_size("4, {lambda(double)#1}, int"), Some(8));
+        assert_eq!(element_size("4, at::native::Functor<floatish>"), None);
+    }
 }

@@ -35,6 +35,84 @@ pub struct Recipe {
     api: String,
     args: Vec<Arg>,
     replay: Replay,
+    kernel: Option<Kernel>,
+}
+
+/// A kernel launch to replay: the recorded parameter buffer, and where in it each argument's
+/// address goes (byte offset, index into the recipe's arguments).
+#[derive(Debug, Clone)]
+struct Kernel {
+    func: u64,
+    runtime: bool,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u64,
+    params: Vec<u8>,
+    pointers: Vec<(usize, usize)>,
+}
+
+/// A kernel's name without its parameter list, at most 160 characters.
+fn short(name: &str) -> String {
+    let head = name.rfind(">(").map_or(name, |i| &name[..=i]);
+    head.chars().take(160).collect()
+}
+
+/// Bytes from lower-case hex; None if it is not.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl Kernel {
+    /// From a launch's record and parameter buffer: each touch's recorded address must occur
+    /// in the buffer (at a 4-byte boundary, as parameters are aligned), or the launch cannot be
+    /// rebuilt.
+    fn of(
+        event: &Event,
+        params: &str,
+        shared: u64,
+        base: &impl Fn(u64) -> Option<u64>,
+    ) -> Option<Kernel> {
+        let Event::Launch {
+            api,
+            func,
+            grid,
+            block,
+            touches,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        let params = unhex(params)?;
+        let mut pointers = Vec::new();
+        for (i, t) in touches.iter().enumerate() {
+            let addr = (base(t.alloc)? + t.offset).to_le_bytes();
+            let before = pointers.len();
+            for at in (0..params.len().saturating_sub(7)).step_by(4) {
+                if params[at..at + 8] == addr {
+                    pointers.push((at, i));
+                }
+            }
+            if pointers.len() == before {
+                return None;
+            }
+        }
+        Some(Kernel {
+            func: *func,
+            runtime: api.starts_with("cuda") || api.starts_with("__cuda"),
+            grid: *grid,
+            block: *block,
+            shared,
+            params,
+            pointers,
+        })
+    }
 }
 
 impl Recipe {
@@ -49,6 +127,36 @@ impl Recipe {
     ) -> Option<Recipe> {
         if !planner::shimtrace::replays_in_shim(event, Some(replay)) {
             return None;
+        }
+        if let (Event::Launch { api, touches, .. }, Replay::Kernel { params, shared }) =
+            (event, replay)
+        {
+            let kernel = Kernel::of(event, params, *shared, &base)?;
+            let args = touches
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Some(Arg {
+                        role: format!("operand {i}"),
+                        tensor: name(t.alloc)?,
+                        offset: t.offset,
+                        bytes: t.bytes,
+                        dims: Vec::new(),
+                        strides: Vec::new(),
+                        access: t.access,
+                    })
+                })
+                .collect::<Option<Vec<_>>>()?;
+            // Named by the kernel, so that a log line says which one.
+            let kernel_name = crate::hooks::launch::name(kernel.func as usize, kernel.runtime)
+                .map(|n| short(&n))
+                .unwrap_or_else(|| format!("kernel {:#x}", kernel.func));
+            return Some(Recipe {
+                api: format!("{api} ({kernel_name})"),
+                args,
+                replay: replay.clone(),
+                kernel: Some(kernel),
+            });
         }
         let Event::Cudnn {
             api,
@@ -79,6 +187,7 @@ impl Recipe {
             api: api.clone(),
             args,
             replay: replay.clone(),
+            kernel: None,
         })
     }
 
@@ -121,6 +230,17 @@ impl Recipe {
                 offset: a.offset,
                 bytes: a.bytes,
                 access: a.access,
+            });
+        }
+        if let Some(k) = &self.kernel {
+            return Ok(Event::Launch {
+                api: self.api.clone(),
+                func: k.func,
+                grid: k.grid,
+                block: k.block,
+                stream: Some(stream),
+                touches,
+                result: 0,
             });
         }
         Ok(Event::Cudnn {
@@ -214,6 +334,11 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     let event = r.now(stream)?;
     crate::memory::before(&event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
+    let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
+    let corrupt = crate::state::config().test_corrupt_replay == Some(n);
+    if let (Some(k), Event::Launch { touches, .. }) = (&r.kernel, &event) {
+        return launch(k, touches, stream, corrupt);
+    }
     let Replay::Cudnn {
         alpha: Some(alpha),
         beta: Some(beta),
@@ -230,14 +355,9 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     };
     let h = handle()?;
     dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
-    let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
     // MARMOSET_TEST_CORRUPT_REPLAY: a deliberately wrong replay, for MARMOSET_VERIFY's test;
     // negated, so that even a reader that needs only the signs (ReLU's backward) sees it.
-    let alpha = if crate::state::config().test_corrupt_replay == Some(n) {
-        -alpha
-    } else {
-        *alpha
-    };
+    let alpha = if corrupt { -alpha } else { *alpha };
     let (a, b) = (Scalar::of(alpha, *dtype), Scalar::of(*beta, *dtype));
     let arg = |role: &str| -> Result<(Desc, P), String> {
         let t = tensors
@@ -299,6 +419,67 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
             ))
         }
         other => Err(format!("{other} is not replayed")),
+    }
+}
+
+/// Launches the recorded kernel again with the current addresses, through the driver (the
+/// parameters as one buffer: `CU_LAUNCH_PARAM_BUFFER_POINTER`). `corrupt`: the first parameter
+/// (the element count of the kernels replayed) halved, for MARMOSET_VERIFY's test.
+fn launch(k: &Kernel, touches: &[Touch], stream: u64, corrupt: bool) -> Result<(), String> {
+    let mut params = k.params.clone();
+    for &(at, i) in &k.pointers {
+        let t = touches.get(i).ok_or("an operand is missing")?;
+        let (va, _) = crate::state::allocation(t.alloc)
+            .ok_or_else(|| format!("allocation {} is not live", t.alloc))?;
+        params[at..at + 8].copy_from_slice(&(va + t.offset).to_le_bytes());
+    }
+    if corrupt && params.len() >= 4 {
+        let n = i32::from_le_bytes([params[0], params[1], params[2], params[3]]);
+        params[..4].copy_from_slice(&(n / 2).to_le_bytes());
+    }
+    let f = crate::hooks::launch::driver_function(k.func as usize, k.runtime)
+        .ok_or("the driver has no handle for the kernel")?;
+    let p = match resolve(crate::real::CUDA, c"cuLaunchKernel") {
+        0 => return Err("the driver has no cuLaunchKernel".into()),
+        p => p,
+    };
+    let mut size = params.len();
+    // CU_LAUNCH_PARAM_BUFFER_POINTER, its buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, its size, END.
+    let mut extra: [P; 5] = [
+        1 as P,
+        params.as_mut_ptr() as P,
+        2 as P,
+        &mut size as *mut usize as P,
+        std::ptr::null_mut(),
+    ];
+    type Launch =
+        unsafe extern "C" fn(usize, u32, u32, u32, u32, u32, u32, u32, P, *mut P, *mut P) -> c_int;
+    // SAFETY: the real cuLaunchKernel has this signature.
+    let f_launch: Launch = unsafe { std::mem::transmute(p) };
+    let [gx, gy, gz] = k.grid;
+    let [bx, by, bz] = k.block;
+    // SAFETY: f is the kernel's driver handle; the buffer holds its parameters at the offsets
+    // the driver gave, with live allocations' addresses; both outlive the call (the driver
+    // copies parameters at launch).
+    let r = unsafe {
+        f_launch(
+            f,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            k.shared as u32,
+            stream as P,
+            std::ptr::null_mut(),
+            extra.as_mut_ptr(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("cuLaunchKernel returned {r}"))
     }
 }
 

@@ -1,0 +1,107 @@
+//! Recomputation by replaying a kernel (Capuchin §4.2 on PyTorch's own kernels): torchlike with
+//! GELU out of place (`ACT gelu`), whose kernels are named and laid out as ATen's contiguous
+//! elementwise kernels are in torch's fatbins. The shim reads their roles from the name and
+//! parameters (output first, written whole; the rest read), so the planner may drop GELU's
+//! output after the forward pass and the executor rebuild it before the backward pass by
+//! launching the recorded kernel again with the current addresses. Data mode: the results must
+//! stay bit for bit those of an unlimited run.
+
+use marmoset_e2e::*;
+use serde_json::Value;
+
+/// Eight iterations (the training step repeats from the third; see guided.rs), 2 MiB
+/// activations, 1x1 convolutions, 4 blocks, GELU.
+const ARGS: [&str; 7] = ["8", "128", "32", "4", "4", "1", "gelu"];
+/// What a replay of GELU's kernel is called in the trace and the logs.
+const GELU: &str = "at::native::GeluFunctor<float>";
+
+fn report(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
+}
+
+/// The unlimited run's peak and output.
+fn plain() -> (u64, String) {
+    let r = temp_path("kernel-replay-unlimited.json");
+    let o = run_sim(
+        "h100",
+        &[("SIMGPU_REPORT", r.to_str().unwrap())],
+        "torchlike",
+        &ARGS,
+    );
+    ok(&o);
+    (report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
+}
+
+/// torchlike under `recompute` within `budget`, with these extra settings.
+fn under(
+    budget: u64,
+    extra: &[(&str, &str)],
+    name: &str,
+) -> (std::process::Output, Vec<Value>, Value) {
+    let r = temp_path(&format!("kernel-replay-{name}.json"));
+    let budget = budget.to_string();
+    let mut env = vec![
+        ("MARMOSET_POLICY", "recompute"),
+        ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
+        ("MARMOSET_PLAN_WAIT", "1"),
+        ("MARMOSET_LOG", "info"),
+        ("SIMGPU_REPORT", r.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra);
+    let (o, records) = run_shim(&env, "torchlike", &ARGS);
+    (o, records, report(&r))
+}
+
+fn kernel_replays(records: &[Value]) -> usize {
+    of_kind(records, "recompute")
+        .iter()
+        .filter(|r| r["api"].as_str().is_some_and(|a| a.contains(GELU)))
+        .count()
+}
+
+#[test]
+fn gelu_outputs_are_recomputed_by_replaying_their_kernel_bit_for_bit() {
+    let (peak, plain) = plain();
+    for fraction in [0.5, 0.3] {
+        let budget = (peak as f64 * fraction) as u64;
+        let (o, records, rep) = under(budget, &[("MARMOSET_VERIFY", "1")], &format!("{fraction}"));
+        ok(&o);
+        let err = stderr(&o);
+        assert_eq!(
+            stdout(&o),
+            plain,
+            "at {fraction} P: the same losses and checksum"
+        );
+        assert!(
+            kernel_replays(&records) > 0,
+            "at {fraction} P: GELU's outputs recomputed by its kernel: {:?}\n{err}",
+            of_kind(&records, "plan")
+        );
+        // MARMOSET_VERIFY compared every replayed tensor with the bytes it held when dropped.
+        assert!(!err.contains("MARMOSET_VERIFY: replaying"), "{err}");
+        assert!(rep["peak_bytes"].as_u64().unwrap() <= budget, "{rep}");
+        assert_eq!(rep["sticky_error"], Value::Null, "no trap");
+    }
+}
+
+#[test]
+fn a_wrong_kernel_replay_is_caught_by_verify_and_visible_without_it() {
+    let (peak, plain) = plain();
+    let budget = peak / 2;
+    // The first replay launches with half the element count: half the tensor left unwritten.
+    let corrupt = ("MARMOSET_TEST_CORRUPT_REPLAY", "1");
+    let (o, records, _) = under(budget, &[corrupt, ("MARMOSET_VERIFY", "1")], "verified");
+    ok(&o);
+    assert!(kernel_replays(&records) > 0);
+    let err = stderr(&o);
+    assert!(
+        err.contains("MARMOSET_VERIFY: replaying cudaLaunchKernel (void at::native::vectorized_elementwise_kernel<4, at::native::GeluFunctor<float>"),
+        "the log names the kernel: {err}"
+    );
+    assert_eq!(stdout(&o), plain, "its saved bytes were put back");
+    // Without MARMOSET_VERIFY the wrong bytes reach the results: the replay is what the
+    // program computes with, not a copy kept aside.
+    let (o, _, _) = under(budget, &[corrupt], "unverified");
+    ok(&o);
+    assert_ne!(stdout(&o), plain);
+}
