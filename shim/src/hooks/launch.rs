@@ -17,12 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 type Layout = Vec<(usize, usize)>;
 
 /// Parameter layouts by (kernel handle, is a runtime handle); None when the driver cannot say.
-type Layouts = HashMap<(usize, bool), Option<Layout>>;
-
 /// What the driver says of each kernel, by (kernel handle, is a runtime handle).
 type PerKernel<T> = Mutex<Option<HashMap<(usize, bool), Option<T>>>>;
 
-static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
+static LAYOUTS: PerKernel<Layout> = Mutex::new(None);
 
 fn real(slot: &AtomicUsize, libs: &[&std::ffi::CStr], name: &std::ffi::CStr) -> usize {
     let mut p = slot.load(Ordering::Acquire);
@@ -33,20 +31,37 @@ fn real(slot: &AtomicUsize, libs: &[&std::ffi::CStr], name: &std::ffi::CStr) -> 
     p
 }
 
-/// (offset, size) of each parameter of a kernel, if the driver can say.
-fn layout(func: usize, runtime: bool) -> Option<Layout> {
-    if let Some(l) = LAYOUTS
+/// What `compute` says of a kernel, computed once (outside the lock: it calls the driver).
+fn cached<T: Clone>(
+    cache: &PerKernel<T>,
+    key: (usize, bool),
+    compute: impl FnOnce() -> Option<T>,
+) -> Option<T> {
+    if let Some(v) = cache
         .lock()
         .ok()?
         .get_or_insert_with(HashMap::new)
-        .get(&(func, runtime))
+        .get(&key)
     {
-        return l.clone();
+        return v.clone();
     }
+    let v = compute();
+    if let Ok(mut g) = cache.lock() {
+        g.get_or_insert_with(HashMap::new).insert(key, v.clone());
+    }
+    v
+}
+
+/// (offset, size) of each parameter of a kernel, if the driver can say.
+fn layout(func: usize, runtime: bool) -> Option<Layout> {
+    cached(&LAYOUTS, (func, runtime), || layout_uncached(func, runtime))
+}
+
+fn layout_uncached(func: usize, runtime: bool) -> Option<Layout> {
     static PARAM_INFO: AtomicUsize = AtomicUsize::new(0);
     let info = real(&PARAM_INFO, CUDA, c"cuFuncGetParamInfo");
     let cufunc = driver_function(func, runtime).unwrap_or(0);
-    let result = (info != 0 && cufunc != 0).then(|| {
+    (info != 0 && cufunc != 0).then(|| {
         // SAFETY: the real cuFuncGetParamInfo(CUfunction, size_t, size_t*, size_t*).
         let f: unsafe extern "C" fn(usize, usize, *mut usize, *mut usize) -> c_int =
             unsafe { std::mem::transmute(info) };
@@ -60,12 +75,7 @@ fn layout(func: usize, runtime: bool) -> Option<Layout> {
             v.push((off, size));
         }
         v
-    });
-    if let Ok(mut g) = LAYOUTS.lock() {
-        g.get_or_insert_with(HashMap::new)
-            .insert((func, runtime), result.clone());
-    }
-    result
+    })
 }
 
 /// The driver's handle (CUfunction) of a kernel: a runtime kernel's via `cudaGetFuncBySymbol`.
@@ -92,18 +102,14 @@ static NAMES: PerKernel<Arc<str>> = Mutex::new(None);
 
 /// A kernel's name, demangled (the driver gives the mangled one), once per kernel.
 pub fn name(func: usize, runtime: bool) -> Option<Arc<str>> {
-    if let Some(n) = NAMES
-        .lock()
-        .ok()?
-        .get_or_insert_with(HashMap::new)
-        .get(&(func, runtime))
-    {
-        return n.clone();
-    }
+    cached(&NAMES, (func, runtime), || name_uncached(func, runtime))
+}
+
+fn name_uncached(func: usize, runtime: bool) -> Option<Arc<str>> {
     static GET_NAME: AtomicUsize = AtomicUsize::new(0);
     let get = real(&GET_NAME, CUDA, c"cuFuncGetName");
     let cufunc = driver_function(func, runtime);
-    let result = cufunc.filter(|_| get != 0).and_then(|f| {
+    cufunc.filter(|_| get != 0).and_then(|f| {
         // SAFETY: the real cuFuncGetName(const char**, CUfunction).
         let get: unsafe extern "C" fn(*mut *const c_char, usize) -> c_int =
             unsafe { std::mem::transmute(get) };
@@ -119,12 +125,7 @@ pub fn name(func: usize, runtime: bool) -> Option<Arc<str>> {
             .and_then(|s| s.demangle().ok())
             .unwrap_or(mangled);
         Some(Arc::<str>::from(demangled))
-    });
-    if let Ok(mut g) = NAMES.lock() {
-        g.get_or_insert_with(HashMap::new)
-            .insert((func, runtime), result.clone());
-    }
-    result
+    })
 }
 
 const BUFFER_POINTER: usize = 1;
@@ -333,14 +334,7 @@ type Operands = (usize, u64);
 static OPERANDS: PerKernel<Operands> = Mutex::new(None);
 
 fn operands(func: usize, runtime: bool) -> Option<Operands> {
-    let mut g = OPERANDS.lock().ok()?;
-    let map = g.get_or_insert_with(HashMap::new);
-    if let Some(o) = map.get(&(func, runtime)) {
-        return *o;
-    }
-    let o = name(func, runtime).and_then(|n| parse(&n));
-    map.insert((func, runtime), o);
-    o
+    cached(&OPERANDS, (func, runtime), || parse(&name(func, runtime)?))
 }
 
 /// The operand count and output element size of a TensorIterator kernel for contiguous
