@@ -12,9 +12,9 @@
 //!   the whole allocation overwrite it fully). Caffe's blobs, allocated once up front, thus live
 //!   only while their contents do.
 //! - **Roles** come from the trace: cuDNN tensors' `access` (beta 0: `w`, else `rw`), copies
-//!   (source read, destination written), memsets (written). A cuDNN workspace is scratch: cuDNN
-//!   writes it before reading it within the call and nothing reads it after (the simulated GPU
-//!   scribbles over it), so it lives for its call only. Kernels do not say what they do with a
+//!   (source read, destination written), memsets (written). A cuDNN or cuBLASLt workspace is
+//!   scratch: the library writes it before reading it within the call and nothing reads it
+//!   after (the simulated GPU scribbles over cuDNN's), so it lives for its call only. Kernels do not say what they do with a
 //!   pointer: every allocation a kernel's parameters point into is read *and may be written*
 //!   (a new version, the old one gone), so a recomputation is only ever planned from sources
 //!   that provably hold the bytes they held (the planner's version rule). A write that covers
@@ -61,7 +61,7 @@ impl Role {
 /// gives each allocation's address and size.
 pub fn roles(event: &Event, allocs: &HashMap<u64, (u64, u64)>) -> Vec<(u64, Role)> {
     let scratch: Vec<u64> = match event {
-        Event::Cudnn { tensors, .. } => tensors
+        Event::Cudnn { tensors, .. } | Event::Cublas { tensors, .. } => tensors
             .iter()
             .filter(|t| t.role == "workspace")
             .map(|t| t.ptr)
@@ -792,6 +792,31 @@ mod tests {
             vec![touch(2, 64, Access::R), touch(2, 64, Access::W)],
         );
         assert_eq!(roles(&inplace, &allocs), [(2, Role::Update)]);
+        // A cuBLASLt workspace is scratch too (written before it is read, within the call).
+        let gemm = Event::Cublas {
+            api: "cublasLtMatmul".into(),
+            stream: Some(0),
+            m: 4,
+            n: 4,
+            k: 4,
+            batch: 1,
+            kernels: 1,
+            tensors: vec![
+                tensor("A", ptr(1), Access::R),
+                tensor("D", ptr(2), Access::W),
+                tensor("workspace", ptr(3), Access::Rw),
+            ],
+            touches: vec![
+                touch(1, 64, Access::R),
+                touch(2, 64, Access::W),
+                touch(3, 32, Access::Rw),
+            ],
+            result: 0,
+        };
+        assert_eq!(
+            roles(&gemm, &allocs),
+            [(1, Role::Read), (2, Role::Overwrite), (3, Role::Scratch)]
+        );
         // A write of part of an allocation keeps the rest: a new version of the old contents.
         let part = Event::Memset {
             api: "cudaMemsetAsync".into(),
