@@ -321,6 +321,17 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
         }
 }
 
+/// A demangled kernel name without `void `, its parameter list and past 100 characters.
+pub fn short_kernel_name(name: &str) -> String {
+    let name = name.strip_prefix("void ").unwrap_or(name);
+    let head = name.rfind(">(").map_or(name, |i| &name[..=i]);
+    let mut out: String = head.chars().take(100).collect();
+    if out.len() < head.len() {
+        out.push_str("...");
+    }
+    out
+}
+
 /// Where a storage of the model comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Origin {
@@ -364,6 +375,13 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         }
     }
     let replays = lineage(records);
+    let kernel_names: HashMap<u64, &str> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Kernel { func, name } => Some((*func, name.as_str())),
+            _ => None,
+        })
+        .collect();
     let s = Stream::new(records);
     if times.is_empty() {
         let used = s.roles.iter().any(|r| !r.is_empty());
@@ -476,7 +494,10 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             }
         };
         let name_of_op = match &r.event {
-            Event::Launch { func, .. } => format!("kernel {func:#x}"),
+            Event::Launch { func, .. } => match kernel_names.get(func) {
+                Some(n) => format!("kernel {}", short_kernel_name(n)),
+                None => format!("kernel {func:#x}"),
+            },
             e => e.api().unwrap_or("?").to_string(),
         };
         let replayable = replays_in_shim(&r.event, replays.get(&r.seq).copied());
@@ -883,6 +904,27 @@ mod tests {
         v.push(free(1));
         v.push(free(2));
         v
+    }
+
+    #[test]
+    fn kernels_are_named_by_their_kernel_record() {
+        let mut v = program(3);
+        v.insert(
+            0,
+            Event::Kernel {
+                func: 0x40,
+                name: "void at::native::scale_kernel<float>(int, float*)".into(),
+            },
+        );
+        let c = convert(&records(v, true)).unwrap();
+        assert_eq!(
+            c.trace.ops.last().unwrap().name,
+            "kernel at::native::scale_kernel<float>"
+        );
+        assert_eq!(
+            short_kernel_name(&format!("void {}(int)", "k".repeat(150))),
+            format!("{}...", "k".repeat(100))
+        );
     }
 
     #[test]

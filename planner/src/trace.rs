@@ -235,6 +235,8 @@ pub enum Event {
     /// What replaying the next call record of the same thread needs (written just before the
     /// call is forwarded; evict and restore records may come between).
     Lineage { replay: Replay },
+    /// A kernel's name (demangled), once per kernel handle, before its first `launch` record.
+    Kernel { func: u64, name: String },
     /// The shim's tracker found and verified a repeating iteration: `period` calls, the steady
     /// one starting at the call record `start` (a sequence number), after `calls` calls.
     Iteration { start: u64, period: u64, calls: u64 },
@@ -313,6 +315,7 @@ impl Event {
             Event::Evict { .. } => "evict",
             Event::Restore { .. } => "restore",
             Event::Lineage { .. } => "lineage",
+            Event::Kernel { .. } => "kernel",
             Event::Iteration { .. } => "iteration",
             Event::Plan { .. } => "plan",
             Event::NoPlan { .. } => "no_plan",

@@ -124,6 +124,10 @@ fn name_uncached(func: usize, runtime: bool) -> Option<Arc<str>> {
             .ok()
             .and_then(|s| s.demangle().ok())
             .unwrap_or(mangled);
+        crate::trace::emit(planner::trace::Event::Kernel {
+            func: func as u64,
+            name: demangled.clone(),
+        });
         Some(Arc::<str>::from(demangled))
     })
 }

@@ -51,12 +51,6 @@ struct Kernel {
     pointers: Vec<(usize, usize)>,
 }
 
-/// A kernel's name without its parameter list, at most 160 characters.
-fn short(name: &str) -> String {
-    let head = name.rfind(">(").map_or(name, |i| &name[..=i]);
-    head.chars().take(160).collect()
-}
-
 /// Bytes from lower-case hex; None if it is not.
 fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
@@ -149,7 +143,7 @@ impl Recipe {
                 .collect::<Option<Vec<_>>>()?;
             // Named by the kernel, so that a log line says which one.
             let kernel_name = crate::hooks::launch::name(kernel.func as usize, kernel.runtime)
-                .map(|n| short(&n))
+                .map(|n| planner::shimtrace::short_kernel_name(&n))
                 .unwrap_or_else(|| format!("kernel {:#x}", kernel.func));
             return Some(Recipe {
                 api: format!("{api} ({kernel_name})"),

@@ -95,7 +95,7 @@ fn a_wrong_kernel_replay_is_caught_by_verify_and_visible_without_it() {
     assert!(kernel_replays(&records) > 0);
     let err = stderr(&o);
     assert!(
-        err.contains("MARMOSET_VERIFY: replaying cudaLaunchKernel (void at::native::vectorized_elementwise_kernel<4, at::native::GeluFunctor<float>"),
+        err.contains("MARMOSET_VERIFY: replaying cudaLaunchKernel (at::native::vectorized_elementwise_kernel<4, at::native::GeluFunctor<float>"),
         "the log names the kernel: {err}"
     );
     assert_eq!(stdout(&o), plain, "its saved bytes were put back");
