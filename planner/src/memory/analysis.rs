@@ -216,11 +216,8 @@ impl Analysis {
         depth <= 8
             && t.ops[p].inputs.iter().all(|&i| {
                 i != s
-                    && if self.overwritten[i] {
-                        self.sources_at(t, i, back, depth + 1)
-                    } else {
-                        self.freed_before[i] > back
-                    }
+                    && (self.freed_before[i] > back
+                        || self.overwritten[i] && self.sources_at(t, i, back, depth + 1))
             })
     }
 
@@ -253,4 +250,56 @@ pub(super) struct Extension {
     pub(super) kept: Vec<usize>,
     pub(super) dropped: Vec<(usize, usize)>,
     pub(super) revived: Vec<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Op, Storage, Trace};
+
+    /// A weight w (a constant) is read by the op that makes a; a is read back at op 2; the
+    /// optimizer writes w in place at `update` (op 1 before the back-access, op 3 after).
+    fn weight_updated_at(update: usize) -> Trace {
+        let st = |constant, producer| Storage {
+            size: 8,
+            constant,
+            producer,
+        };
+        let mut t = Trace {
+            storages: vec![
+                st(true, None),
+                st(false, Some(0)),
+                st(false, None),
+                st(false, None),
+            ],
+            ..Trace::default()
+        };
+        // 0: a = f(w); 1, 2, 3: the back-access of a (2) and the in-place update of w.
+        t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
+        for i in 1..4 {
+            let mut op = Op::new("g", 1.0, vec![], vec![]);
+            if i == 2 {
+                op.inputs.push(1);
+            }
+            if i == update {
+                op.inputs.push(0);
+                op.outputs.push(2 + (i == 3) as usize);
+                op.inplace.push((0, 2 + (i == 3) as usize));
+            }
+            t.ops.push(op);
+        }
+        t.steps = (0..4).map(Step::Op).collect();
+        t
+    }
+
+    #[test]
+    fn a_source_overwritten_after_the_back_access_is_still_there() {
+        // Updated after the back-access (the optimizer step after the backward pass): the
+        // weight a recomputation reads still holds its version.
+        let t = weight_updated_at(3);
+        assert!(Analysis::new(&t).recomputable(&t, 1, 2));
+        // Updated before it: the version is gone and has no producer to rebuild it.
+        let t = weight_updated_at(1);
+        assert!(!Analysis::new(&t).recomputable(&t, 1, 2));
+    }
 }
