@@ -305,27 +305,29 @@ fn elementwise(
             continue;
         }
         let (alloc, offset, size) = found?;
-        let output = at == data.start;
-        let whole = output && n > 0 && offset == 0 && size == n as u64 * elem;
-        match out.iter_mut().find(|t| t.alloc == alloc) {
-            // The output's allocation again (in place): read and written. Inputs sharing an
-            // allocation stay read.
-            Some(t) => {
-                if t.access != Access::R {
-                    t.access = Access::Rw;
-                    t.bytes = 0;
-                }
-            }
-            None => out.push(Touch {
+        if at == data.start {
+            let whole = n > 0 && offset == 0 && size == n as u64 * elem;
+            out.push(Touch {
                 alloc,
                 offset,
                 bytes: if whole { size } else { 0 },
-                access: match (output, whole) {
-                    (true, true) => Access::W,
-                    (true, false) => Access::Rw,
-                    (false, _) => Access::R,
-                },
-            }),
+                access: if whole { Access::W } else { Access::Rw },
+            });
+            continue;
+        }
+        // An input in the output's allocation (in place, or overlapping): read and written.
+        if out[0].alloc == alloc {
+            out[0].access = Access::Rw;
+            out[0].bytes = 0;
+        }
+        // One touch per distinct address, so that a replay finds every operand's word.
+        if !out.iter().any(|t| t.alloc == alloc && t.offset == offset) {
+            out.push(Touch {
+                alloc,
+                offset,
+                bytes: 0,
+                access: Access::R,
+            });
         }
     }
     Some(out)
@@ -447,6 +449,26 @@ mod tests {
                 find(1024)
             ),
             t
+        );
+    }
+
+    #[test]
+    fn inputs_at_two_places_of_one_allocation_are_two_touches() {
+        // (out, a, b) with a and b two halves of allocation 1: the replay must find both words.
+        let three = GELU.replace("(unsigned long)2", "(unsigned long)3");
+        let layout = [(0, 4), (4, 1), (8, 24)];
+        let mut b = vec![0u8; 32];
+        b[..4].copy_from_slice(&64i32.to_le_bytes());
+        for (i, w) in [0x2000u64, 0x1000, 0x1100].iter().enumerate() {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        let t = elementwise(parse(&three).unwrap(), &layout, &b, find(512)).unwrap();
+        let mut second = touch(1, 0, Access::R);
+        second.offset = 0x100;
+        assert_eq!(
+            t,
+            vec![touch(2, 0, Access::Rw), touch(1, 0, Access::R), second],
+            "64 floats do not fill 512 B: the output is not whole"
         );
     }
 
