@@ -1,5 +1,6 @@
 //! `marmoset inspect`: a summary of a trace: calls by kind and API, bytes allocated, the peak
-//! memory load and when it happened, the largest allocations, device time by kind.
+//! memory load and when it happened, the largest allocations, device time by kind, and the
+//! kernels that took the most of it.
 
 use crate::trace::{Event, Record};
 use std::collections::{BTreeMap, HashMap};
@@ -31,6 +32,9 @@ pub struct Summary {
     pub evicted_bytes: u64,
     pub restored_bytes: u64,
     pub evict_ms: f64,
+    /// The kernels that took the most device time: (name, launches, device ms), at most eight;
+    /// named by the trace's `kernel` records, else by handle.
+    pub top_kernels: Vec<(String, u64, f64)>,
 }
 
 pub fn summarize(records: &[Record]) -> Summary {
@@ -42,16 +46,26 @@ pub fn summarize(records: &[Record]) -> Summary {
     let mut load = 0u64;
     let mut kind_of: HashMap<u64, &'static str> = HashMap::new();
     let mut allocs: Vec<(u64, String, u64)> = Vec::new();
+    // Per kernel handle: launches and device ms; and each launch's handle by seq.
+    let mut kernels: HashMap<u64, (u64, f64)> = HashMap::new();
+    let mut func_of: HashMap<u64, u64> = HashMap::new();
+    let mut names: HashMap<u64, &str> = HashMap::new();
     for r in records {
         let kind = r.event.kind();
         if let Event::Timing { of, device_ms } = &r.event {
             if let Some(k) = kind_of.get(of) {
                 *s.device_ms.entry(k.to_string()).or_default() += device_ms;
             }
+            if let Some(f) = func_of.get(of) {
+                kernels.entry(*f).or_default().1 += device_ms;
+            }
             continue;
         }
-        // Not calls: the header, and the lineage written ahead of a call.
-        if kind == "header" || kind == "lineage" {
+        if let Event::Kernel { func, name } = &r.event {
+            names.insert(*func, name);
+        }
+        // Not calls: the header, kernels' names, and the lineage written ahead of a call.
+        if kind == "header" || kind == "lineage" || kind == "kernel" {
             continue;
         }
         *s.by_kind.entry(kind.into()).or_default() += 1;
@@ -88,7 +102,13 @@ pub fn summarize(records: &[Record]) -> Summary {
                 s.evict_ms += device_ms;
             }
             Event::Restore { bytes, .. } => s.restored_bytes += bytes,
-            Event::Launch { result: 0, .. } => s.launches += 1,
+            Event::Launch {
+                result: 0, func, ..
+            } => {
+                s.launches += 1;
+                kernels.entry(*func).or_default().0 += 1;
+                func_of.insert(r.seq, *func);
+            }
             Event::Cublas {
                 kernels, result: 0, ..
             } => s.library_kernels += u64::from(*kernels),
@@ -101,6 +121,19 @@ pub fn summarize(records: &[Record]) -> Summary {
     allocs.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)));
     allocs.truncate(5);
     s.largest = allocs;
+    let mut top: Vec<(String, u64, f64)> = kernels
+        .into_iter()
+        .map(|(f, (n, ms))| {
+            let name = names.get(&f).map_or_else(
+                || format!("kernel {f:#x}"),
+                |n| crate::shimtrace::short_kernel_name(n),
+            );
+            (name, n, ms)
+        })
+        .collect();
+    top.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+    top.truncate(8);
+    s.top_kernels = top;
     s
 }
 
@@ -191,6 +224,12 @@ impl fmt::Display for Summary {
             for (k, ms) in &self.device_ms {
                 writeln!(f, "  {k:<8} {ms:.3} ms")?;
             }
+            if !self.top_kernels.is_empty() {
+                writeln!(f, "kernels by device time:")?;
+                for (name, n, ms) in &self.top_kernels {
+                    writeln!(f, "  {ms:>10.3} ms {n:>7} x  {name}")?;
+                }
+            }
         }
         Ok(())
     }
@@ -210,6 +249,7 @@ mod tests {
 {"seq":3,"t_ns":30,"tid":1,"kind":"free","api":"cudaFree","ptr":100,"alloc":1,"size":1000,"result":0}
 {"seq":4,"t_ns":40,"tid":1,"kind":"alloc","api":"cuMemAlloc_v2","alloc":3,"ptr":100,"size":500,"result":0}
 {"seq":5,"t_ns":50,"tid":1,"kind":"alloc","api":"cudaMalloc","alloc":0,"ptr":0,"size":99999,"result":2}
+{"seq":12,"t_ns":55,"tid":1,"kind":"kernel","func":7,"name":"void scale<float>(float*, int)"}
 {"seq":6,"t_ns":60,"tid":1,"kind":"launch","api":"cudaLaunchKernel","func":7,"grid":[1,1,1],"block":[1,1,1],"touches":[],"result":0}
 {"seq":7,"t_ns":70,"tid":1,"kind":"timing","of":6,"device_ms":1.5}
 {"seq":8,"t_ns":80,"tid":1,"kind":"free","api":"cudaFree","ptr":77,"result":1}
@@ -230,6 +270,8 @@ mod tests {
         assert_eq!(s.frees_of_unknown_pointers, 1);
         assert_eq!(s.largest[0], (3000, "cudaMalloc".to_string(), 2));
         assert_eq!(s.device_ms["launch"], 1.5);
+        assert_eq!(s.top_kernels, [("scale<float>".to_string(), 1, 1.5)]);
+        assert!(!s.by_kind.contains_key("kernel"), "a name is not a call");
         let text = s.to_string();
         assert!(
             text.contains("peak memory load: 3.91 KiB at record 2"),

@@ -858,6 +858,7 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
             "evicted_bytes": s.evicted_bytes,
             "restored_bytes": s.restored_bytes,
             "evict_ms": s.evict_ms,
+            "top_kernels": s.top_kernels.iter().map(|(name, n, ms)| serde_json::json!({"name": name, "launches": n, "device_ms": ms})).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
