@@ -220,6 +220,19 @@ struct Sim<'a> {
 }
 
 impl Sim<'_> {
+    /// Sets the state of `s` (the walk learns that it may have changed).
+    fn set(&mut self, s: usize, st: State) {
+        self.state[s] = st;
+        self.touch(s);
+    }
+
+    /// Storage `s` may have changed state: costs kept across evictions may be out of date.
+    fn touch(&mut self, s: usize) {
+        if let Some((_, walk)) = &mut self.index {
+            walk.touch(s);
+        }
+    }
+
     /// Releases the memory of swap-outs that have ended by `at`.
     fn release(&mut self, at: f64) {
         while let Some(&Reverse((bits, s, c))) = self.leaving.peek() {
@@ -229,7 +242,7 @@ impl Sim<'_> {
             }
             self.leaving.pop();
             if c == self.cancels[s] && self.state[s] == State::Leaving(end) {
-                self.state[s] = State::Out;
+                self.set(s, State::Out);
                 self.mem -= self.t.storages[s].size;
             }
         }
@@ -237,7 +250,7 @@ impl Sim<'_> {
 
     /// A swap-out of `s` ending at `end` begins.
     fn leave(&mut self, s: usize, end: f64) {
-        self.state[s] = State::Leaving(end);
+        self.set(s, State::Leaving(end));
         self.leaving
             .push(Reverse((end.to_bits(), s, self.cancels[s])));
     }
@@ -264,7 +277,7 @@ impl Sim<'_> {
             }
             _ => {}
         }
-        self.state[s] = State::Freed;
+        self.set(s, State::Freed);
     }
 
     /// The program (or an ended extension) frees `s` before operation `next`; in passive
@@ -286,7 +299,7 @@ impl Sim<'_> {
         let mut moves = vec![Decision::Extend { until }];
         if self.state[s] == State::Resident && st.producer.is_some() {
             self.mem -= st.size;
-            self.state[s] = State::Dropped;
+            self.set(s, State::Dropped);
             let after = self.prev_op.unwrap();
             moves.push(Decision::Recompute { after, back: until });
         }
@@ -490,7 +503,9 @@ impl Sim<'_> {
     /// storage), through the index where there is one, else by scanning every storage.
     fn choose(&mut self, p: &Passive, op: usize, at: f64) -> Option<(usize, usize)> {
         if let Some((mut ix, mut walk)) = self.index.take() {
-            walk.clear();
+            walk.sync(&self.consumers, &|i| {
+                self.state[i] == State::Dropped && !self.dead[i]
+            });
             let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits, best| {
                 self.judge(p, s, op, at, bits, Some((&mut walk, best))).0
             });
@@ -538,8 +553,9 @@ impl Sim<'_> {
             ));
         } else {
             self.mem -= size;
-            self.state[s] = State::Dropped;
+            self.set(s, State::Dropped);
             self.dead[s] = back == usize::MAX;
+            self.touch(s);
             self.evicted.push((s, Decision::Recompute { after, back }));
         }
         true
@@ -551,7 +567,7 @@ impl Sim<'_> {
         let end = start + size as f64 / self.link.h2d;
         self.h2d_free = end;
         self.out.swapped_in += size;
-        self.state[s] = State::Arriving(end);
+        self.set(s, State::Arriving(end));
         end
     }
 
@@ -566,7 +582,7 @@ impl Sim<'_> {
             self.out.stall_s += end - self.now;
             self.now = end;
         }
-        self.state[s] = State::Resident;
+        self.set(s, State::Resident);
     }
 
     /// Makes `s`, which is not dropped, available to operation `op` at `self.now`.
@@ -690,7 +706,7 @@ impl Sim<'_> {
                 // An in-place version is recomputed in its old version's (recomputed) memory.
                 match t.ops[p].inplace.iter().find(|v| v.1 == s) {
                     Some(&(old, _)) if self.state[old] == State::Resident => {
-                        self.state[old] = State::Dropped
+                        self.set(old, State::Dropped)
                     }
                     _ => self.now = self.take(t.storages[s].size, self.now, op),
                 }
@@ -704,8 +720,9 @@ impl Sim<'_> {
                 self.out.stall_s += secs;
                 self.out.recomputed_ops += 1;
                 self.now += secs;
-                self.state[s] = State::Resident;
+                self.set(s, State::Resident);
                 self.dead[s] = false;
+                self.touch(s);
                 self.made.push(s);
                 self.last_use[s] = self.now;
                 self.enter(s);
@@ -730,7 +747,7 @@ impl Sim<'_> {
                     self.pinned[i] = false;
                     if self.early.contains(&(i, op)) && self.state[i] == State::Resident {
                         self.mem -= t.storages[i].size;
-                        self.state[i] = State::Dropped;
+                        self.set(i, State::Dropped);
                     }
                 }
             }
@@ -869,7 +886,7 @@ fn replay(
                 .collect();
             sim.index = Some((
                 Candidates::new(&sizes, &own, gone_from.to_vec()),
-                Walk::new(n, t.ops.len()),
+                Walk::new(t),
             ));
             for s in 0..n {
                 if sim.state[s] == State::Resident {
@@ -911,7 +928,7 @@ fn replay(
                             // the copy's end, before this operation allocates, would count
                             // memory the device does not have yet.
                             State::Leaving(_) => {
-                                sim.state[s] = State::Resident;
+                                sim.set(s, State::Resident);
                                 sim.enter(s);
                             }
                             State::Out => {
@@ -925,13 +942,13 @@ fn replay(
                 let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
                 sim.now = sim.take(bytes, sim.now, i);
                 for &s in &op.outputs {
-                    sim.state[s] = State::Resident;
+                    sim.set(s, State::Resident);
                 }
                 // In-place writes: the new version takes over the old one's memory; the old
                 // version is gone and can only come back by recomputation.
                 for &(old, new) in &op.inplace {
-                    sim.state[new] = State::Resident;
-                    sim.state[old] = State::Dropped;
+                    sim.set(new, State::Resident);
+                    sim.set(old, State::Dropped);
                 }
                 sim.now += op.time_s;
                 for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
@@ -963,8 +980,9 @@ fn replay(
                             sim.leave(s, end);
                         } else {
                             sim.mem -= size;
-                            sim.state[s] = State::Dropped;
+                            sim.set(s, State::Dropped);
                             sim.dead[s] = sim.dead_planned.contains(&(s, i));
+                            sim.touch(s);
                         }
                     }
                 }
