@@ -444,7 +444,7 @@ impl Sim<'_> {
     /// Storage `s` is resident (again) or used: the index of candidates learns of it.
     fn enter(&mut self, s: usize) {
         if let Some((ix, _)) = &mut self.index {
-            ix.enter(s, self.last_use[s]);
+            ix.enter(s);
         }
     }
 
@@ -506,7 +506,8 @@ impl Sim<'_> {
             walk.sync(&self.consumers, &|i| {
                 self.state[i] == State::Dropped && !self.dead[i]
             });
-            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits, best| {
+            let lru = p.evict == Evict::Lru;
+            let best = ix.best(op, at, lru, &self.last_use, &mut |s, bits, best| {
                 self.judge(p, s, op, at, bits, Some((&mut walk, best))).0
             });
             self.index = Some((ix, walk));

@@ -47,6 +47,9 @@ pub(super) struct Walk {
     touched: Vec<usize>,
     /// Per storage: the operations that make it (as an output or a new version).
     makers: Vec<Vec<usize>>,
+    /// Buffers for a walk: the storages to visit, a step's readers.
+    todo: Vec<usize>,
+    readers: Vec<usize>,
 }
 
 /// The next stamp of a mark array (cleared when the stamps wrap).
@@ -95,6 +98,8 @@ impl Walk {
             in_lists: vec![false; n],
             touched: Vec::new(),
             makers,
+            todo: Vec::new(),
+            readers: Vec::new(),
         }
     }
 
@@ -191,99 +196,115 @@ impl Walk {
         let stamp = next(&mut self.seen, &mut self.stamp);
         self.seen[s] = stamp;
         let mut cost = 0.0;
-        let mut todo = vec![s];
+        // Buffers kept between walks (a walk pushes up to 65 storages).
+        let mut todo = std::mem::take(&mut self.todo);
+        let mut readers = std::mem::take(&mut self.readers);
+        todo.clear();
+        todo.push(s);
         let mut seen = 1usize;
-        while let Some(x) = todo.pop() {
-            let Some(p) = t.storages[x].producer else {
-                return (f64::INFINITY, true);
-            };
-            cost += t.ops[p].time_s;
-            if seen > 64 {
-                break;
-            }
-            if loses(cost) {
-                return (cost, false);
-            }
-            if !self.ins_ok[p] {
-                self.ins_ok[p] = true;
-                self.ins[p] = Self::list(
-                    &mut self.listed,
-                    &mut self.list_stamp,
-                    t.ops[p].inputs.iter().copied(),
-                    dropped,
-                );
-            }
-            self.ins_readers[p].push(reader);
-            // The readers of `x` (an operation reading it twice is listed twice, in a row:
-            // its second listing adds nothing).
-            let readers = if downstream { &consumers[x][..] } else { &[] };
-            let readers = || {
-                readers
-                    .iter()
-                    .enumerate()
-                    .filter(|&(k, o)| k == 0 || readers[k - 1] != *o)
-                    .map(|(_, &o)| o)
-            };
-            for o in readers() {
-                if !self.outs_ok[o] {
-                    self.outs_ok[o] = true;
-                    let o_ = &t.ops[o];
-                    let made = o_
-                        .outputs
-                        .iter()
-                        .chain(o_.inplace.iter().map(|v| &v.1))
-                        .copied();
-                    self.outs[o] =
-                        Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
-                }
-                self.outs_readers[o].push(reader);
-            }
-            // This step's storages in the scan's order: the producer's inputs, then what each
-            // reader makes. Distinct in a trace in execution order (each storage has one
-            // producer; a product of a reader of `x` is made after `p`), except a product that
-            // is also an input of `p`: checked below.
-            let ins: &[usize] = &self.ins[p];
-            let segs: Vec<&[usize]> = std::iter::once(ins)
-                .chain(readers().map(|o| self.outs[o].as_slice()))
-                .collect();
-            let n_ins = ins.len();
-            let total: usize = segs.iter().map(|v| v.len()).sum();
-            let at = |mut k: usize| {
-                for v in &segs {
-                    if k < v.len() {
-                        return v[k];
-                    }
-                    k -= v.len();
-                }
-                unreachable!()
-            };
-            let downs_len = total - n_ins;
-            for k in 0..n_ins + downs_len {
-                let i = at(k);
-                if self.seen[i] == stamp {
-                    continue;
-                }
-                self.seen[i] = stamp;
-                seen += 1;
-                todo.push(i);
+        let got = 'walk: {
+            while let Some(x) = todo.pop() {
+                let Some(p) = t.storages[x].producer else {
+                    break 'walk (f64::INFINITY, true);
+                };
+                cost += t.ops[p].time_s;
                 if seen > 64 {
-                    // The scan would push the rest of this step's storages not yet seen, then
-                    // pop the last of them, add its producer and stop. A product listed after
-                    // the inputs is pushed unless it is also among them, which it is not when
-                    // made after `p` (execution order); else look.
-                    let last = (k + 1..n_ins + downs_len).rev().find_map(|j| {
-                        let y = at(j);
-                        let pushed = self.seen[y] != stamp
-                            && (j < n_ins
-                                || k + 1 >= n_ins
-                                || t.storages[y].producer.is_some_and(|py| py > p)
-                                || !ins[k + 1..].contains(&y));
-                        pushed.then_some(y)
-                    });
-                    return (cost + producer_time(last.unwrap_or(i)), true);
+                    break;
+                }
+                if loses(cost) {
+                    break 'walk (cost, false);
+                }
+                if !self.ins_ok[p] {
+                    self.ins_ok[p] = true;
+                    self.ins[p] = Self::list(
+                        &mut self.listed,
+                        &mut self.list_stamp,
+                        t.ops[p].inputs.iter().copied(),
+                        dropped,
+                    );
+                }
+                self.ins_readers[p].push(reader);
+                // The readers of `x` (an operation reading it twice is listed twice, in a
+                // row: its second listing adds nothing).
+                readers.clear();
+                if downstream {
+                    let c = &consumers[x];
+                    readers.extend(
+                        c.iter()
+                            .enumerate()
+                            .filter(|&(k, o)| k == 0 || c[k - 1] != *o)
+                            .map(|(_, &o)| o),
+                    );
+                }
+                for &o in &readers {
+                    if !self.outs_ok[o] {
+                        self.outs_ok[o] = true;
+                        let o_ = &t.ops[o];
+                        let made = o_
+                            .outputs
+                            .iter()
+                            .chain(o_.inplace.iter().map(|v| &v.1))
+                            .copied();
+                        self.outs[o] =
+                            Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
+                    }
+                    self.outs_readers[o].push(reader);
+                }
+                // This step's storages in the scan's order: the producer's inputs, then what
+                // each reader makes. Distinct in a trace in execution order (each storage has
+                // one producer; a product of a reader of `x` is made after `p`), except a
+                // product that is also an input of `p`: checked below.
+                let (ins, outs, marks) = (&self.ins[p], &self.outs, &mut self.seen);
+                let segs = || std::iter::once(ins).chain(readers.iter().map(|&o| &outs[o]));
+                let n_ins = ins.len();
+                // `k`: the place in the step of the storage at hand.
+                let mut k = 0;
+                for seg in segs() {
+                    for &i in seg {
+                        k += 1;
+                        if marks[i] == stamp {
+                            continue;
+                        }
+                        marks[i] = stamp;
+                        seen += 1;
+                        todo.push(i);
+                        if seen <= 64 {
+                            continue;
+                        }
+                        // The scan would push the rest of this step's storages not yet seen,
+                        // then pop the last of them, add its producer and stop. A product
+                        // listed after the inputs is pushed unless it is also among them, which
+                        // it is not when made after `p` (execution order); else look. `k`
+                        // (now one past `i`) is where the rest begins.
+                        let rest_of_ins = &ins[k.min(n_ins)..];
+                        let total: usize = segs().map(|v| v.len()).sum();
+                        let mut j = total;
+                        let mut last = None;
+                        'last: for v in segs().collect::<Vec<_>>().into_iter().rev() {
+                            for &y in v.iter().rev() {
+                                j -= 1;
+                                if j < k {
+                                    break 'last;
+                                }
+                                let pushed = marks[y] != stamp
+                                    && (j < n_ins
+                                        || k >= n_ins
+                                        || t.storages[y].producer.is_some_and(|py| py > p)
+                                        || !rest_of_ins.contains(&y));
+                                if pushed {
+                                    last = Some(y);
+                                    break 'last;
+                                }
+                            }
+                        }
+                        break 'walk (cost + producer_time(last.unwrap_or(i)), true);
+                    }
                 }
             }
-        }
-        (cost, true)
+            (cost, true)
+        };
+        self.todo = todo;
+        self.readers = readers;
+        got
     }
 }
