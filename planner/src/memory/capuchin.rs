@@ -3,10 +3,11 @@
 //! MSPS, swap or recompute whichever costs less), in-triggers are placed and moved earlier by
 //! the feedback of the replay's stalls.
 
-use super::analysis::{Analysis, Extension};
+use super::analysis::{Analysis, Extension, Members};
 use super::passive::online;
 use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
+use crate::timeline::hash::Map;
 use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
 
 /// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
@@ -69,33 +70,28 @@ pub(super) fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_are
     };
     let planned = vec![Vec::new(); t.storages.len()];
     let recomputed = vec![false; t.storages.len()];
+    let mut round = Round::new(t, &planned, &recomputed);
     // Small tensors are not worth a transfer slot of their own (AutoSwap's 1 MB floor).
-    let mut cands: Vec<Candidate> = candidates(
-        t,
-        a,
-        link,
-        Selection::of(Mechanism::Swap),
-        p,
-        &planned,
-        &recomputed,
-    )
-    .into_iter()
-    .filter(|c| t.storages[c.2].size >= 1 << 20)
-    .map(|mut c| {
-        // Rank every candidate by FreeTime alone (largest first).
-        if let Decision::Swap { after, back, .. } = c.3 {
-            let size = t.storages[c.2].size as f64;
-            c.0 = 0;
-            let free_time = a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
-            c.1 = if by_area {
-                -(free_time.max(0.0) + size / link.h2d) * size
-            } else {
-                -free_time
-            };
-        }
-        c
-    })
-    .collect();
+    let mut cands: Vec<Candidate> =
+        candidates(t, a, link, Selection::of(Mechanism::Swap), p, &mut round)
+            .into_iter()
+            .filter(|c| t.storages[c.2].size >= 1 << 20)
+            .map(|mut c| {
+                // Rank every candidate by FreeTime alone (largest first).
+                if let Decision::Swap { after, back, .. } = c.3 {
+                    let size = t.storages[c.2].size as f64;
+                    c.0 = 0;
+                    let free_time =
+                        a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+                    c.1 = if by_area {
+                        -(free_time.max(0.0) + size / link.h2d) * size
+                    } else {
+                        -free_time
+                    };
+                }
+                c
+            })
+            .collect();
     cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
     let mut plan = Vec::new();
     let mut got = 0;
@@ -189,8 +185,9 @@ fn select(
         }
         // The worst excess first; where nothing can move there, the next one.
         let mut found: Option<(u64, Vec<Candidate>)> = None;
+        let mut round = Round::new(t, &planned, &recomputed);
         for &(p, over) in out.overs.iter().take(64) {
-            let mut c = candidates(t, a, link, sel, p, &planned, &recomputed);
+            let mut c = candidates(t, a, link, sel, p, &mut round);
             c.retain(|c| {
                 t.storages[c.2].size >= sel.min_size
                     && !matches!(c.3, Decision::Recompute { back, .. } if banned.contains(&(c.2, back)))
@@ -448,6 +445,76 @@ fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
     cand
 }
 
+/// What the candidates at every operation tried in one selection round share (the plan does
+/// not change within a round): the plan's facts, and the extensions already worked out, by
+/// (storage, back-access) (trying the next excess, most storages have the same back-access,
+/// and an extension can take thousands of steps to work out).
+struct Round<'p> {
+    planned: &'p [Vec<(usize, usize)>],
+    recomputed: &'p [bool],
+    /// Dropped for good after an operation (dead until freed), and needed as a source by a
+    /// planned recomputation before an operation: the drop must come after the last such need.
+    dead_after: Vec<usize>,
+    source_until: Vec<usize>,
+    extensions: Map<(usize, usize), Option<Extension>>,
+    members: Members,
+}
+
+impl<'p> Round<'p> {
+    fn new(t: &Trace, planned: &'p [Vec<(usize, usize)>], recomputed: &'p [bool]) -> Round<'p> {
+        let dead_after: Vec<usize> = planned
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .filter(|&&(_, y)| y == usize::MAX)
+                    .map(|&(x, _)| x)
+                    .min()
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        let mut source_until = vec![0; t.storages.len()];
+        for (x, &r) in recomputed.iter().enumerate() {
+            if r && let Some(pr) = t.storages[x].producer {
+                let until = planned[x]
+                    .iter()
+                    .map(|&(_, y)| y)
+                    .filter(|&y| y != usize::MAX)
+                    .max()
+                    .unwrap_or(0);
+                for &i in &t.ops[pr].inputs {
+                    source_until[i] = source_until[i].max(until);
+                }
+            }
+        }
+        Round {
+            planned,
+            recomputed,
+            dead_after,
+            source_until,
+            extensions: Map::default(),
+            members: Members::new(t.storages.len()),
+        }
+    }
+
+    /// The sources a recomputation of `s` before `back` keeps (see [`Analysis::to_extend`]),
+    /// where that keeps fewer bytes than `s` itself.
+    fn extension(&mut self, t: &Trace, a: &Analysis, s: usize, back: usize) -> Option<Extension> {
+        let Round {
+            planned,
+            dead_after,
+            extensions,
+            members,
+            ..
+        } = self;
+        extensions
+            .entry((s, back))
+            .or_insert_with(|| {
+                a.to_extend(t, s, back, planned, dead_after, members, t.storages[s].size)
+            })
+            .clone()
+    }
+}
+
 /// Tensors (of at least `sel.min_size`) that could leave around operation `p`, each with its
 /// mechanism and rank: (tier, key, storage, decision); tier 0 are swaps with no overhead (key:
 /// -FreeTime), tier 1 the rest (key: -memory saving per second).
@@ -457,36 +524,10 @@ fn candidates(
     link: Link,
     sel: Selection,
     p: usize,
-    planned: &[Vec<(usize, usize)>],
-    recomputed: &[bool],
+    round: &mut Round,
 ) -> Vec<Candidate> {
     let mut cands: Vec<Candidate> = Vec::new();
-    // Dropped for good after an operation (dead until freed), and needed as a source by a
-    // planned recomputation before an operation: the drop must come after the last such need.
-    let dead_after: Vec<usize> = planned
-        .iter()
-        .map(|v| {
-            v.iter()
-                .filter(|&&(_, y)| y == usize::MAX)
-                .map(|&(x, _)| x)
-                .min()
-                .unwrap_or(usize::MAX)
-        })
-        .collect();
-    let mut source_until = vec![0; t.storages.len()];
-    for (x, &r) in recomputed.iter().enumerate() {
-        if r && let Some(pr) = t.storages[x].producer {
-            let until = planned[x]
-                .iter()
-                .map(|&(_, y)| y)
-                .filter(|&y| y != usize::MAX)
-                .max()
-                .unwrap_or(0);
-            for &i in &t.ops[pr].inputs {
-                source_until[i] = source_until[i].max(until);
-            }
-        }
-    }
+    let (planned, recomputed) = (round.planned, round.recomputed);
     for (s, st) in t.storages.iter().enumerate() {
         let acc = &a.accesses[s];
         if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) || st.size < sel.min_size {
@@ -503,8 +544,8 @@ fn candidates(
                 && !st.constant
                 && acc[next - 1] < p
                 && st.size > 0
-                && dead_after[s] == usize::MAX
-                && acc[next - 1] >= source_until[s]
+                && round.dead_after[s] == usize::MAX
+                && acc[next - 1] >= round.source_until[s]
             {
                 let (tier, key) = match (may_source, st.producer) {
                     (false, _) => (0, f64::MIN),
@@ -554,8 +595,7 @@ fn candidates(
         {
             None
         } else {
-            a.to_extend(t, s, back, planned, &dead_after)
-                .filter(|e| e.kept.iter().map(|&i| t.storages[i].size).sum::<u64>() < st.size)
+            round.extension(t, a, s, back)
         };
         let rec = ext.is_some();
         let kept = ext
