@@ -10,7 +10,7 @@
 use super::analysis::Analysis;
 use super::capuchin::{
     Rank, Selection, both_selection, capuchin_from, iterative, iterative_from, peak_seed,
-    recompute_from, refine_swaps, swap_only_from,
+    recompute_after, recompute_first, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
 use super::passive::{online_from, online_until};
@@ -70,9 +70,16 @@ pub(super) fn portfolio(
         all,
         named: Vec::new(),
     };
-    // Cheapest and likeliest first. DTR's runtime: one passive run, feasible wherever anything
-    // recomputable fits; Capuchin's selection restricted to swapping: cheap, and best wherever
-    // the copy engines can hide the traffic.
+    // Cheapest and likeliest first. The recomputation selection's first run: a few replays,
+    // and where recomputing is cheap (a recurrent network) already the best plan. DTR's
+    // runtime: one passive run, feasible wherever anything recomputable fits, cheap on most
+    // traces (a recurrent network's takes longest: thousands of evictions). Capuchin's
+    // selection restricted to swapping: cheap, and best wherever the copy engines can hide the
+    // traffic.
+    let rec_first = s.go_on().then(|| recompute_first(t, a, budget, link, more));
+    if let Some(r) = &rec_first {
+        s.offer(r.clone());
+    }
     let Some(dtr) = s
         .go_on()
         .then(|| online_until(t, a, budget, link, Evict::Dtr, more))
@@ -89,6 +96,15 @@ pub(super) fn portfolio(
         .map(|sel| swap_only_from(t, a, budget, link, sel, more));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());
+    }
+    // Recomputation only: the rest of its selection, with DTR's passive modes behind.
+    let rec = s.go_on().then(|| {
+        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
+        s.offer(up.clone());
+        recompute_after(t, a, budget, link, more, [dtr.clone(), up], rec_first)
+    });
+    if let Some(r) = &rec {
+        s.policy("recompute", r.clone());
     }
     // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
     let lru = s
@@ -110,15 +126,6 @@ pub(super) fn portfolio(
             more,
         );
         s.policy("capuchin", cap);
-    }
-    // Recomputation only, and the hybrid search from the one-mechanism plans.
-    let rec = s.go_on().then(|| {
-        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
-        s.offer(up.clone());
-        recompute_from(t, a, budget, link, more, [dtr.clone(), up])
-    });
-    if let Some(r) = &rec {
-        s.policy("recompute", r.clone());
     }
     // Behind any plan, the runtime's passive mechanism swaps the least recently used tensors
     // out (the shim's allocator): a one-mechanism plan that does not fit alone may, with that

@@ -119,8 +119,25 @@ pub(super) fn iterative_from(
     seed: Plan,
     more: Deadline,
 ) -> (Plan, Outcome) {
+    let first = select(t, a, budget, link, sel, seed.clone(), &[], more);
+    iterative_after(t, a, budget, link, sel, seed, first, more)
+}
+
+/// [`iterative_from`] after its first run of the selection loop (`first`): the reruns with
+/// stuck recomputations ruled out.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn iterative_after(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    sel: Selection,
+    seed: Plan,
+    first: (Plan, Outcome),
+    more: Deadline,
+) -> (Plan, Outcome) {
     let mut banned: Vec<(usize, usize)> = Vec::new();
-    let mut best = select(t, a, budget, link, sel, seed.clone(), &banned, more);
+    let mut best = first;
     let mut last = best.clone();
     for _ in 0..6 {
         if best.1.feasible || !more() {
@@ -892,6 +909,32 @@ pub(super) fn recompute_from(
     more: Deadline,
     passive: [(Plan, Outcome); 2],
 ) -> (Plan, Outcome) {
+    recompute_after(t, a, budget, link, more, passive, None)
+}
+
+/// The first run of the recomputation selection's loop (MSPS ranking), alone: cheap, and on
+/// some traces already the best plan there is (`auto` takes it first).
+pub(super) fn recompute_first(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let sel = Selection::of(Mechanism::Recompute);
+    select(t, a, budget, link, sel, Vec::new(), &[], more)
+}
+
+/// [`recompute_from`], given (where `auto` made it already) [`recompute_first`]'s result.
+pub(super) fn recompute_after(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+    passive: [(Plan, Outcome); 2],
+    mut first: Option<(Plan, Outcome)>,
+) -> (Plan, Outcome) {
     let mut variants: Vec<_> = passive.to_vec();
     for rank in [Rank::Msps, Rank::Area] {
         if !more() {
@@ -901,7 +944,12 @@ pub(super) fn recompute_from(
             rank,
             ..Selection::of(Mechanism::Recompute)
         };
-        let got = iterative_from(t, a, budget, link, sel, Vec::new(), more);
+        let got = match first.take() {
+            Some(f) if rank == Rank::Msps => {
+                iterative_after(t, a, budget, link, sel, Vec::new(), f, more)
+            }
+            _ => iterative_from(t, a, budget, link, sel, Vec::new(), more),
+        };
         variants.extend(with_passive(t, a, budget, link, sel.mech, got, more));
     }
     best(variants)
