@@ -6,11 +6,11 @@
 # RUNS runs, default 3; the load average is printed before and after: the machine may be
 # shared); the slowdowns are simulated. Issue 14's checks: full auto within 1 s, and its best
 # plan so far within 100 ms under a 100 ms deadline. Usage: scripts/bench-planner.sh
-# [FAMILY:SCALE ...]
+# [FAMILY:SCALE ...] (MARMOSET=path times another build of the command, a baseline.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build -p planner --release -q
-m=target/release/marmoset
+m=${MARMOSET:-target/release/marmoset}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 runs=${RUNS:-3}
