@@ -719,38 +719,52 @@ fn adjust_triggers(
 fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Option<Plan> {
     let mut moved = plan.clone();
     let mut any = false;
+    // The plan's swaps by (storage, back-access), in plan order: a stall finds its own swap
+    // without a scan of the plan (thousands of stalls, thousands of moves).
+    let mut swaps: Map<(usize, usize), Vec<usize>> = Map::default();
+    for (k, (s, d)) in plan.iter().enumerate() {
+        if let Decision::Swap { back, .. } = *d {
+            swaps.entry((*s, back)).or_default().push(k);
+        }
+    }
+    let mut move_one = |k: usize, secs: f64, moved: &mut Plan| {
+        if let Decision::Swap {
+            after,
+            trigger,
+            back,
+        } = &mut moved[k].1
+        {
+            let earlier = a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
+            if earlier < *trigger {
+                *trigger = earlier;
+                any = true;
+            }
+        }
+    };
     for st in &out.stalls {
         let Stall::SwapIn { op, storage, secs } = *st else {
             continue;
         };
         // The stalled swap-in's window: from its trigger to the operation that waited.
-        let Some(first) = plan.iter().find_map(|(s, d)| match *d {
-            Decision::Swap { trigger, back, .. } if *s == storage && back == op => Some(trigger),
-            _ => None,
-        }) else {
+        let Some(own) = swaps.get(&(storage, op)) else {
             continue;
         };
-        for (s, d) in moved.iter_mut() {
-            if let Decision::Swap {
-                after,
-                trigger,
-                back,
-            } = d
+        let Decision::Swap { trigger: first, .. } = plan[own[0]].1 else {
+            unreachable!("indexed as a swap")
+        };
+        if !group {
+            for &k in own {
+                move_one(k, secs, &mut moved);
+            }
+            continue;
+        }
+        for k in 0..moved.len() {
+            // Queued in the same window (its original trigger, before any move).
+            if let Decision::Swap { trigger, back, .. } = moved[k].1
+                && back >= first
+                && trigger <= op
             {
-                let hit = if group {
-                    // Queued in the same window (its original trigger, before any move).
-                    *back >= first && *trigger <= op
-                } else {
-                    *s == storage && *back == op
-                };
-                if hit {
-                    let earlier =
-                        a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
-                    if earlier < *trigger {
-                        *trigger = earlier;
-                        any = true;
-                    }
-                }
+                move_one(k, secs, &mut moved);
             }
         }
     }
