@@ -187,6 +187,12 @@ struct Sim<'a> {
     pins: Vec<usize>,
     /// Storages recomputed for the running operation.
     made: Vec<usize>,
+    /// `is_made[s]`: `s` is in `made` (an operation re-running a producer with thousands of
+    /// inputs asks for each of them).
+    is_made: Vec<bool>,
+    /// Per storage: the steps of the running operation's recomputation still to read it (zero
+    /// outside [`Sim::gather`]).
+    uses: Vec<u32>,
     /// When each storage was last read or written.
     last_use: Vec<f64>,
     /// The plan's drops as (storage, after): a storage recomputed only as a source of another
@@ -468,7 +474,7 @@ impl Sim<'_> {
         }
         // A swap-out could not start before the recomputation that made it ended.
         let swap = p.evict == Evict::Lru;
-        if self.pinned[s] || swap && self.made.contains(&s) {
+        if self.pinned[s] || swap && self.is_made[s] {
             return (Verdict::Skip, 0);
         }
         let Some(back) = (p.evictable)(s, op) else {
@@ -536,7 +542,7 @@ impl Sim<'_> {
         };
         // Recomputed for this operation: it goes once the recomputation is done with it,
         // which a replay does after `op` (see `early`); else before `op`.
-        let after = if self.made.contains(&s) { op } else { prev };
+        let after = if self.is_made[s] { op } else { prev };
         let size = self.t.storages[s].size;
         if p.evict == Evict::Lru && back != usize::MAX {
             let start = at.max(self.d2h_free);
@@ -659,19 +665,23 @@ impl Sim<'_> {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
         };
-        let mut uses: Map<usize, u32> = Map::default();
+        // The storages whose `uses` this operation counts (set back to zero at the end).
+        let mut counted: Vec<usize> = Vec::new();
         let mut order = VecDeque::new();
         // Puts the recomputation of `of` (dropped sources first) at the front of `order`.
         let lay_out = |sim: &mut Self,
                        order: &mut VecDeque<usize>,
-                       uses: &mut Map<usize, u32>,
+                       counted: &mut Vec<usize>,
                        of: &[usize]| {
             let steps = sim.chain(of);
             let laid = steps.len();
             for &s in &steps {
                 sim.pin(s);
                 for i in inputs(s) {
-                    *uses.entry(i).or_default() += 1;
+                    if sim.uses[i] == 0 {
+                        counted.push(i);
+                    }
+                    sim.uses[i] += 1;
                 }
             }
             for s in steps.into_iter().rev() {
@@ -679,7 +689,7 @@ impl Sim<'_> {
             }
             laid
         };
-        lay_out(self, &mut order, &mut uses, &wanted);
+        lay_out(self, &mut order, &mut counted, &wanted);
         while let Some(s) = order.pop_front() {
             let p = t.storages[s].producer.unwrap();
             if self.state[s] == State::Dropped {
@@ -696,7 +706,7 @@ impl Sim<'_> {
                     .collect();
                 if !gone.is_empty() {
                     order.push_front(s);
-                    if lay_out(self, &mut order, &mut uses, &gone) > 0 {
+                    if lay_out(self, &mut order, &mut counted, &gone) > 0 {
                         continue;
                     }
                     order.pop_front();
@@ -725,6 +735,7 @@ impl Sim<'_> {
                 self.dead[s] = false;
                 self.touch(s);
                 self.made.push(s);
+                self.is_made[s] = true;
                 self.last_use[s] = self.now;
                 self.enter(s);
                 for i in inputs(s).chain([s]) {
@@ -740,11 +751,10 @@ impl Sim<'_> {
             for i in inputs(s) {
                 self.last_use[i] = self.now;
                 self.enter(i);
-                let u = uses.get_mut(&i).unwrap();
-                *u -= 1;
+                self.uses[i] -= 1;
                 // What it found resident stays until the operation is done (the replay of an
                 // eviction can only drop it before or after the operation).
-                if *u == 0 && self.made.contains(&i) && !wanted.contains(&i) {
+                if self.uses[i] == 0 && self.is_made[i] && !wanted.contains(&i) {
                     self.pinned[i] = false;
                     if self.early.contains(&(i, op)) && self.state[i] == State::Resident {
                         self.mem -= t.storages[i].size;
@@ -755,6 +765,9 @@ impl Sim<'_> {
         }
         for &s in &wanted {
             self.available(s, op);
+        }
+        for i in counted {
+            self.uses[i] = 0;
         }
     }
 }
@@ -856,6 +869,8 @@ fn replay(
         pinned: vec![false; n],
         pins: Vec::new(),
         made: Vec::new(),
+        is_made: vec![false; n],
+        uses: vec![0; n],
         last_use: vec![0.0; n],
         early,
         passive,
@@ -965,6 +980,10 @@ fn replay(
                     sim.pinned[s] = false;
                 }
                 sim.pins.clear();
+                for k in 0..sim.made.len() {
+                    let s = sim.made[k];
+                    sim.is_made[s] = false;
+                }
                 sim.made.clear();
                 sim.prev_op = Some(i);
                 if !sim.after[i].is_empty() {
