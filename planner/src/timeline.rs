@@ -187,6 +187,12 @@ struct Sim<'a> {
     pins: Vec<usize>,
     /// Storages recomputed for the running operation.
     made: Vec<usize>,
+    /// `is_made[s]`: `s` is in `made` (an operation re-running a producer with thousands of
+    /// inputs asks for each of them).
+    is_made: Vec<bool>,
+    /// Per storage: the steps of the running operation's recomputation still to read it (zero
+    /// outside [`Sim::gather`]).
+    uses: Vec<u32>,
     /// When each storage was last read or written.
     last_use: Vec<f64>,
     /// The plan's drops as (storage, after): a storage recomputed only as a source of another
@@ -220,6 +226,19 @@ struct Sim<'a> {
 }
 
 impl Sim<'_> {
+    /// Sets the state of `s` (the walk learns that it may have changed).
+    fn set(&mut self, s: usize, st: State) {
+        self.state[s] = st;
+        self.touch(s);
+    }
+
+    /// Storage `s` may have changed state: costs kept across evictions may be out of date.
+    fn touch(&mut self, s: usize) {
+        if let Some((_, walk)) = &mut self.index {
+            walk.touch(s);
+        }
+    }
+
     /// Releases the memory of swap-outs that have ended by `at`.
     fn release(&mut self, at: f64) {
         while let Some(&Reverse((bits, s, c))) = self.leaving.peek() {
@@ -229,7 +248,7 @@ impl Sim<'_> {
             }
             self.leaving.pop();
             if c == self.cancels[s] && self.state[s] == State::Leaving(end) {
-                self.state[s] = State::Out;
+                self.set(s, State::Out);
                 self.mem -= self.t.storages[s].size;
             }
         }
@@ -237,7 +256,7 @@ impl Sim<'_> {
 
     /// A swap-out of `s` ending at `end` begins.
     fn leave(&mut self, s: usize, end: f64) {
-        self.state[s] = State::Leaving(end);
+        self.set(s, State::Leaving(end));
         self.leaving
             .push(Reverse((end.to_bits(), s, self.cancels[s])));
     }
@@ -264,7 +283,7 @@ impl Sim<'_> {
             }
             _ => {}
         }
-        self.state[s] = State::Freed;
+        self.set(s, State::Freed);
     }
 
     /// The program (or an ended extension) frees `s` before operation `next`; in passive
@@ -286,7 +305,7 @@ impl Sim<'_> {
         let mut moves = vec![Decision::Extend { until }];
         if self.state[s] == State::Resident && st.producer.is_some() {
             self.mem -= st.size;
-            self.state[s] = State::Dropped;
+            self.set(s, State::Dropped);
             let after = self.prev_op.unwrap();
             moves.push(Decision::Recompute { after, back: until });
         }
@@ -431,7 +450,7 @@ impl Sim<'_> {
     /// Storage `s` is resident (again) or used: the index of candidates learns of it.
     fn enter(&mut self, s: usize) {
         if let Some((ix, _)) = &mut self.index {
-            ix.enter(s, self.last_use[s]);
+            ix.enter(s);
         }
     }
 
@@ -455,7 +474,7 @@ impl Sim<'_> {
         }
         // A swap-out could not start before the recomputation that made it ended.
         let swap = p.evict == Evict::Lru;
-        if self.pinned[s] || swap && self.made.contains(&s) {
+        if self.pinned[s] || swap && self.is_made[s] {
             return (Verdict::Skip, 0);
         }
         let Some(back) = (p.evictable)(s, op) else {
@@ -490,8 +509,11 @@ impl Sim<'_> {
     /// storage), through the index where there is one, else by scanning every storage.
     fn choose(&mut self, p: &Passive, op: usize, at: f64) -> Option<(usize, usize)> {
         if let Some((mut ix, mut walk)) = self.index.take() {
-            walk.clear();
-            let best = ix.best(op, at, p.evict == Evict::Lru, &mut |s, bits, best| {
+            walk.sync(&self.consumers, &|i| {
+                self.state[i] == State::Dropped && !self.dead[i]
+            });
+            let lru = p.evict == Evict::Lru;
+            let best = ix.best(op, at, lru, &self.last_use, &mut |s, bits, best| {
                 self.judge(p, s, op, at, bits, Some((&mut walk, best))).0
             });
             self.index = Some((ix, walk));
@@ -520,7 +542,7 @@ impl Sim<'_> {
         };
         // Recomputed for this operation: it goes once the recomputation is done with it,
         // which a replay does after `op` (see `early`); else before `op`.
-        let after = if self.made.contains(&s) { op } else { prev };
+        let after = if self.is_made[s] { op } else { prev };
         let size = self.t.storages[s].size;
         if p.evict == Evict::Lru && back != usize::MAX {
             let start = at.max(self.d2h_free);
@@ -538,8 +560,9 @@ impl Sim<'_> {
             ));
         } else {
             self.mem -= size;
-            self.state[s] = State::Dropped;
+            self.set(s, State::Dropped);
             self.dead[s] = back == usize::MAX;
+            self.touch(s);
             self.evicted.push((s, Decision::Recompute { after, back }));
         }
         true
@@ -551,7 +574,7 @@ impl Sim<'_> {
         let end = start + size as f64 / self.link.h2d;
         self.h2d_free = end;
         self.out.swapped_in += size;
-        self.state[s] = State::Arriving(end);
+        self.set(s, State::Arriving(end));
         end
     }
 
@@ -566,7 +589,7 @@ impl Sim<'_> {
             self.out.stall_s += end - self.now;
             self.now = end;
         }
-        self.state[s] = State::Resident;
+        self.set(s, State::Resident);
     }
 
     /// Makes `s`, which is not dropped, available to operation `op` at `self.now`.
@@ -642,19 +665,23 @@ impl Sim<'_> {
             let p = t.storages[s].producer.unwrap();
             t.ops[p].inputs.iter().copied().filter(move |&i| i != s)
         };
-        let mut uses: Map<usize, u32> = Map::default();
+        // The storages whose `uses` this operation counts (set back to zero at the end).
+        let mut counted: Vec<usize> = Vec::new();
         let mut order = VecDeque::new();
         // Puts the recomputation of `of` (dropped sources first) at the front of `order`.
         let lay_out = |sim: &mut Self,
                        order: &mut VecDeque<usize>,
-                       uses: &mut Map<usize, u32>,
+                       counted: &mut Vec<usize>,
                        of: &[usize]| {
             let steps = sim.chain(of);
             let laid = steps.len();
             for &s in &steps {
                 sim.pin(s);
                 for i in inputs(s) {
-                    *uses.entry(i).or_default() += 1;
+                    if sim.uses[i] == 0 {
+                        counted.push(i);
+                    }
+                    sim.uses[i] += 1;
                 }
             }
             for s in steps.into_iter().rev() {
@@ -662,7 +689,7 @@ impl Sim<'_> {
             }
             laid
         };
-        lay_out(self, &mut order, &mut uses, &wanted);
+        lay_out(self, &mut order, &mut counted, &wanted);
         while let Some(s) = order.pop_front() {
             let p = t.storages[s].producer.unwrap();
             if self.state[s] == State::Dropped {
@@ -679,7 +706,7 @@ impl Sim<'_> {
                     .collect();
                 if !gone.is_empty() {
                     order.push_front(s);
-                    if lay_out(self, &mut order, &mut uses, &gone) > 0 {
+                    if lay_out(self, &mut order, &mut counted, &gone) > 0 {
                         continue;
                     }
                     order.pop_front();
@@ -690,7 +717,7 @@ impl Sim<'_> {
                 // An in-place version is recomputed in its old version's (recomputed) memory.
                 match t.ops[p].inplace.iter().find(|v| v.1 == s) {
                     Some(&(old, _)) if self.state[old] == State::Resident => {
-                        self.state[old] = State::Dropped
+                        self.set(old, State::Dropped)
                     }
                     _ => self.now = self.take(t.storages[s].size, self.now, op),
                 }
@@ -704,9 +731,11 @@ impl Sim<'_> {
                 self.out.stall_s += secs;
                 self.out.recomputed_ops += 1;
                 self.now += secs;
-                self.state[s] = State::Resident;
+                self.set(s, State::Resident);
                 self.dead[s] = false;
+                self.touch(s);
                 self.made.push(s);
+                self.is_made[s] = true;
                 self.last_use[s] = self.now;
                 self.enter(s);
                 for i in inputs(s).chain([s]) {
@@ -722,21 +751,23 @@ impl Sim<'_> {
             for i in inputs(s) {
                 self.last_use[i] = self.now;
                 self.enter(i);
-                let u = uses.get_mut(&i).unwrap();
-                *u -= 1;
+                self.uses[i] -= 1;
                 // What it found resident stays until the operation is done (the replay of an
                 // eviction can only drop it before or after the operation).
-                if *u == 0 && self.made.contains(&i) && !wanted.contains(&i) {
+                if self.uses[i] == 0 && self.is_made[i] && !wanted.contains(&i) {
                     self.pinned[i] = false;
                     if self.early.contains(&(i, op)) && self.state[i] == State::Resident {
                         self.mem -= t.storages[i].size;
-                        self.state[i] = State::Dropped;
+                        self.set(i, State::Dropped);
                     }
                 }
             }
         }
         for &s in &wanted {
             self.available(s, op);
+        }
+        for i in counted {
+            self.uses[i] = 0;
         }
     }
 }
@@ -838,6 +869,8 @@ fn replay(
         pinned: vec![false; n],
         pins: Vec::new(),
         made: Vec::new(),
+        is_made: vec![false; n],
+        uses: vec![0; n],
         last_use: vec![0.0; n],
         early,
         passive,
@@ -869,7 +902,7 @@ fn replay(
                 .collect();
             sim.index = Some((
                 Candidates::new(&sizes, &own, gone_from.to_vec()),
-                Walk::new(n, t.ops.len()),
+                Walk::new(t),
             ));
             for s in 0..n {
                 if sim.state[s] == State::Resident {
@@ -911,7 +944,7 @@ fn replay(
                             // the copy's end, before this operation allocates, would count
                             // memory the device does not have yet.
                             State::Leaving(_) => {
-                                sim.state[s] = State::Resident;
+                                sim.set(s, State::Resident);
                                 sim.enter(s);
                             }
                             State::Out => {
@@ -925,13 +958,13 @@ fn replay(
                 let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
                 sim.now = sim.take(bytes, sim.now, i);
                 for &s in &op.outputs {
-                    sim.state[s] = State::Resident;
+                    sim.set(s, State::Resident);
                 }
                 // In-place writes: the new version takes over the old one's memory; the old
                 // version is gone and can only come back by recomputation.
                 for &(old, new) in &op.inplace {
-                    sim.state[new] = State::Resident;
-                    sim.state[old] = State::Dropped;
+                    sim.set(new, State::Resident);
+                    sim.set(old, State::Dropped);
                 }
                 sim.now += op.time_s;
                 for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
@@ -947,6 +980,10 @@ fn replay(
                     sim.pinned[s] = false;
                 }
                 sim.pins.clear();
+                for k in 0..sim.made.len() {
+                    let s = sim.made[k];
+                    sim.is_made[s] = false;
+                }
                 sim.made.clear();
                 sim.prev_op = Some(i);
                 if !sim.after[i].is_empty() {
@@ -963,8 +1000,9 @@ fn replay(
                             sim.leave(s, end);
                         } else {
                             sim.mem -= size;
-                            sim.state[s] = State::Dropped;
+                            sim.set(s, State::Dropped);
                             sim.dead[s] = sim.dead_planned.contains(&(s, i));
+                            sim.touch(s);
                         }
                     }
                 }

@@ -2,7 +2,6 @@
 //! horizons) and how a recomputation keeps its sources.
 
 use crate::model::{Step, Trace};
-use crate::timeline::hash::Set;
 use crate::timeline::{Decision, Plan};
 
 /// Facts about the trace the policies share: baseline times, accesses, lifetimes.
@@ -114,7 +113,10 @@ impl Analysis {
     /// The sources of `s`'s producer that a recomputation before `back` would find freed, kept
     /// alive until then instead: dropped too (to be recomputed in turn, from their own sources,
     /// a few levels deep) where that keeps fewer bytes, else resident. `None` when some source
-    /// can be neither found nor kept (overwritten, or dropped for good before `back`).
+    /// can be neither found nor kept (overwritten, or dropped for good before `back`), or when
+    /// the sources kept come to `limit` bytes or more (the caller has no use for it then: the
+    /// kept bytes only grow from one source to the next, so the rest is not worked out).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn to_extend(
         &self,
         t: &Trace,
@@ -122,14 +124,23 @@ impl Analysis {
         back: usize,
         planned: &[Vec<(usize, usize)>],
         dead_after: &[usize],
+        members: &mut Members,
+        limit: u64,
     ) -> Option<Extension> {
         let p = t.storages[s].producer?;
         let mut ext = Extension::default();
-        // Everything in `ext`, for the membership test (an operation may have thousands of
-        // sources).
-        let mut members = Set::default();
+        members.clear();
+        let mut kept = 0u64;
         for &i in &t.ops[p].inputs {
-            if i == s || !self.resolve(t, i, back, planned, dead_after, 0, &mut ext, &mut members) {
+            let from = ext.kept.len();
+            if i == s || !self.resolve(t, i, back, planned, dead_after, 0, &mut ext, members) {
+                return None;
+            }
+            kept += ext.kept[from..]
+                .iter()
+                .map(|&k| t.storages[k].size)
+                .sum::<u64>();
+            if kept >= limit {
                 return None;
             }
         }
@@ -147,12 +158,12 @@ impl Analysis {
         dead_after: &[usize],
         depth: usize,
         ext: &mut Extension,
-        members: &mut Set<usize>,
+        members: &mut Members,
     ) -> bool {
         if self.overwritten[i] {
             return dead_after[i] >= back && self.sources_at(t, i, back, 1);
         }
-        if members.contains(&i) {
+        if members.has(i) {
             return true;
         }
         // Dropped for good after its last use, before `back`: only a recomputation brings it
@@ -174,12 +185,22 @@ impl Analysis {
             } else {
                 ext.dropped.push((i, last));
             }
-            members.insert(i);
+            members.set(i);
+            // Kept bytes only grow from one source to the next: once they reach `i`'s own the
+            // trial has failed.
+            let size = t.storages[i].size;
+            let mut added = 0u64;
             let ok = t.ops[pi].inputs.iter().all(|&j| {
-                j != i && self.resolve(t, j, back, planned, dead_after, depth + 1, ext, members)
+                let from = ext.kept.len();
+                let found = j != i
+                    && self.resolve(t, j, back, planned, dead_after, depth + 1, ext, members);
+                added += ext.kept[from..]
+                    .iter()
+                    .map(|&k| t.storages[k].size)
+                    .sum::<u64>();
+                found && added < size
             });
-            let added: u64 = ext.kept[mark.0..].iter().map(|&k| t.storages[k].size).sum();
-            if ok && added < t.storages[i].size {
+            if ok {
                 return true;
             }
             let undone = ext.kept[mark.0..]
@@ -187,7 +208,7 @@ impl Analysis {
                 .chain(ext.dropped[mark.1..].iter().map(|d| &d.0))
                 .chain(&ext.revived[mark.2..]);
             for k in undone {
-                members.remove(k);
+                members.unset(*k);
             }
             ext.kept.truncate(mark.0);
             ext.dropped.truncate(mark.1);
@@ -197,7 +218,7 @@ impl Analysis {
             return false;
         }
         ext.kept.push(i);
-        members.insert(i);
+        members.set(i);
         true
     }
 
@@ -250,6 +271,43 @@ pub(super) struct Extension {
     pub(super) kept: Vec<usize>,
     pub(super) dropped: Vec<(usize, usize)>,
     pub(super) revived: Vec<usize>,
+}
+
+/// Everything in an [`Extension`] being made, for the membership test (an operation may have
+/// thousands of sources): a stamped mark per storage, made once per selection round and cleared
+/// in constant time per extension.
+pub(super) struct Members {
+    mark: Vec<u32>,
+    stamp: u32,
+}
+
+impl Members {
+    pub(super) fn new(n: usize) -> Members {
+        Members {
+            mark: vec![0; n],
+            stamp: 1,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.mark.iter_mut().for_each(|m| *m = 0);
+            self.stamp = 1;
+        }
+    }
+
+    fn has(&self, i: usize) -> bool {
+        self.mark[i] == self.stamp
+    }
+
+    fn set(&mut self, i: usize) {
+        self.mark[i] = self.stamp;
+    }
+
+    fn unset(&mut self, i: usize) {
+        self.mark[i] = 0;
+    }
 }
 
 #[cfg(test)]

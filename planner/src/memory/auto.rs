@@ -1,13 +1,16 @@
 //! `auto`: the portfolio. Every other policy's search, and a few variants of Capuchin's
 //! selection, each replayed; the best replay wins. It is an anytime search: the steps run
 //! cheapest and likeliest first, the caller's [`Deadline`] is asked between (and inside) them,
-//! and when time is up the best plan so far is returned. It also stops once a plan reaches the
-//! lower bound ([`super::bound`]), as nothing can beat it.
+//! and when time is up the best plan so far is returned. It also stops once a plan takes no
+//! more than the compute time, as nothing can beat it. (The lower bound, [`super::bound`], is
+//! tighter, but costs as much as a few replays, up to a second and a half on a
+//! 10,000-operation trace, and a plan meeting it above the compute time, to the bit, is not
+//! to be expected of a relaxation found by bisection: the caller computes it for the gap.)
 
 use super::analysis::Analysis;
 use super::capuchin::{
     Rank, Selection, both_selection, capuchin_from, iterative, iterative_from, peak_seed,
-    recompute_from, refine_swaps, swap_only_from,
+    recompute_after, recompute_first, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
 use super::passive::{online_from, online_until};
@@ -19,7 +22,7 @@ use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
 /// policy gave on the way.
 struct Anytime<'a> {
     best: (Plan, Outcome),
-    /// The lower bound on the makespan: a feasible plan that reaches it is optimal.
+    /// The compute time: a feasible plan that takes no more is optimal.
     bound: f64,
     more: Deadline<'a>,
     /// Run every step, even past an optimal plan (to give every policy's result).
@@ -62,15 +65,21 @@ pub(super) fn portfolio(
     let empty = simulate(t, budget, link, &Vec::new());
     let mut s = Anytime {
         best: (Vec::new(), empty),
-        // Known after the first step (it costs about a replay).
-        bound: 0.0,
+        bound: t.compute_time(),
         more,
         all,
         named: Vec::new(),
     };
-    // Cheapest and likeliest first. DTR's runtime: one passive run, feasible wherever anything
-    // recomputable fits; Capuchin's selection restricted to swapping: cheap, and best wherever
-    // the copy engines can hide the traffic.
+    // Cheapest and likeliest first. The recomputation selection's first run: a few replays,
+    // and where recomputing is cheap (a recurrent network) already the best plan. DTR's
+    // runtime: one passive run, feasible wherever anything recomputable fits, cheap on most
+    // traces (a recurrent network's takes longest: thousands of evictions). Capuchin's
+    // selection restricted to swapping: cheap, and best wherever the copy engines can hide the
+    // traffic.
+    let rec_first = s.go_on().then(|| recompute_first(t, a, budget, link, more));
+    if let Some(r) = &rec_first {
+        s.offer(r.clone());
+    }
     let Some(dtr) = s
         .go_on()
         .then(|| online_until(t, a, budget, link, Evict::Dtr, more))
@@ -78,11 +87,6 @@ pub(super) fn portfolio(
         return (s.best, s.named);
     };
     s.policy("dtr", dtr.clone());
-    if s.go_on()
-        && let Some(b) = super::bound::lower_bound_until(t, a, budget, link, more)
-    {
-        s.bound = b.makespan;
-    }
     // Its selection is also a variant's below: made once.
     let swap_sel = s
         .go_on()
@@ -92,6 +96,15 @@ pub(super) fn portfolio(
         .map(|sel| swap_only_from(t, a, budget, link, sel, more));
     if let Some(w) = &swp {
         s.policy("swap", w.clone());
+    }
+    // Recomputation only: the rest of its selection, with DTR's passive modes behind.
+    let rec = s.go_on().then(|| {
+        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
+        s.offer(up.clone());
+        recompute_after(t, a, budget, link, more, [dtr.clone(), up], rec_first)
+    });
+    if let Some(r) = &rec {
+        s.policy("recompute", r.clone());
     }
     // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
     let lru = s
@@ -113,15 +126,6 @@ pub(super) fn portfolio(
             more,
         );
         s.policy("capuchin", cap);
-    }
-    // Recomputation only, and the hybrid search from the one-mechanism plans.
-    let rec = s.go_on().then(|| {
-        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
-        s.offer(up.clone());
-        recompute_from(t, a, budget, link, more, [dtr.clone(), up])
-    });
-    if let Some(r) = &rec {
-        s.policy("recompute", r.clone());
     }
     // Behind any plan, the runtime's passive mechanism swaps the least recently used tensors
     // out (the shim's allocator): a one-mechanism plan that does not fit alone may, with that

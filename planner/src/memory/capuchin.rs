@@ -3,10 +3,11 @@
 //! MSPS, swap or recompute whichever costs less), in-triggers are placed and moved earlier by
 //! the feedback of the replay's stalls.
 
-use super::analysis::{Analysis, Extension};
+use super::analysis::{Analysis, Extension, Members};
 use super::passive::online;
 use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
+use crate::timeline::hash::Map;
 use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
 
 /// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
@@ -69,33 +70,28 @@ pub(super) fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_are
     };
     let planned = vec![Vec::new(); t.storages.len()];
     let recomputed = vec![false; t.storages.len()];
+    let mut round = Round::new(t, &planned, &recomputed);
     // Small tensors are not worth a transfer slot of their own (AutoSwap's 1 MB floor).
-    let mut cands: Vec<Candidate> = candidates(
-        t,
-        a,
-        link,
-        Selection::of(Mechanism::Swap),
-        p,
-        &planned,
-        &recomputed,
-    )
-    .into_iter()
-    .filter(|c| t.storages[c.2].size >= 1 << 20)
-    .map(|mut c| {
-        // Rank every candidate by FreeTime alone (largest first).
-        if let Decision::Swap { after, back, .. } = c.3 {
-            let size = t.storages[c.2].size as f64;
-            c.0 = 0;
-            let free_time = a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
-            c.1 = if by_area {
-                -(free_time.max(0.0) + size / link.h2d) * size
-            } else {
-                -free_time
-            };
-        }
-        c
-    })
-    .collect();
+    let mut cands: Vec<Candidate> =
+        candidates(t, a, link, Selection::of(Mechanism::Swap), p, &mut round)
+            .into_iter()
+            .filter(|c| t.storages[c.2].size >= 1 << 20)
+            .map(|mut c| {
+                // Rank every candidate by FreeTime alone (largest first).
+                if let Decision::Swap { after, back, .. } = c.3 {
+                    let size = t.storages[c.2].size as f64;
+                    c.0 = 0;
+                    let free_time =
+                        a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+                    c.1 = if by_area {
+                        -(free_time.max(0.0) + size / link.h2d) * size
+                    } else {
+                        -free_time
+                    };
+                }
+                c
+            })
+            .collect();
     cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
     let mut plan = Vec::new();
     let mut got = 0;
@@ -123,8 +119,25 @@ pub(super) fn iterative_from(
     seed: Plan,
     more: Deadline,
 ) -> (Plan, Outcome) {
+    let first = select(t, a, budget, link, sel, seed.clone(), &[], more);
+    iterative_after(t, a, budget, link, sel, seed, first, more)
+}
+
+/// [`iterative_from`] after its first run of the selection loop (`first`): the reruns with
+/// stuck recomputations ruled out.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn iterative_after(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    sel: Selection,
+    seed: Plan,
+    first: (Plan, Outcome),
+    more: Deadline,
+) -> (Plan, Outcome) {
     let mut banned: Vec<(usize, usize)> = Vec::new();
-    let mut best = select(t, a, budget, link, sel, seed.clone(), &banned, more);
+    let mut best = first;
     let mut last = best.clone();
     for _ in 0..6 {
         if best.1.feasible || !more() {
@@ -189,8 +202,9 @@ fn select(
         }
         // The worst excess first; where nothing can move there, the next one.
         let mut found: Option<(u64, Vec<Candidate>)> = None;
+        let mut round = Round::new(t, &planned, &recomputed);
         for &(p, over) in out.overs.iter().take(64) {
-            let mut c = candidates(t, a, link, sel, p, &planned, &recomputed);
+            let mut c = candidates(t, a, link, sel, p, &mut round);
             c.retain(|c| {
                 t.storages[c.2].size >= sel.min_size
                     && !matches!(c.3, Decision::Recompute { back, .. } if banned.contains(&(c.2, back)))
@@ -448,6 +462,76 @@ fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
     cand
 }
 
+/// What the candidates at every operation tried in one selection round share (the plan does
+/// not change within a round): the plan's facts, and the extensions already worked out, by
+/// (storage, back-access) (trying the next excess, most storages have the same back-access,
+/// and an extension can take thousands of steps to work out).
+struct Round<'p> {
+    planned: &'p [Vec<(usize, usize)>],
+    recomputed: &'p [bool],
+    /// Dropped for good after an operation (dead until freed), and needed as a source by a
+    /// planned recomputation before an operation: the drop must come after the last such need.
+    dead_after: Vec<usize>,
+    source_until: Vec<usize>,
+    extensions: Map<(usize, usize), Option<Extension>>,
+    members: Members,
+}
+
+impl<'p> Round<'p> {
+    fn new(t: &Trace, planned: &'p [Vec<(usize, usize)>], recomputed: &'p [bool]) -> Round<'p> {
+        let dead_after: Vec<usize> = planned
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .filter(|&&(_, y)| y == usize::MAX)
+                    .map(|&(x, _)| x)
+                    .min()
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        let mut source_until = vec![0; t.storages.len()];
+        for (x, &r) in recomputed.iter().enumerate() {
+            if r && let Some(pr) = t.storages[x].producer {
+                let until = planned[x]
+                    .iter()
+                    .map(|&(_, y)| y)
+                    .filter(|&y| y != usize::MAX)
+                    .max()
+                    .unwrap_or(0);
+                for &i in &t.ops[pr].inputs {
+                    source_until[i] = source_until[i].max(until);
+                }
+            }
+        }
+        Round {
+            planned,
+            recomputed,
+            dead_after,
+            source_until,
+            extensions: Map::default(),
+            members: Members::new(t.storages.len()),
+        }
+    }
+
+    /// The sources a recomputation of `s` before `back` keeps (see [`Analysis::to_extend`]),
+    /// where that keeps fewer bytes than `s` itself.
+    fn extension(&mut self, t: &Trace, a: &Analysis, s: usize, back: usize) -> Option<Extension> {
+        let Round {
+            planned,
+            dead_after,
+            extensions,
+            members,
+            ..
+        } = self;
+        extensions
+            .entry((s, back))
+            .or_insert_with(|| {
+                a.to_extend(t, s, back, planned, dead_after, members, t.storages[s].size)
+            })
+            .clone()
+    }
+}
+
 /// Tensors (of at least `sel.min_size`) that could leave around operation `p`, each with its
 /// mechanism and rank: (tier, key, storage, decision); tier 0 are swaps with no overhead (key:
 /// -FreeTime), tier 1 the rest (key: -memory saving per second).
@@ -457,36 +541,10 @@ fn candidates(
     link: Link,
     sel: Selection,
     p: usize,
-    planned: &[Vec<(usize, usize)>],
-    recomputed: &[bool],
+    round: &mut Round,
 ) -> Vec<Candidate> {
     let mut cands: Vec<Candidate> = Vec::new();
-    // Dropped for good after an operation (dead until freed), and needed as a source by a
-    // planned recomputation before an operation: the drop must come after the last such need.
-    let dead_after: Vec<usize> = planned
-        .iter()
-        .map(|v| {
-            v.iter()
-                .filter(|&&(_, y)| y == usize::MAX)
-                .map(|&(x, _)| x)
-                .min()
-                .unwrap_or(usize::MAX)
-        })
-        .collect();
-    let mut source_until = vec![0; t.storages.len()];
-    for (x, &r) in recomputed.iter().enumerate() {
-        if r && let Some(pr) = t.storages[x].producer {
-            let until = planned[x]
-                .iter()
-                .map(|&(_, y)| y)
-                .filter(|&y| y != usize::MAX)
-                .max()
-                .unwrap_or(0);
-            for &i in &t.ops[pr].inputs {
-                source_until[i] = source_until[i].max(until);
-            }
-        }
-    }
+    let (planned, recomputed) = (round.planned, round.recomputed);
     for (s, st) in t.storages.iter().enumerate() {
         let acc = &a.accesses[s];
         if a.freed_before[s] <= p || (!st.constant && a.born[s] >= p) || st.size < sel.min_size {
@@ -503,8 +561,8 @@ fn candidates(
                 && !st.constant
                 && acc[next - 1] < p
                 && st.size > 0
-                && dead_after[s] == usize::MAX
-                && acc[next - 1] >= source_until[s]
+                && round.dead_after[s] == usize::MAX
+                && acc[next - 1] >= round.source_until[s]
             {
                 let (tier, key) = match (may_source, st.producer) {
                     (false, _) => (0, f64::MIN),
@@ -554,8 +612,7 @@ fn candidates(
         {
             None
         } else {
-            a.to_extend(t, s, back, planned, &dead_after)
-                .filter(|e| e.kept.iter().map(|&i| t.storages[i].size).sum::<u64>() < st.size)
+            round.extension(t, a, s, back)
         };
         let rec = ext.is_some();
         let kept = ext
@@ -662,38 +719,52 @@ fn adjust_triggers(
 fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Option<Plan> {
     let mut moved = plan.clone();
     let mut any = false;
+    // The plan's swaps by (storage, back-access), in plan order: a stall finds its own swap
+    // without a scan of the plan (thousands of stalls, thousands of moves).
+    let mut swaps: Map<(usize, usize), Vec<usize>> = Map::default();
+    for (k, (s, d)) in plan.iter().enumerate() {
+        if let Decision::Swap { back, .. } = *d {
+            swaps.entry((*s, back)).or_default().push(k);
+        }
+    }
+    let mut move_one = |k: usize, secs: f64, moved: &mut Plan| {
+        if let Decision::Swap {
+            after,
+            trigger,
+            back,
+        } = &mut moved[k].1
+        {
+            let earlier = a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
+            if earlier < *trigger {
+                *trigger = earlier;
+                any = true;
+            }
+        }
+    };
     for st in &out.stalls {
         let Stall::SwapIn { op, storage, secs } = *st else {
             continue;
         };
         // The stalled swap-in's window: from its trigger to the operation that waited.
-        let Some(first) = plan.iter().find_map(|(s, d)| match *d {
-            Decision::Swap { trigger, back, .. } if *s == storage && back == op => Some(trigger),
-            _ => None,
-        }) else {
+        let Some(own) = swaps.get(&(storage, op)) else {
             continue;
         };
-        for (s, d) in moved.iter_mut() {
-            if let Decision::Swap {
-                after,
-                trigger,
-                back,
-            } = d
+        let Decision::Swap { trigger: first, .. } = plan[own[0]].1 else {
+            unreachable!("indexed as a swap")
+        };
+        if !group {
+            for &k in own {
+                move_one(k, secs, &mut moved);
+            }
+            continue;
+        }
+        for k in 0..moved.len() {
+            // Queued in the same window (its original trigger, before any move).
+            if let Decision::Swap { trigger, back, .. } = moved[k].1
+                && back >= first
+                && trigger <= op
             {
-                let hit = if group {
-                    // Queued in the same window (its original trigger, before any move).
-                    *back >= first && *trigger <= op
-                } else {
-                    *s == storage && *back == op
-                };
-                if hit {
-                    let earlier =
-                        a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
-                    if earlier < *trigger {
-                        *trigger = earlier;
-                        any = true;
-                    }
-                }
+                move_one(k, secs, &mut moved);
             }
         }
     }
@@ -852,6 +923,32 @@ pub(super) fn recompute_from(
     more: Deadline,
     passive: [(Plan, Outcome); 2],
 ) -> (Plan, Outcome) {
+    recompute_after(t, a, budget, link, more, passive, None)
+}
+
+/// The first run of the recomputation selection's loop (MSPS ranking), alone: cheap, and on
+/// some traces already the best plan there is (`auto` takes it first).
+pub(super) fn recompute_first(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+) -> (Plan, Outcome) {
+    let sel = Selection::of(Mechanism::Recompute);
+    select(t, a, budget, link, sel, Vec::new(), &[], more)
+}
+
+/// [`recompute_from`], given (where `auto` made it already) [`recompute_first`]'s result.
+pub(super) fn recompute_after(
+    t: &Trace,
+    a: &Analysis,
+    budget: u64,
+    link: Link,
+    more: Deadline,
+    passive: [(Plan, Outcome); 2],
+    mut first: Option<(Plan, Outcome)>,
+) -> (Plan, Outcome) {
     let mut variants: Vec<_> = passive.to_vec();
     for rank in [Rank::Msps, Rank::Area] {
         if !more() {
@@ -861,7 +958,12 @@ pub(super) fn recompute_from(
             rank,
             ..Selection::of(Mechanism::Recompute)
         };
-        let got = iterative_from(t, a, budget, link, sel, Vec::new(), more);
+        let got = match first.take() {
+            Some(f) if rank == Rank::Msps => {
+                iterative_after(t, a, budget, link, sel, Vec::new(), f, more)
+            }
+            _ => iterative_from(t, a, budget, link, sel, Vec::new(), more),
+        };
         variants.extend(with_passive(t, a, budget, link, sel.mech, got, more));
     }
     best(variants)

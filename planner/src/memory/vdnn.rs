@@ -15,7 +15,22 @@ pub(super) fn vdnn(
     conv_only: bool,
 ) -> (Plan, Outcome) {
     // DTR's logs say "conv..."; a shim trace names the cuDNN call, "cudnnConvolution...".
-    let is_conv = |i: usize| t.ops[i].name.to_ascii_lowercase().contains("conv");
+    let conv: Vec<bool> = t
+        .ops
+        .iter()
+        .map(|o| o.name.to_ascii_lowercase().contains("conv"))
+        .collect();
+    let is_conv = |i: usize| conv[i];
+    // Per operation: the last convolution at or before it (a trace without any would otherwise
+    // have every storage scan its whole gap).
+    let mut last_conv = vec![None; t.ops.len()];
+    let mut seen = None;
+    for (i, &c) in conv.iter().enumerate() {
+        if c {
+            seen = Some(i);
+        }
+        last_conv[i] = seen;
+    }
     let mut plan = Vec::new();
     for (s, st) in t.storages.iter().enumerate() {
         if st.constant || st.size < 1 << 20 {
@@ -38,9 +53,9 @@ pub(super) fn vdnn(
         if first_bwd <= last_fwd + 1 {
             continue;
         }
-        let trigger = (last_fwd + 1..first_bwd)
-            .rev()
-            .find(|&j| is_conv(j))
+        // The last convolution in last_fwd + 1 .. first_bwd.
+        let trigger = last_conv[first_bwd - 1]
+            .filter(|&j| j > last_fwd)
             .unwrap_or(first_bwd - 1)
             .max(last_fwd + 1);
         plan.push((

@@ -10,7 +10,9 @@
 //! of two apart) and ordered by last use within a class, which time does not reorder. Entries
 //! are checked when met (lazily): one whose storage has been used since, or is no longer
 //! resident, is dropped from the index; the simulator re-enters a storage whenever it becomes
-//! resident or is used.
+//! resident or is used. Only its last entry before a choice can be current: entries wait in a
+//! list until the next choice, each storage once (a recomputation from an operation with
+//! thousands of inputs uses them all, and may run many times between two evictions).
 
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -50,6 +52,9 @@ pub(super) struct Candidates {
     doomed: BTreeSet<usize>,
     /// In `pending` or `doomed`.
     queued: Vec<bool>,
+    /// Storages entered since the last choice, and the mark that lists each once.
+    waiting: Vec<usize>,
+    is_waiting: Vec<bool>,
 }
 
 /// What the simulator tells the index about one candidate, when met.
@@ -72,11 +77,29 @@ impl Candidates {
             gone_from,
             pending: BinaryHeap::new(),
             doomed: BTreeSet::new(),
+            waiting: Vec::new(),
+            is_waiting: vec![false; sizes.len()],
+        }
+    }
+
+    /// Storage `s` is resident or used: entered, with its last use then, at the next choice.
+    pub(super) fn enter(&mut self, s: usize) {
+        if !self.is_waiting[s] {
+            self.is_waiting[s] = true;
+            self.waiting.push(s);
+        }
+    }
+
+    /// Enters the storages waiting, at their last use.
+    fn flush(&mut self, last_use: &[f64]) {
+        for s in std::mem::take(&mut self.waiting) {
+            self.is_waiting[s] = false;
+            self.insert(s, last_use[s]);
         }
     }
 
     /// Storage `s` is resident, last used at `last_use`.
-    pub(super) fn enter(&mut self, s: usize, last_use: f64) {
+    fn insert(&mut self, s: usize, last_use: f64) {
         // Nothing to gain from evicting an empty storage (the scan skips them too).
         if self.size[s] == 0.0 {
             return;
@@ -100,8 +123,10 @@ impl Candidates {
         op: usize,
         at: f64,
         lru: bool,
+        last_use: &[f64],
         judge: &mut dyn FnMut(usize, u64, f64) -> Verdict,
     ) -> Option<(f64, usize)> {
+        self.flush(last_use);
         // Nothing reads them again: score -inf, the least index first.
         while let Some(&std::cmp::Reverse((from, s))) = self.pending.peek() {
             if from > op {

@@ -8,6 +8,12 @@
 //! operation's dropped inputs and each storage's dropped products are listed once and shared,
 //! `seen` is a stamped mark array, and once 64 storages are seen the walk ends where the scan
 //! would (after the last storage it would have pushed): the same cost, to the bit.
+//!
+//! Across evictions, a cost is a function of the lists its walk read: it is kept until one of
+//! them changes (a storage counted in it is dropped, comes back, is freed or goes for good; the
+//! simulator says which storages it touched, and only those whose droppedness changed count).
+//! Most of the hundreds of candidates an eviction weighs were weighed, unchanged, at the one
+//! before: DTR's choice is the same, only its neighbourhood costs are not walked again.
 
 use crate::model::Trace;
 
@@ -19,13 +25,31 @@ pub(super) struct Walk {
     listed: Vec<u32>,
     list_stamp: u32,
     /// Per operation: its inputs that are dropped (not for good), first occurrences in order,
-    /// listed in this eviction when `ins_at[op] == epoch`.
+    /// valid while `ins_ok[op]`.
     ins: Vec<Vec<usize>>,
-    ins_at: Vec<u32>,
+    ins_ok: Vec<bool>,
     /// Per operation: its dropped products (outputs, new versions), the same way.
     outs: Vec<Vec<usize>>,
-    outs_at: Vec<u32>,
-    epoch: u32,
+    outs_ok: Vec<bool>,
+    /// Per storage: its cost as last walked, and whether that walk ran to its end (else it
+    /// stopped once it lost: a lower bound). Kept across evictions while every list the walk
+    /// read stays as it was: the walk is a function of those lists.
+    cost: Vec<Option<(f64, bool)>>,
+    /// Per storage: bumped whenever its cost is forgotten or walked again, so that older
+    /// entries in the lists' dependants below are recognised as spent.
+    version: Vec<u32>,
+    /// Per operation: the (storage, version) costs that read its `ins` (`outs`) list.
+    ins_readers: Vec<Vec<(usize, u32)>>,
+    outs_readers: Vec<Vec<(usize, u32)>>,
+    /// Per storage: whether the lists count it as dropped, and the storages whose state may
+    /// have changed since the last eviction.
+    in_lists: Vec<bool>,
+    touched: Vec<usize>,
+    /// Per storage: the operations that make it (as an output or a new version).
+    makers: Vec<Vec<usize>>,
+    /// Buffers for a walk: the storages to visit, a step's readers.
+    todo: Vec<usize>,
+    readers: Vec<usize>,
 }
 
 /// The next stamp of a mark array (cleared when the stamps wrap).
@@ -38,27 +62,70 @@ fn next(marks: &mut [u32], stamp: &mut u32) -> u32 {
     *stamp
 }
 
+/// Forgets the costs that read a list (its readers, where still current).
+fn forget(readers: &mut Vec<(usize, u32)>, cost: &mut [Option<(f64, bool)>], version: &mut [u32]) {
+    for (s, v) in readers.drain(..) {
+        if version[s] == v {
+            cost[s] = None;
+            version[s] = v.wrapping_add(1);
+        }
+    }
+}
+
 impl Walk {
-    /// For `n` storages and `ops` operations.
-    pub(super) fn new(n: usize, ops: usize) -> Walk {
+    /// For the storages and operations of `t`.
+    pub(super) fn new(t: &Trace) -> Walk {
+        let (n, ops) = (t.storages.len(), t.ops.len());
+        let mut makers = vec![Vec::new(); n];
+        for (o, op) in t.ops.iter().enumerate() {
+            for &y in op.outputs.iter().chain(op.inplace.iter().map(|v| &v.1)) {
+                makers[y].push(o);
+            }
+        }
         Walk {
             seen: vec![0; n],
             stamp: 0,
             listed: vec![0; n],
             list_stamp: 0,
             ins: vec![Vec::new(); ops],
-            ins_at: vec![0; ops],
+            ins_ok: vec![false; ops],
             outs: vec![Vec::new(); ops],
-            outs_at: vec![0; ops],
-            epoch: 0,
+            outs_ok: vec![false; ops],
+            cost: vec![None; n],
+            version: vec![0; n],
+            ins_readers: vec![Vec::new(); ops],
+            outs_readers: vec![Vec::new(); ops],
+            in_lists: vec![false; n],
+            touched: Vec::new(),
+            makers,
+            todo: Vec::new(),
+            readers: Vec::new(),
         }
     }
 
-    /// A new eviction: states may have changed since the lists were made.
-    pub(super) fn clear(&mut self) {
-        next(&mut self.ins_at, &mut self.epoch);
-        if self.epoch == 1 {
-            self.outs_at.iter_mut().for_each(|m| *m = 0);
+    /// Storage `s` may have changed state (been dropped, come back, freed, gone for good).
+    pub(super) fn touch(&mut self, s: usize) {
+        self.touched.push(s);
+    }
+
+    /// A new eviction: the lists that count a touched storage whose droppedness changed are
+    /// made again when next read, and the costs that read them are forgotten. Lists, costs and
+    /// `dropped` then agree as if every list were made afresh for this eviction.
+    pub(super) fn sync(&mut self, consumers: &[Vec<usize>], dropped: &dyn Fn(usize) -> bool) {
+        for s in std::mem::take(&mut self.touched) {
+            let d = dropped(s);
+            if d == self.in_lists[s] {
+                continue;
+            }
+            self.in_lists[s] = d;
+            for &c in &consumers[s] {
+                self.ins_ok[c] = false;
+                forget(&mut self.ins_readers[c], &mut self.cost, &mut self.version);
+            }
+            for &o in &self.makers[s] {
+                self.outs_ok[o] = false;
+                forget(&mut self.outs_readers[o], &mut self.cost, &mut self.version);
+            }
         }
     }
 
@@ -83,7 +150,9 @@ impl Walk {
     /// The cost of dropping `s` (see the module's comment); `dropped(i)`: `i` is dropped, not
     /// for good; `consumers[x]`: the operations that read `x`. Exact for traces in execution
     /// order (an operation's inputs are made by earlier operations). Once `loses(cost so far)`
-    /// the walk stops with that part (the caller only needs to know it lost).
+    /// the walk stops with that part (the caller only needs to know it lost). A cost kept from
+    /// an earlier eviction is given again where still exact, or where, being a part, it loses
+    /// already.
     pub(super) fn cost(
         &mut self,
         t: &Trace,
@@ -93,102 +162,149 @@ impl Walk {
         downstream: bool,
         loses: &dyn Fn(f64) -> bool,
     ) -> f64 {
+        let part = match self.cost[s] {
+            Some((c, whole)) if whole || loses(c) => return c,
+            part => part.is_some(),
+        };
+        self.version[s] = self.version[s].wrapping_add(1);
+        // Asked again for a part that no longer loses: the whole, so as not to walk it a third
+        // time.
+        let never = |_: f64| false;
+        let loses = if part { &never } else { loses };
+        let (c, whole) = self.walk(t, consumers, dropped, s, downstream, loses);
+        self.cost[s] = Some((c, whole));
+        c
+    }
+
+    /// The walk behind [`Walk::cost`]: the cost, and whether the walk ran to its end. Each
+    /// list it reads learns that `s`'s cost depends on it.
+    fn walk(
+        &mut self,
+        t: &Trace,
+        consumers: &[Vec<usize>],
+        dropped: &dyn Fn(usize) -> bool,
+        s: usize,
+        downstream: bool,
+        loses: &dyn Fn(f64) -> bool,
+    ) -> (f64, bool) {
         let producer_time = |x: usize| {
             t.storages[x]
                 .producer
                 .map_or(f64::INFINITY, |p| t.ops[p].time_s)
         };
+        let reader = (s, self.version[s]);
         let stamp = next(&mut self.seen, &mut self.stamp);
         self.seen[s] = stamp;
         let mut cost = 0.0;
-        let mut todo = vec![s];
+        // Buffers kept between walks (a walk pushes up to 65 storages).
+        let mut todo = std::mem::take(&mut self.todo);
+        let mut readers = std::mem::take(&mut self.readers);
+        todo.clear();
+        todo.push(s);
         let mut seen = 1usize;
-        while let Some(x) = todo.pop() {
-            let Some(p) = t.storages[x].producer else {
-                return f64::INFINITY;
-            };
-            cost += t.ops[p].time_s;
-            if seen > 64 || loses(cost) {
-                break;
-            }
-            if self.ins_at[p] != self.epoch {
-                self.ins_at[p] = self.epoch;
-                self.ins[p] = Self::list(
-                    &mut self.listed,
-                    &mut self.list_stamp,
-                    t.ops[p].inputs.iter().copied(),
-                    dropped,
-                );
-            }
-            // The readers of `x` (an operation reading it twice is listed twice, in a row:
-            // its second listing adds nothing).
-            let readers = if downstream { &consumers[x][..] } else { &[] };
-            let readers = || {
-                readers
-                    .iter()
-                    .enumerate()
-                    .filter(|&(k, o)| k == 0 || readers[k - 1] != *o)
-                    .map(|(_, &o)| o)
-            };
-            for o in readers() {
-                if self.outs_at[o] != self.epoch {
-                    self.outs_at[o] = self.epoch;
-                    let o_ = &t.ops[o];
-                    let made = o_
-                        .outputs
-                        .iter()
-                        .chain(o_.inplace.iter().map(|v| &v.1))
-                        .copied();
-                    self.outs[o] =
-                        Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
-                }
-            }
-            // This step's storages in the scan's order: the producer's inputs, then what each
-            // reader makes. Distinct in a trace in execution order (each storage has one
-            // producer; a product of a reader of `x` is made after `p`), except a product that
-            // is also an input of `p`: checked below.
-            let ins: &[usize] = &self.ins[p];
-            let segs: Vec<&[usize]> = std::iter::once(ins)
-                .chain(readers().map(|o| self.outs[o].as_slice()))
-                .collect();
-            let n_ins = ins.len();
-            let total: usize = segs.iter().map(|v| v.len()).sum();
-            let at = |mut k: usize| {
-                for v in &segs {
-                    if k < v.len() {
-                        return v[k];
-                    }
-                    k -= v.len();
-                }
-                unreachable!()
-            };
-            let downs_len = total - n_ins;
-            for k in 0..n_ins + downs_len {
-                let i = at(k);
-                if self.seen[i] == stamp {
-                    continue;
-                }
-                self.seen[i] = stamp;
-                seen += 1;
-                todo.push(i);
+        let got = 'walk: {
+            while let Some(x) = todo.pop() {
+                let Some(p) = t.storages[x].producer else {
+                    break 'walk (f64::INFINITY, true);
+                };
+                cost += t.ops[p].time_s;
                 if seen > 64 {
-                    // The scan would push the rest of this step's storages not yet seen, then
-                    // pop the last of them, add its producer and stop. A product listed after
-                    // the inputs is pushed unless it is also among them, which it is not when
-                    // made after `p` (execution order); else look.
-                    let last = (k + 1..n_ins + downs_len).rev().find_map(|j| {
-                        let y = at(j);
-                        let pushed = self.seen[y] != stamp
-                            && (j < n_ins
-                                || k + 1 >= n_ins
-                                || t.storages[y].producer.is_some_and(|py| py > p)
-                                || !ins[k + 1..].contains(&y));
-                        pushed.then_some(y)
-                    });
-                    return cost + producer_time(last.unwrap_or(i));
+                    break;
+                }
+                if loses(cost) {
+                    break 'walk (cost, false);
+                }
+                if !self.ins_ok[p] {
+                    self.ins_ok[p] = true;
+                    self.ins[p] = Self::list(
+                        &mut self.listed,
+                        &mut self.list_stamp,
+                        t.ops[p].inputs.iter().copied(),
+                        dropped,
+                    );
+                }
+                self.ins_readers[p].push(reader);
+                // The readers of `x` (an operation reading it twice is listed twice, in a
+                // row: its second listing adds nothing).
+                readers.clear();
+                if downstream {
+                    let c = &consumers[x];
+                    readers.extend(
+                        c.iter()
+                            .enumerate()
+                            .filter(|&(k, o)| k == 0 || c[k - 1] != *o)
+                            .map(|(_, &o)| o),
+                    );
+                }
+                for &o in &readers {
+                    if !self.outs_ok[o] {
+                        self.outs_ok[o] = true;
+                        let o_ = &t.ops[o];
+                        let made = o_
+                            .outputs
+                            .iter()
+                            .chain(o_.inplace.iter().map(|v| &v.1))
+                            .copied();
+                        self.outs[o] =
+                            Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
+                    }
+                    self.outs_readers[o].push(reader);
+                }
+                // This step's storages in the scan's order: the producer's inputs, then what
+                // each reader makes. Distinct in a trace in execution order (each storage has
+                // one producer; a product of a reader of `x` is made after `p`), except a
+                // product that is also an input of `p`: checked below.
+                let (ins, outs, marks) = (&self.ins[p], &self.outs, &mut self.seen);
+                let segs = || std::iter::once(ins).chain(readers.iter().map(|&o| &outs[o]));
+                let n_ins = ins.len();
+                // `k`: the place in the step of the storage at hand.
+                let mut k = 0;
+                for seg in segs() {
+                    for &i in seg {
+                        k += 1;
+                        if marks[i] == stamp {
+                            continue;
+                        }
+                        marks[i] = stamp;
+                        seen += 1;
+                        todo.push(i);
+                        if seen <= 64 {
+                            continue;
+                        }
+                        // The scan would push the rest of this step's storages not yet seen,
+                        // then pop the last of them, add its producer and stop. A product
+                        // listed after the inputs is pushed unless it is also among them, which
+                        // it is not when made after `p` (execution order); else look. `k`
+                        // (now one past `i`) is where the rest begins.
+                        let rest_of_ins = &ins[k.min(n_ins)..];
+                        let total: usize = segs().map(|v| v.len()).sum();
+                        let mut j = total;
+                        let mut last = None;
+                        'last: for v in segs().collect::<Vec<_>>().into_iter().rev() {
+                            for &y in v.iter().rev() {
+                                j -= 1;
+                                if j < k {
+                                    break 'last;
+                                }
+                                let pushed = marks[y] != stamp
+                                    && (j < n_ins
+                                        || k >= n_ins
+                                        || t.storages[y].producer.is_some_and(|py| py > p)
+                                        || !rest_of_ins.contains(&y));
+                                if pushed {
+                                    last = Some(y);
+                                    break 'last;
+                                }
+                            }
+                        }
+                        break 'walk (cost + producer_time(last.unwrap_or(i)), true);
+                    }
                 }
             }
-        }
-        cost
+            (cost, true)
+        };
+        self.todo = todo;
+        self.readers = readers;
+        got
     }
 }
