@@ -161,7 +161,10 @@ impl Analysis {
         members: &mut Members,
     ) -> bool {
         if self.overwritten[i] {
-            return dead_after[i] >= back && self.sources_at(t, i, back, 1);
+            // Still there at `back` where it is overwritten only after it (a weight the
+            // optimizer updates at the end of the step); else rebuilt from its own sources.
+            return dead_after[i] >= back
+                && (self.freed_before[i] > back || self.sources_at(t, i, back, 1));
         }
         if members.has(i) {
             return true;
