@@ -6,8 +6,9 @@
 //! What it does, at each call's offset in the iteration:
 //! - after the evicted-access, the eviction: the copy out on the swap-out stream, the host not
 //!   waiting for it (the memory goes once it is done);
-//! - at the in-trigger, the prefetch: the copy in on the swap-in stream, the back-access's
-//!   stream waiting for it by event;
+//! - at the in-trigger, the prefetch: the copy in on the swap-in stream, once the in-trigger's
+//!   stream has reached it (where the plan's timeline starts it; the host may be far ahead),
+//!   the back-access's stream waiting for it by event;
 //! - after a last read, the drop of contents the model frees there (their next access
 //!   overwrites them whole), and of contents it recomputes later: dead, they are the first to
 //!   go, without a copy, when room is needed;
@@ -221,7 +222,7 @@ pub fn before_call(touches: &[u64], stream: u64) {
     let mut protect = touches.to_vec();
     protect.extend(&ids);
     for id in rest {
-        crate::memory::prefetch(id, &protect);
+        crate::memory::prefetch(id, &protect, stream);
     }
 }
 

@@ -46,11 +46,12 @@ impl Manager {
         }
     }
 
-    /// Guided execution's prefetch at the in-trigger: the copy in starts on the swap-in stream
-    /// and the back-access waits for it by event. Room is made as for a restore (least recently
+    /// Guided execution's prefetch at the in-trigger, a call on stream `at`: the copy in starts
+    /// on the swap-in stream once `at` has reached the call, and the back-access waits for it
+    /// by event. Room is made as for a restore (least recently
     /// used first, never the tensors in `protect`); on any failure the tensor stays evicted and
     /// the back-access restores it on demand.
-    fn prefetch(&mut self, va: u64, protect: &HashSet<u64>) -> Result<(), c_int> {
+    fn prefetch(&mut self, va: u64, protect: &HashSet<u64>, at: u64) -> Result<(), c_int> {
         // Already resident (never evicted, or brought back on demand): nothing to do.
         let Some(t) = self.tensors.get(&va) else {
             return Ok(());
@@ -66,6 +67,9 @@ impl Manager {
         let mut keep = protect.clone();
         keep.insert(va);
         self.make_room(mapped, &keep).map_err(|_| OUT_OF_MEMORY)?;
+        // The copy starts when the in-trigger's stream reaches the in-trigger, where the plan's
+        // timeline starts it, not when the host, running ahead of the device, gets there.
+        wait_for(self.swap_in, &HashSet::from([at]));
         let (phys, e) = self.copy_in(va, buf, size, mapped)?;
         let arrival = event().inspect(|&a| {
             let _ = record(a, self.swap_in as u64);
@@ -118,9 +122,9 @@ pub fn take_back(id: u64) -> bool {
     with(|m| m.take_back(va)).unwrap_or(false)
 }
 
-/// Starts bringing allocation `id` back (guided execution, at its in-trigger), never evicting
-/// the allocations in `protect` to make room.
-pub fn prefetch(id: u64, protect: &[u64]) -> bool {
+/// Starts bringing allocation `id` back (guided execution, at its in-trigger, a call on stream
+/// `at`), never evicting the allocations in `protect` to make room.
+pub fn prefetch(id: u64, protect: &[u64], at: u64) -> bool {
     if !active() {
         return false;
     }
@@ -131,7 +135,7 @@ pub fn prefetch(id: u64, protect: &[u64]) -> bool {
         .iter()
         .filter_map(|&a| crate::state::allocation(a).map(|x| x.0))
         .collect();
-    match with(|m| m.prefetch(va, &keep)) {
+    match with(|m| m.prefetch(va, &keep, at)) {
         Some(Ok(())) => true,
         Some(Err(code)) => {
             log(

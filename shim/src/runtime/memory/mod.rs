@@ -23,8 +23,8 @@
 //! stream after the victim's last uses (events on each stream that used it). The host does not
 //! wait for that copy (Capuchin's decoupled computation and swapping): the physical memory is
 //! unmapped once it is done, and only when memory is short does the host wait: for releases
-//! without a copy first (drops, queued on a third private stream behind the work that used the
-//! tensor, never behind copies; frees), then for the earliest unfinished copy. A tensor wanted back while its copy out is still running keeps its
+//! without a copy first (drops and frees, queued on a third private stream behind the work that
+//! used the tensor, never behind copies), then for the earliest unfinished copy. A tensor wanted back while its copy out is still running keeps its
 //! memory (the release is cancelled, nothing copied in). A failed eviction copy leaves the tensor
 //! resident and intact. A free of an evicted tensor drops its host copy; a free of a resident one
 //! releases it once the work issued before on its streams is done (no device-wide
@@ -101,10 +101,8 @@ struct Manager {
     clock: u64,
     swap_out: usize,
     swap_in: usize,
-    /// Where a drop's release waits for the tensor's work: never behind the copies on the swap
-    /// streams, which can run for tens of milliseconds. (A free's release still waits on the
-    /// swap-in stream, behind the prefetches issued before it: there, BERT's guided step ran
-    /// 13% faster than the planner's model predicts, which the model has to learn first.)
+    /// Where a release without a copy (a drop, a free) waits for the tensor's work: never
+    /// behind the copies on the swap streams, which can run for tens of milliseconds.
     join: usize,
     /// Small allocations: size-class free lists over the real allocator.
     small_free: HashMap<u64, Vec<u64>>,
@@ -570,7 +568,8 @@ impl Manager {
         }
         let t = self.tensors.remove(&ptr)?;
         if let Some(e) = t.arrival {
-            // The release below follows the swap-in stream, where the prefetch was copied.
+            // A release below waits for the prefetch's copy in too.
+            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(self.join as P, e as P, 0));
             destroy_event(e);
         }
         match t.place {
@@ -615,8 +614,8 @@ impl Manager {
                 let mut waited = e != 0;
                 if e != 0 {
                     // One event after all of them: a private stream waits on each, then records.
-                    wait_for(self.swap_in, &streams);
-                    waited = record(e, self.swap_in as u64).is_ok();
+                    wait_for(self.join, &streams);
+                    waited = record(e, self.join as u64).is_ok();
                 }
                 if waited {
                     self.releasing += t.mapped;
