@@ -1,8 +1,10 @@
-//! Unmodified PyTorch under Marmoset's planner (MARMOSET_POLICY=capuchin) at half its peak, on
-//! the simulated H100 in shape mode: the shim finds torch's training step in its call stream,
-//! plans it in-process, and guides the steps after it to the end of the run without leaving the
-//! planned sequence; each guided step takes the time the planner predicted (within 10%,
-//! simulated), and less than the passive `lru` policy's step in the same budget.
+//! Unmodified PyTorch under Marmoset's planner (MARMOSET_POLICY=capuchin, and auto, what a
+//! budget alone gets) at half its peak, on the simulated H100 in shape mode: the shim finds
+//! torch's training step in its call stream, plans it in-process, and guides the steps after it
+//! to the end of the run without leaving the planned sequence; each guided step takes the time
+//! the planner predicted (within 10%, simulated), and auto's less than the passive `lru`
+//! policy's step in the same budget. (Capuchin's own selection need not be: on the BERT-like
+//! encoder at batch 4 the passive policy, whose frees come back at once, is faster.)
 //! A missing .venv fails these tests with the command that makes it; they never skip.
 
 use marmoset_e2e::*;
@@ -50,47 +52,57 @@ fn guided(script: &str, batch: &str, name: &str) {
         (out, times)
     };
     let (_, lru) = under("lru", None);
-    let trace = temp_path(&format!("torch-guided-{name}.jsonl"));
-    let (out, times) = under("capuchin", Some(&trace));
-    let records: Vec<Value> = std::fs::read_to_string(&trace)
-        .expect("a trace")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    std::fs::remove_file(&trace).ok();
-    let err = stderr(&out);
-    assert!(err.contains("the plan guides from this iteration"), "{err}");
-    // The plan that guides is the training step's (the setup's loops may be planned first).
-    let plan = *of_kind(&records, "plan").last().expect("a plan");
-    let (start, period) = (plan["start"].as_u64().unwrap(), plan["period"].as_u64());
-    let predicted = plan["predicted_ms"].as_f64().unwrap();
-    // No divergence from the plan's iteration on, but at the end of the run (the program's
-    // teardown is not a step).
-    let last_call = records
-        .iter()
-        .filter(|r| r["kind"] == "launch" || r["kind"] == "cudnn")
-        .map(|r| r["seq"].as_u64().unwrap())
-        .max()
-        .unwrap();
-    for d in of_kind(&records, "divergence") {
-        let at = d["at"].as_u64().unwrap();
+    let last_lru = lru[STEPS - 1];
+    let mut report = format!(
+        "{name} at half its peak (simulated): unlimited {base:.2} ms a step, lru {last_lru:.2} ms"
+    );
+    for policy in ["capuchin", "auto"] {
+        let trace = temp_path(&format!("torch-guided-{name}-{policy}.jsonl"));
+        let (out, times) = under(policy, Some(&trace));
+        let records: Vec<Value> = std::fs::read_to_string(&trace)
+            .expect("a trace")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        std::fs::remove_file(&trace).ok();
+        let err = stderr(&out);
         assert!(
-            at < start || d["period"].as_u64() != period || at > last_call,
-            "{name} left the planned sequence mid-run: {d}\n{err}"
+            err.contains("the plan guides from this iteration"),
+            "{policy}: {err}"
         );
+        // The plan that guides is the training step's (the setup's loops may be planned first).
+        let plan = *of_kind(&records, "plan").last().expect("a plan");
+        let (start, period) = (plan["start"].as_u64().unwrap(), plan["period"].as_u64());
+        let predicted = plan["predicted_ms"].as_f64().unwrap();
+        // No divergence from the plan's iteration on, but at the end of the run (the program's
+        // teardown is not a step).
+        let last_call = records
+            .iter()
+            .filter(|r| r["kind"] == "launch" || r["kind"] == "cudnn")
+            .map(|r| r["seq"].as_u64().unwrap())
+            .max()
+            .unwrap();
+        for d in of_kind(&records, "divergence") {
+            let at = d["at"].as_u64().unwrap();
+            assert!(
+                at < start || d["period"].as_u64() != period || at > last_call,
+                "{name} under {policy} left the planned sequence mid-run: {d}\n{err}"
+            );
+        }
+        let last = times[STEPS - 1];
+        assert!(
+            (last / predicted - 1.0).abs() <= 0.10,
+            "{name} under {policy}: the last guided step took {last:.2} ms against {predicted:.2} ms predicted (simulated)\n{err}"
+        );
+        if policy == "auto" {
+            assert!(
+                last < last_lru,
+                "{name}: auto {last:.2} ms, not below lru's {last_lru:.2} ms (simulated)"
+            );
+        }
+        report += &format!(", {policy} {last:.2} ms (predicted {predicted:.2} ms)");
     }
-    let (last, last_lru) = (times[STEPS - 1], lru[STEPS - 1]);
-    assert!(
-        (last / predicted - 1.0).abs() <= 0.10,
-        "{name}: the last guided step took {last:.2} ms against {predicted:.2} ms predicted (simulated)\n{err}"
-    );
-    assert!(
-        last < last_lru,
-        "{name}: guided {last:.2} ms, not below lru's {last_lru:.2} ms (simulated)"
-    );
-    eprintln!(
-        "{name} at half its peak (simulated): unlimited {base:.2} ms a step, lru {last_lru:.2} ms, capuchin {last:.2} ms, predicted {predicted:.2} ms"
-    );
+    eprintln!("{report}");
 }
 
 /// ResNet-50 at batch 32.
