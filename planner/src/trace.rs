@@ -51,6 +51,10 @@ pub struct TensorArg {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strides: Vec<i64>,
     pub access: Access,
+    /// A backend execution's tensor: its unique id in the variant pack (what a replay through
+    /// the same execution plan pairs with the current address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<i64>,
 }
 
 /// The direction of a copy.
@@ -117,6 +121,11 @@ pub enum Replay {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         softmax: Option<(i32, i32)>,
     },
+    /// A cuDNN backend execution: the execution plan handle it ran (the program's; a replay
+    /// executes it again with a variant pack of its own) and `life`, which creation of that
+    /// handle it was (1 for the first plan created at that address, 2 for the next, ...): a plan
+    /// destroyed since, or another plan made at the same address, is never replayed.
+    Backend { plan: u64, life: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

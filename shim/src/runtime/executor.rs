@@ -387,20 +387,44 @@ pub fn after_call() {
             crate::memory::mark_dead(id);
         }
     }
-    let recomputed = {
-        let Ok(mut e) = EXECUTOR.lock() else { return };
-        let list = e
-            .active
+    let planned: Vec<(TensorId, usize, Recipe)> = {
+        let Ok(e) = EXECUTOR.lock() else { return };
+        e.active
             .as_ref()
             .filter(|s| offset < s.period)
-            .and_then(|s| s.dropped_at.get(&offset).cloned())
-            .unwrap_or_default();
-        for &(name, i) in &list {
+            .and_then(|s| {
+                let list = s.dropped_at.get(&offset)?;
+                Some(
+                    list.iter()
+                        .filter_map(|&(n, i)| Some((n, i, s.recipes.get(i)?.1.clone())))
+                        .collect(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    // Dropped only if the replay can be carried out (asked without the executor's lock: the
+    // tracker and the memory manager take their own); otherwise kept, and swapped if memory
+    // runs short: a replay that failed after the drop would lose the bytes.
+    let mut recomputed = Vec::new();
+    for (name, i, recipe) in planned {
+        match recipe.ready() {
+            Ok(()) => recomputed.push((name, i)),
+            Err(why) => log(
+                Level::Debug,
+                &format!(
+                    "executor: {name:?} is kept, not dropped for recomputation: replaying {}: {why}",
+                    recipe.api()
+                ),
+            ),
+        }
+    }
+    {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        for &(name, i) in &recomputed {
             e.dropped.retain(|d| d.0 != name);
             e.dropped.push((name, i));
         }
-        list
-    };
+    }
     let verifying = crate::state::config().verify;
     for (name, _) in recomputed {
         if let Some(id) = crate::runtime::tracker::resolve(name) {
