@@ -60,7 +60,33 @@ impl Steps {
             dropped_at: HashMap::new(),
             recipes: Vec::new(),
         };
+        // Through which operation each content stays in its allocation: its last read (the
+        // program frees or overwrites it after), the operation that updates it in place, or
+        // for good. A replay at a back-access after that would read what is there by then.
+        let mut valid_until = vec![usize::MAX; c.trace.storages.len()];
+        for (o, op) in c.trace.ops.iter().enumerate() {
+            for &(old, _) in &op.inplace {
+                valid_until[old] = valid_until[old].min(o);
+            }
+        }
+        let mut at = None;
+        for step in &c.trace.steps {
+            match (*step, at) {
+                (Step::Op(o), _) => at = Some(o),
+                (Step::Free(st), Some(o)) => valid_until[st] = valid_until[st].min(o),
+                _ => {}
+            }
+        }
         let mut last_op = None;
+        let sourced = |storage: usize, back: usize| -> bool {
+            let Some(p) = c.trace.storages.get(storage).and_then(|s| s.producer) else {
+                return false;
+            };
+            c.trace.ops[p]
+                .inputs
+                .iter()
+                .all(|&i| valid_until.get(i).is_some_and(|&u| u >= back))
+        };
         for step in &c.trace.steps {
             match *step {
                 Step::Op(o) => last_op = Some(o),
@@ -91,7 +117,11 @@ impl Steps {
             // A recomputation the shim can replay: dropped after `after`, replayed before
             // `back` if its memory went meanwhile. Any other stays resident (costs memory, never
             // bytes).
+            // Only where every source still holds its contents at the back-access: the shim
+            // cannot keep a source past the program's free or overwrite of it (the planner's
+            // `Extend`).
             if let Decision::Recompute { after, back } = d
+                && sourced(storage, back)
                 && let Some(recipe) = r.recipes.get(&storage)
                 && let (Some(a), Some(b)) = (offset(after), offset(back))
                 && a < b
