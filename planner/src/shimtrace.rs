@@ -857,11 +857,20 @@ mod tests {
             )
         };
         // Beta 0: y written whole from x and w; the workspace is the replay's own.
-        assert!(replays_in_shim(&conv(Access::W), Some(&conv_lineage(0.0, true))));
+        assert!(replays_in_shim(
+            &conv(Access::W),
+            Some(&conv_lineage(0.0, true))
+        ));
         // Beta 1 reads y's old contents; without the convolution's parameters, or without the
         // call's algorithm, there is nothing to rebuild it from.
-        assert!(!replays_in_shim(&conv(Access::Rw), Some(&conv_lineage(1.0, true))));
-        assert!(!replays_in_shim(&conv(Access::W), Some(&conv_lineage(0.0, false))));
+        assert!(!replays_in_shim(
+            &conv(Access::Rw),
+            Some(&conv_lineage(1.0, true))
+        ));
+        assert!(!replays_in_shim(
+            &conv(Access::W),
+            Some(&conv_lineage(0.0, false))
+        ));
         assert!(!replays_in_shim(&conv(Access::W), None));
         let mut no_algo = conv(Access::W);
         if let Event::Cudnn { algo, .. } = &mut no_algo {
@@ -960,7 +969,10 @@ mod tests {
                     ],
                 ));
                 v.push(free(ws));
-                v.push(kernel(vec![touch(y, 0, Access::R), touch(1, 0, Access::Rw)]));
+                v.push(kernel(vec![
+                    touch(y, 0, Access::R),
+                    touch(1, 0, Access::Rw),
+                ]));
                 v.push(free(x));
                 v.push(free(y));
             }
@@ -993,7 +1005,12 @@ mod tests {
             .iter()
             .position(|o| o.name == "cudnnConvolutionForward")
             .unwrap();
-        assert!(t.ops[conv].outputs.iter().all(|&s| t.storages[s].producer.is_none()));
+        assert!(
+            t.ops[conv]
+                .outputs
+                .iter()
+                .all(|&s| t.storages[s].producer.is_none())
+        );
         assert_eq!(t.ops[conv].scratch, 0);
     }
 

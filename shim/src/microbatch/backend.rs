@@ -480,7 +480,10 @@ pub fn created(ty: c_int, d: usize) {
     if ty == EXECUTION_PLAN_DESCRIPTOR
         && let Ok(mut g) = LIVES.lock()
     {
-        let l = g.get_or_insert_with(HashMap::new).entry(d).or_insert((0, false));
+        let l = g
+            .get_or_insert_with(HashMap::new)
+            .entry(d)
+            .or_insert((0, false));
         *l = (l.0 + 1, true);
     }
     if ty == EXECUTION_PLAN_DESCRIPTOR
@@ -804,11 +807,25 @@ impl Graph {
 
 /// Executes the program's execution plan `plan` again on handle `h` (its stream set), with a
 /// variant pack of Marmoset's own: the unique ids, the current pointers, a workspace.
-pub fn replay_execute(h: usize, plan: usize, ids: &[i64], ptrs: &[i64], ws: i64) -> Result<(), String> {
-    let exec = real!(c"cudnnBackendExecute", (P, P, P)).ok_or("cuDNN has no cudnnBackendExecute")?;
+pub fn replay_execute(
+    h: usize,
+    plan: usize,
+    ids: &[i64],
+    ptrs: &[i64],
+    ws: i64,
+) -> Result<(), String> {
+    let exec =
+        real!(c"cudnnBackendExecute", (P, P, P)).ok_or("cuDNN has no cudnnBackendExecute")?;
     let d = create(VARIANT_PACK_DESCRIPTOR).ok_or("creating a variant pack failed")?;
     let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
-        && set(d, PACK_DATA_POINTERS, TYPE_VOID_PTR, ptrs.len(), ptrs.as_ptr() as C).is_some()
+        && set(
+            d,
+            PACK_DATA_POINTERS,
+            TYPE_VOID_PTR,
+            ptrs.len(),
+            ptrs.as_ptr() as C,
+        )
+        .is_some()
         && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
         && finalize(d).is_some();
     let r = if ok {

@@ -408,7 +408,9 @@ impl Conv {
         let c = Conv(d as usize);
         dnn!(c"cudnnSetConvolutionNdDescriptor" (P, c_int, *const c_int, *const c_int, *const c_int, c_int, c_int)
             (c.0 as P, n as c_int, p.pads.as_ptr(), p.strides.as_ptr(), p.dilations.as_ptr(), p.mode, p.compute))?;
-        dnn!(c"cudnnSetConvolutionGroupCount"(P, c_int)(c.0 as P, p.groups))?;
+        dnn!(c"cudnnSetConvolutionGroupCount"(P, c_int)(
+            c.0 as P, p.groups
+        ))?;
         dnn!(c"cudnnSetConvolutionMathType"(P, c_int)(c.0 as P, p.math))?;
         Ok(c)
     }
@@ -568,7 +570,9 @@ fn replay_with(r: &Recipe, event: &Event, stream: u64, ws: u64) -> Result<(), St
                 .ok_or("no w argument")?;
             let wd = Filter::of(*dtype, &w.dims, &w.strides)?;
             let cd = Conv::of(p)?;
-            dnn!(c"cudnnConvolutionForward"(P, P, P, P, P, P, P, c_int, P, usize, P, P, P)(
+            dnn!(c"cudnnConvolutionForward"(
+                P, P, P, P, P, P, P, c_int, P, usize, P, P, P
+            )(
                 h as P,
                 a.ptr(),
                 xd.0 as P,
@@ -590,8 +594,9 @@ fn replay_with(r: &Recipe, event: &Event, stream: u64, ws: u64) -> Result<(), St
 
 /// A backend execution again: the program's execution plan (alive, the life recorded), a
 /// variant pack of the recorded unique ids and the current addresses, Marmoset's workspace.
-/// `corrupt`: the input's address shifted by one element, for MARMOSET_VERIFY's test (a plan
-/// has no scaling parameter Marmoset may change).
+/// `corrupt`: the first four bytes of each output set to 0xff afterwards, for MARMOSET_VERIFY's
+/// test (a plan has no scaling parameter Marmoset may change, and a moved pointer breaks the
+/// alignment the plan was made for).
 fn backend(
     r: &Recipe,
     tensors: &[TensorArg],
@@ -607,14 +612,30 @@ fn backend(
     let mut ids = Vec::new();
     let mut ptrs = Vec::new();
     for t in tensors {
-        ids.push(t.uid.ok_or_else(|| format!("{} has no unique id", t.role))?);
-        let shift = if corrupt && t.access == Access::R && t.role == "x" { 4 } else { 0 };
-        ptrs.push((t.ptr + shift) as i64);
+        ids.push(
+            t.uid
+                .ok_or_else(|| format!("{} has no unique id", t.role))?,
+        );
+        ptrs.push(t.ptr as i64);
     }
     let h = handle()?;
     dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
     crate::microbatch::backend::replay_execute(h, plan as usize, &ids, &ptrs, ws as i64)
-        .map_err(|why| format!("{} through plan {plan:#x}: {why}", r.api))
+        .map_err(|why| format!("{} through plan {plan:#x}: {why}", r.api))?;
+    if corrupt {
+        let set = match resolve(crate::real::CUDA, c"cuMemsetD8Async") {
+            0 => return Err("the driver has no cuMemsetD8Async".into()),
+            p => p,
+        };
+        type Set = unsafe extern "C" fn(u64, u8, usize, P) -> c_int;
+        // SAFETY: the real cuMemsetD8Async has this signature.
+        let set: Set = unsafe { std::mem::transmute(set) };
+        for t in tensors.iter().filter(|t| t.access == Access::W) {
+            // SAFETY: four bytes at the start of a live, mapped output.
+            unsafe { set(t.ptr, 0xff, 4, stream as P) };
+        }
+    }
+    Ok(())
 }
 
 /// Launches the recorded kernel again with the current addresses, through the driver (the
