@@ -459,6 +459,34 @@ mod tests {
         assert_eq!(read(&line).unwrap(), vec![r]);
     }
 
+    /// A backend execution's lineage and unique ids round-trip; a line written before they
+    /// existed still parses, with no unique id.
+    #[test]
+    fn backend_lineage_and_unique_ids() {
+        let line = r#"{"seq":3,"t_ns":0,"tid":1,"kind":"lineage","replay":{"call":"backend","plan":4096,"life":2}}"#;
+        let r = read(line).unwrap();
+        assert_eq!(
+            r[0].event,
+            Event::Lineage {
+                replay: Replay::Backend {
+                    plan: 4096,
+                    life: 2
+                }
+            }
+        );
+        let old = r#"{"role":"x","ptr":64,"dims":[1,2],"strides":[2,1],"access":"r"}"#;
+        let t: TensorArg = serde_json::from_str(old).unwrap();
+        assert_eq!(t.uid, None);
+        let new = TensorArg {
+            uid: Some(120),
+            ..t.clone()
+        };
+        let line = serde_json::to_string(&new).unwrap();
+        assert!(line.contains(r#""uid":120"#), "{line}");
+        assert!(!serde_json::to_string(&t).unwrap().contains("uid"));
+        assert_eq!(serde_json::from_str::<TensorArg>(&line).unwrap(), new);
+    }
+
     #[test]
     fn lineage_round_trips() {
         let r = Record {

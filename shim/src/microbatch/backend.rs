@@ -902,3 +902,30 @@ pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
     destroy(graph);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan is replayable through its address only in the life it was recorded in: destroyed,
+    /// it is none; made again at the same address, it is a new life.
+    #[test]
+    fn an_execution_plan_address_has_lives() {
+        let at = 0x7f00_dead_0000usize;
+        assert_eq!(plan_life(at), None, "never made");
+        created(EXECUTION_PLAN_DESCRIPTOR, at);
+        assert_eq!(plan_life(at), Some(1));
+        // Other descriptors at other addresses do not count.
+        created(TENSOR_DESCRIPTOR, at + 8);
+        destroyed(at + 8);
+        assert_eq!(plan_life(at), Some(1));
+        destroyed(at);
+        assert_eq!(plan_life(at), None, "destroyed");
+        // A tensor descriptor made at the freed address is no plan.
+        created(TENSOR_DESCRIPTOR, at);
+        assert_eq!(plan_life(at), None);
+        destroyed(at);
+        created(EXECUTION_PLAN_DESCRIPTOR, at);
+        assert_eq!(plan_life(at), Some(2), "another plan at the same address");
+    }
+}

@@ -147,6 +147,11 @@ struct Executor {
     dropped: Vec<(TensorId, usize)>,
     /// MARMOSET_VERIFY: the bytes each of them held when dropped.
     saved: Vec<(TensorId, Vec<u8>)>,
+    /// Each of them as an allocation with its recipe pinned to allocations (taken at the drop).
+    pinned: Vec<(TensorId, u64, Recipe)>,
+    /// Tensors dropped for recomputation whose back-access the plan no longer reaches (the
+    /// program diverged, or the iteration ended first): replayed before any call touches them.
+    orphans: Vec<(u64, Recipe)>,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
@@ -155,6 +160,8 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     guided: 0,
     dropped: Vec::new(),
     saved: Vec::new(),
+    pinned: Vec::new(),
+    orphans: Vec::new(),
 });
 
 /// A new plan, applied from the next iteration boundary.
@@ -188,8 +195,20 @@ pub fn boundary(period: usize) {
         if e.active.is_some() {
             e.guided += 1;
         }
-        e.dropped.clear();
+        orphan(&mut e);
         e.saved.clear();
+    }
+}
+
+/// The tensors dropped for recomputation and not yet rebuilt become orphans.
+fn orphan(e: &mut Executor) {
+    let dropped = std::mem::take(&mut e.dropped);
+    let pinned = std::mem::take(&mut e.pinned);
+    for (name, _) in dropped {
+        if let Some((_, id, r)) = pinned.iter().find(|p| p.0 == name) {
+            e.orphans.retain(|o| o.0 != *id);
+            e.orphans.push((*id, r.clone()));
+        }
     }
 }
 
@@ -198,6 +217,7 @@ pub fn diverged() {
     if let Ok(mut e) = EXECUTOR.lock() {
         e.active = None;
         e.offered = None;
+        orphan(&mut e);
     }
 }
 
@@ -232,6 +252,21 @@ fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
 /// back-access or in-trigger it is. `touches`: the call's own allocations (never evicted to make
 /// room); `stream`: where it runs (recomputations go there, right before it).
 pub fn before_call(touches: &[u64], stream: u64) {
+    orphans(touches, stream);
+    // A call that touches a tensor dropped for recomputation before its back-access (a kernel's
+    // parameter word the model took for a stale hint, a program that strayed) gets it rebuilt
+    // first: mapping it as it is would hand the call bytes that are not there.
+    let early: Vec<usize> = {
+        let Ok(e) = EXECUTOR.lock() else { return };
+        e.pinned
+            .iter()
+            .filter(|p| touches.contains(&p.1))
+            .filter_map(|p| e.dropped.iter().find(|d| d.0 == p.0).map(|d| d.1))
+            .collect()
+    };
+    for i in early {
+        recompute(i, stream, 0);
+    }
     let Some(offset) = crate::runtime::tracker::next_offset() else {
         return;
     };
@@ -256,6 +291,49 @@ pub fn before_call(touches: &[u64], stream: u64) {
     }
 }
 
+/// Orphans this call touches are rebuilt first: their memory may have gone, and no plan step
+/// will bring them back (the alternative is reading bytes that are not there).
+fn orphans(touches: &[u64], stream: u64) {
+    let due: Vec<(u64, Recipe)> = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        if e.orphans.is_empty() {
+            return;
+        }
+        e.orphans
+            .retain(|o| crate::state::allocation(o.0).is_some());
+        let (due, rest) = std::mem::take(&mut e.orphans)
+            .into_iter()
+            .partition(|o| touches.contains(&o.0));
+        e.orphans = rest;
+        due
+    };
+    for (id, recipe) in due {
+        if !crate::memory::is_dropped(id) {
+            continue;
+        }
+        match crate::runtime::recompute::replay(&recipe, stream) {
+            Ok(()) => {
+                crate::trace::emit(planner::trace::Event::Recompute {
+                    alloc: id,
+                    api: recipe.api().to_string(),
+                });
+                log(
+                    Level::Info,
+                    &format!(
+                        "executor: allocation {id}, dropped for recomputation before the program left the plan, rebuilt before its use"
+                    ),
+                );
+            }
+            Err(why) => log(
+                Level::Error,
+                &format!(
+                    "executor: recomputing allocation {id} failed ({why}); its contents are lost"
+                ),
+            ),
+        }
+    }
+}
+
 /// The recipes to replay before the call at `offset`.
 fn recomputations(offset: usize) -> Vec<usize> {
     let Ok(e) = EXECUTOR.lock() else {
@@ -275,7 +353,8 @@ fn recompute(i: usize, stream: u64, depth: usize) {
         let Some(pos) = e.dropped.iter().position(|&(_, j)| j == i) else {
             return;
         };
-        e.dropped.remove(pos);
+        let (gone, _) = e.dropped.remove(pos);
+        e.pinned.retain(|p| p.0 != gone);
         let Some((name, recipe)) = e.active.as_ref().and_then(|s| s.recipes.get(i).cloned()) else {
             return;
         };
@@ -436,9 +515,20 @@ pub fn after_call() {
     // tracker and the memory manager take their own); otherwise kept, and swapped if memory
     // runs short: a replay that failed after the drop would lose the bytes.
     let mut recomputed = Vec::new();
+    let mut pinned = Vec::new();
     for (name, i, recipe) in planned {
-        match recipe.ready() {
-            Ok(()) => recomputed.push((name, i)),
+        let ready = recipe.ready().and_then(|()| {
+            let id = crate::runtime::tracker::resolve(name).ok_or("it has no allocation now")?;
+            let p = recipe
+                .pinned()
+                .ok_or("one of its tensors has no allocation now")?;
+            Ok((id, p))
+        });
+        match ready {
+            Ok((id, p)) => {
+                recomputed.push((name, i));
+                pinned.push((name, id, p));
+            }
             Err(why) => log(
                 Level::Debug,
                 &format!(
@@ -453,6 +543,10 @@ pub fn after_call() {
         for &(name, i) in &recomputed {
             e.dropped.retain(|d| d.0 != name);
             e.dropped.push((name, i));
+        }
+        for p in pinned {
+            e.pinned.retain(|q| q.0 != p.0);
+            e.pinned.push(p);
         }
     }
     let verifying = crate::state::config().verify;

@@ -236,6 +236,19 @@ impl Recipe {
         Ok(())
     }
 
+    /// The recipe with its tensors named by their allocations now (None: one has none), for a
+    /// replay after the program left the plan, when names by place in the iteration no longer
+    /// hold.
+    pub fn pinned(&self) -> Option<Recipe> {
+        let mut r = self.clone();
+        for a in &mut r.args {
+            let alloc = tracker::resolve(a.tensor)?;
+            let (_, size) = crate::state::allocation(alloc)?;
+            a.tensor = TensorId::Persistent { alloc, size };
+        }
+        Some(r)
+    }
+
     /// The call it replays.
     pub fn api(&self) -> &str {
         &self.api

@@ -83,15 +83,7 @@ fn convolution_outputs_are_recomputed_by_replaying_the_convolution_bit_for_bit()
                 ("auto", 0.3),
             ][..],
         ),
-        (
-            BACKEND,
-            &[
-                ("recompute", 0.5),
-                ("recompute", 0.3),
-                ("capuchin", 0.5),
-                ("auto", 0.3),
-            ][..],
-        ),
+        (BACKEND, &[("recompute", 0.5), ("auto", 0.3)][..]),
     ] {
         let (peak, plain) = plain(conv);
         for &(policy, fraction) in runs {
