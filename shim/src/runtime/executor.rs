@@ -29,6 +29,7 @@ use planner::model::Step;
 use planner::timeline::Decision;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The plan as the hooks need it: per call offset within the iteration, what to do.
 struct Steps {
@@ -210,6 +211,7 @@ fn orphan(e: &mut Executor) {
             e.orphans.push((*id, r.clone()));
         }
     }
+    note_dropped(e);
 }
 
 /// The program left the planned sequence: passive until a new plan.
@@ -252,24 +254,14 @@ fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
 /// back-access or in-trigger it is. `touches`: the call's own allocations (never evicted to make
 /// room); `stream`: where it runs (recomputations go there, right before it).
 pub fn before_call(touches: &[u64], stream: u64) {
-    orphans(touches, stream);
-    // A call that touches a tensor dropped for recomputation before its back-access (a kernel's
-    // parameter word the model took for a stale hint, a program that strayed) gets it rebuilt
-    // first: mapping it as it is would hand the call bytes that are not there.
-    let early: Vec<usize> = {
-        let Ok(e) = EXECUTOR.lock() else { return };
-        e.pinned
-            .iter()
-            .filter(|p| touches.contains(&p.1))
-            .filter_map(|p| e.dropped.iter().find(|d| d.0 == p.0).map(|d| d.1))
-            .collect()
-    };
-    for i in early {
-        recompute(i, stream, 0);
+    // Most calls find nothing dropped: no lock taken for it.
+    if DROPPED.load(Ordering::Relaxed) {
+        rebuild_touched(touches, stream);
     }
     let Some(offset) = crate::runtime::tracker::next_offset() else {
         return;
     };
+
     for i in recomputations(offset) {
         recompute(i, stream, 0);
     }
@@ -291,6 +283,35 @@ pub fn before_call(touches: &[u64], stream: u64) {
     }
 }
 
+/// A call that touches a tensor dropped for recomputation before its back-access (a kernel's
+/// parameter word the model took for a stale hint, a program that strayed) gets it rebuilt
+/// first: mapping it as it is would hand the call bytes that are not there. Orphans too.
+fn rebuild_touched(touches: &[u64], stream: u64) {
+    orphans(touches, stream);
+    let early: Vec<usize> = {
+        let Ok(e) = EXECUTOR.lock() else { return };
+        e.pinned
+            .iter()
+            .filter(|p| touches.contains(&p.1))
+            .filter_map(|p| e.dropped.iter().find(|d| d.0 == p.0).map(|d| d.1))
+            .collect()
+    };
+    for i in early {
+        recompute(i, stream, 0);
+    }
+}
+
+/// Whether any tensor is dropped for recomputation or orphaned (kept in step with `pinned`
+/// and `orphans`, under the executor's lock).
+static DROPPED: AtomicBool = AtomicBool::new(false);
+
+fn note_dropped(e: &Executor) {
+    DROPPED.store(
+        !e.pinned.is_empty() || !e.orphans.is_empty(),
+        Ordering::Relaxed,
+    );
+}
+
 /// Orphans this call touches are rebuilt first: their memory may have gone, and no plan step
 /// will bring them back (the alternative is reading bytes that are not there).
 fn orphans(touches: &[u64], stream: u64) {
@@ -305,6 +326,7 @@ fn orphans(touches: &[u64], stream: u64) {
             .into_iter()
             .partition(|o| touches.contains(&o.0));
         e.orphans = rest;
+        note_dropped(&e);
         due
     };
     for (id, recipe) in due {
@@ -355,6 +377,7 @@ fn recompute(i: usize, stream: u64, depth: usize) {
         };
         let (gone, _) = e.dropped.remove(pos);
         e.pinned.retain(|p| p.0 != gone);
+        note_dropped(&e);
         let Some((name, recipe)) = e.active.as_ref().and_then(|s| s.recipes.get(i).cloned()) else {
             return;
         };
@@ -548,6 +571,7 @@ pub fn after_call() {
             e.pinned.retain(|q| q.0 != p.0);
             e.pinned.push(p);
         }
+        note_dropped(&e);
     }
     let verifying = crate::state::config().verify;
     for (name, _) in recomputed {
