@@ -153,6 +153,9 @@ struct Executor {
     /// Tensors dropped for recomputation whose back-access the plan no longer reaches (the
     /// program diverged, or the iteration ended first): replayed before any call touches them.
     orphans: Vec<(u64, Recipe)>,
+    /// Tensors rebuilt early for the call under way, dropped again after it (see
+    /// `rebuild_touched`).
+    redrop: Vec<(TensorId, usize, u64, Recipe)>,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
@@ -163,6 +166,7 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     saved: Vec::new(),
     pinned: Vec::new(),
     orphans: Vec::new(),
+    redrop: Vec::new(),
 });
 
 /// A new plan, applied from the next iteration boundary.
@@ -285,19 +289,60 @@ pub fn before_call(touches: &[u64], stream: u64) {
 
 /// A call that touches a tensor dropped for recomputation before its back-access (a kernel's
 /// parameter word the model took for a stale hint, a program that strayed) gets it rebuilt
-/// first: mapping it as it is would hand the call bytes that are not there. Orphans too.
+/// first: mapping it as it is would hand the call bytes that are not there. The model counts
+/// the touch as no access (the contents' version is unchanged), so the tensor is dropped again
+/// after the call, and its back-access rebuilds it again if its memory went meanwhile: memory
+/// as planned, at the price of one more replay. Orphans are rebuilt for good.
 fn rebuild_touched(touches: &[u64], stream: u64) {
     orphans(touches, stream);
     let early: Vec<usize> = {
-        let Ok(e) = EXECUTOR.lock() else { return };
-        e.pinned
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        let hit: Vec<(TensorId, usize, u64, Recipe)> = e
+            .pinned
             .iter()
             .filter(|p| touches.contains(&p.1))
-            .filter_map(|p| e.dropped.iter().find(|d| d.0 == p.0).map(|d| d.1))
-            .collect()
+            .filter_map(|p| {
+                let i = e.dropped.iter().find(|d| d.0 == p.0)?.1;
+                Some((p.0, i, p.1, p.2.clone()))
+            })
+            .collect();
+        let early = hit.iter().map(|h| h.1).collect();
+        e.redrop.extend(hit);
+        early
     };
     for i in early {
         recompute(i, stream, 0);
+    }
+}
+
+/// After the call: the tensors rebuilt early for it are dropped again (their back-access is
+/// still to come).
+fn redrop() {
+    let again = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        if e.redrop.is_empty() {
+            return;
+        }
+        let again = std::mem::take(&mut e.redrop);
+        for (name, i, id, r) in &again {
+            e.dropped.retain(|d| d.0 != *name);
+            e.dropped.push((*name, *i));
+            e.pinned.retain(|q| q.0 != *name);
+            e.pinned.push((*name, *id, r.clone()));
+        }
+        note_dropped(&e);
+        again
+    };
+    let verifying = crate::state::config().verify;
+    for (name, _, id, _) in again {
+        if verifying
+            && let Some(bytes) = crate::memory::snapshot(id)
+            && let Ok(mut e) = EXECUTOR.lock()
+        {
+            e.saved.retain(|s| s.0 != name);
+            e.saved.push((name, bytes));
+        }
+        crate::memory::mark_dead(id);
     }
 }
 
@@ -505,6 +550,9 @@ fn verify(i: usize, name: TensorId, id: u64, api: &str) {
 /// After a recorded call (the tracker has seen it): the evictions whose evicted-access it was,
 /// and the drops of contents that are dead from here or recomputed later.
 pub fn after_call() {
+    if DROPPED.load(Ordering::Relaxed) {
+        redrop();
+    }
     let Some(offset) = crate::runtime::tracker::last_offset() else {
         return;
     };
