@@ -259,14 +259,15 @@ fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
 /// room); `stream`: where it runs (recomputations go there, right before it).
 pub fn before_call(touches: &[u64], stream: u64) {
     // Most calls find nothing dropped: no lock taken for it.
+    let offset = crate::runtime::tracker::next_offset();
+    let planned = offset.map(recomputations).unwrap_or_default();
     if DROPPED.load(Ordering::Relaxed) {
-        rebuild_touched(touches, stream);
+        rebuild_touched(touches, stream, &planned);
     }
-    let Some(offset) = crate::runtime::tracker::next_offset() else {
+    let Some(offset) = offset else {
         return;
     };
-
-    for i in recomputations(offset) {
+    for i in planned {
         recompute(i, stream, 0);
     }
     let ids: Vec<u64> = step(offset, Kind::Prefetch)
@@ -293,7 +294,7 @@ pub fn before_call(touches: &[u64], stream: u64) {
 /// the touch as no access (the contents' version is unchanged), so the tensor is dropped again
 /// after the call, and its back-access rebuilds it again if its memory went meanwhile: memory
 /// as planned, at the price of one more replay. Orphans are rebuilt for good.
-fn rebuild_touched(touches: &[u64], stream: u64) {
+fn rebuild_touched(touches: &[u64], stream: u64, planned: &[usize]) {
     orphans(touches, stream);
     let early: Vec<usize> = {
         let Ok(mut e) = EXECUTOR.lock() else { return };
@@ -303,10 +304,20 @@ fn rebuild_touched(touches: &[u64], stream: u64) {
             .filter(|p| touches.contains(&p.1))
             .filter_map(|p| {
                 let i = e.dropped.iter().find(|d| d.0 == p.0)?.1;
-                Some((p.0, i, p.1, p.2.clone()))
+                // Its back-access: the plan's own recomputation comes next.
+                (!planned.contains(&i)).then(|| (p.0, i, p.1, p.2.clone()))
             })
             .collect();
         let early = hit.iter().map(|h| h.1).collect();
+        for h in &hit {
+            log(
+                Level::Debug,
+                &format!(
+                    "executor: allocation {} is touched before its back-access: rebuilt for the call, dropped again after it",
+                    h.2
+                ),
+            );
+        }
         e.redrop.extend(hit);
         early
     };
