@@ -38,6 +38,14 @@ pub struct Op {
     #[serde(default)]
     pub inplace: Vec<(usize, usize)>,
     pub backward: bool,
+    /// Bytes of scratch a re-run of this operation needs while it runs, beyond its storages
+    /// (a recomputed convolution's workspace: the replay brings its own).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scratch: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Op {
@@ -51,6 +59,7 @@ impl Op {
             mutates: Vec::new(),
             inplace: Vec::new(),
             backward: false,
+            scratch: 0,
         }
     }
 }

@@ -260,15 +260,24 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
 
 /// The cuDNN computations the shim's executor can replay to recompute their output (Capuchin's
 /// recomputation, by the call's record and lineage: descriptors rebuilt from the recorded shapes,
-/// scalars by value). Kernels are replayed too where the shim knew their roles exactly (every
-/// touch `r` or `w`, see the shim's `hooks::launch`): the recorded parameter buffer with each
-/// operand's pointer replaced by the current one. The rest (kernels whose roles are inferred,
-/// library calls whose descriptors the lineage does not carry; host-to-device copies, whose
-/// source the program may have changed) are never recomputed: their outputs are kept or swapped.
+/// scalars by value). Convolutions are replayed (Chen et al.'s and Capuchin's classic choice: a
+/// convolution's output is rebuilt from its input and weight, which its own backward keeps
+/// anyway): the legacy `cudnnConvolutionForward` with its recorded algorithm and a workspace of
+/// the recorded size, and a backend execution through the program's own execution plan (alive,
+/// see [`Replay::Backend`]) with a variant pack of the recorded unique ids and the current
+/// addresses, when every tensor of it is read or written whole (the workspace aside). Kernels
+/// are replayed too where the shim knew their roles exactly (every touch `r` or `w`, see the
+/// shim's `hooks::launch`): the recorded parameter buffer with each operand's pointer replaced
+/// by the current one. The rest (kernels whose roles are inferred, library calls whose
+/// descriptors the lineage does not carry, batch normalisation, which updates running
+/// statistics too; host-to-device copies, whose source the program may have changed) are never
+/// recomputed: their outputs are kept or swapped.
 pub const REPLAYED: &[&str] = &[
     "cudnnActivationForward",
     "cudnnAddTensor",
     "cudnnSoftmaxForward",
+    "cudnnConvolutionForward",
+    "cudnnBackendExecute",
 ];
 
 /// Whether the shim can replay this call (see [`REPLAYED`]).
@@ -285,22 +294,36 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
         return touches.iter().any(|t| t.access == Access::W)
             && touches.iter().all(|t| t.access != Access::Rw);
     }
-    let (
-        Event::Cudnn {
-            api,
-            tensors,
-            result: 0,
-            ..
-        },
-        Some(Replay::Cudnn {
-            alpha: Some(_),
-            beta: Some(beta),
-            dtype: Some(_),
-            activation,
-            softmax,
-            ..
-        }),
-    ) = (event, replay)
+    let Event::Cudnn {
+        api,
+        tensors,
+        algo,
+        workspace,
+        result: 0,
+        ..
+    } = event
+    else {
+        return false;
+    };
+    // The workspace is scratch: a replay brings its own.
+    let operands = || tensors.iter().filter(|t| t.role != "workspace");
+    let shaped = operands().all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
+    if let Some(Replay::Backend { .. }) = replay {
+        // Every operand read or written whole, by unique id (the beta of a convolution that
+        // accumulates makes its output `rw`); something written.
+        return api == "cudnnBackendExecute"
+            && shaped
+            && operands().all(|t| t.uid.is_some() && t.access != Access::Rw)
+            && operands().any(|t| t.access == Access::W);
+    }
+    let Some(Replay::Cudnn {
+        alpha: Some(_),
+        beta: Some(beta),
+        dtype: Some(_),
+        conv,
+        activation,
+        softmax,
+    }) = replay
     else {
         return false;
     };
@@ -309,14 +332,20 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
     if *beta != 0.0 {
         return false;
     }
-    let shaped = tensors
-        .iter()
-        .all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
     shaped
         && match api.as_str() {
             "cudnnActivationForward" => activation.is_some(),
             "cudnnSoftmaxForward" => softmax.is_some(),
             "cudnnAddTensor" => true,
+            // The recorded algorithm and workspace size, and x, w and y.
+            "cudnnConvolutionForward" => {
+                conv.is_some()
+                    && algo.is_some()
+                    && workspace.is_some()
+                    && ["x", "w", "y"]
+                        .iter()
+                        .all(|r| operands().filter(|t| t.role == *r).count() == 1)
+            }
             _ => false,
         }
 }
@@ -546,6 +575,10 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                 last_op[c] = Some(opi);
             }
         }
+        if replayable {
+            // A replay brings a workspace of its own, as large as the call's.
+            op.scratch = scratch.iter().map(|&c| t.storages[c].size).sum();
+        }
         t.ops.push(op);
         op_calls.push((i - ws, r.seq));
         op_replays.push(replays.get(&r.seq).map(|&x| x.clone()));
@@ -676,6 +709,7 @@ mod tests {
             dims: vec![1, 1, 1, 1],
             strides: vec![1, 1, 1, 1],
             access,
+            uid: None,
         }
     }
     fn cudnn(api: &str, tensors: Vec<TensorArg>, touches: Vec<Touch>) -> Event {
@@ -780,6 +814,204 @@ mod tests {
         // Nothing written: nothing to recompute.
         let reads = kernel(vec![touch(1, 0, Access::R)]);
         assert!(!replays_in_shim(&reads, Some(&lineage)));
+    }
+
+    fn conv_lineage(beta: f64, conv: bool) -> Replay {
+        Replay::Cudnn {
+            alpha: Some(1.0),
+            beta: Some(beta),
+            dtype: Some(0),
+            conv: conv.then(|| crate::trace::ConvParams {
+                pads: vec![0, 0],
+                strides: vec![1, 1],
+                dilations: vec![1, 1],
+                mode: 1,
+                compute: 0,
+                groups: 1,
+                math: 0,
+            }),
+            activation: None,
+            softmax: None,
+        }
+    }
+    fn workspace(ptr: u64) -> TensorArg {
+        TensorArg {
+            dims: vec![],
+            strides: vec![],
+            ..tensor("workspace", ptr, Access::Rw)
+        }
+    }
+
+    #[test]
+    fn convolutions_replay_with_their_algorithm_and_parameters() {
+        let conv = |y: Access| {
+            cudnn(
+                "cudnnConvolutionForward",
+                vec![
+                    tensor("x", ptr(1), Access::R),
+                    tensor("w", ptr(2), Access::R),
+                    tensor("y", ptr(3), y),
+                    workspace(ptr(4)),
+                ],
+                vec![],
+            )
+        };
+        // Beta 0: y written whole from x and w; the workspace is the replay's own.
+        assert!(replays_in_shim(
+            &conv(Access::W),
+            Some(&conv_lineage(0.0, true))
+        ));
+        // Beta 1 reads y's old contents; without the convolution's parameters, or without the
+        // call's algorithm, there is nothing to rebuild it from.
+        assert!(!replays_in_shim(
+            &conv(Access::Rw),
+            Some(&conv_lineage(1.0, true))
+        ));
+        assert!(!replays_in_shim(
+            &conv(Access::W),
+            Some(&conv_lineage(0.0, false))
+        ));
+        assert!(!replays_in_shim(&conv(Access::W), None));
+        let mut no_algo = conv(Access::W);
+        if let Event::Cudnn { algo, .. } = &mut no_algo {
+            *algo = None;
+        }
+        assert!(!replays_in_shim(&no_algo, Some(&conv_lineage(0.0, true))));
+        // The backward convolutions are not replayed.
+        let bwd = cudnn(
+            "cudnnConvolutionBackwardData",
+            vec![
+                tensor("w", ptr(2), Access::R),
+                tensor("dy", ptr(1), Access::R),
+                tensor("dx", ptr(3), Access::W),
+            ],
+            vec![],
+        );
+        assert!(!replays_in_shim(&bwd, Some(&conv_lineage(0.0, true))));
+    }
+
+    #[test]
+    fn backend_executions_replay_through_their_plan_only_with_exact_roles() {
+        let plan = Replay::Backend {
+            plan: 0x5000,
+            life: 1,
+        };
+        let with = |y: Access, y_uid: Option<i64>| {
+            cudnn(
+                "cudnnBackendExecute",
+                vec![
+                    TensorArg {
+                        uid: Some(1),
+                        ..tensor("x", ptr(1), Access::R)
+                    },
+                    TensorArg {
+                        uid: Some(2),
+                        ..tensor("w", ptr(2), Access::R)
+                    },
+                    TensorArg {
+                        uid: y_uid,
+                        ..tensor("y", ptr(3), y)
+                    },
+                    workspace(ptr(4)),
+                ],
+                vec![],
+            )
+        };
+        assert!(replays_in_shim(&with(Access::W, Some(3)), Some(&plan)));
+        // An output the plan accumulates into (beta not 0) or a tensor outside the
+        // convolution (`uidN`, rw): never replayed.
+        assert!(!replays_in_shim(&with(Access::Rw, Some(3)), Some(&plan)));
+        // Without each tensor's unique id a variant pack cannot be built; without the plan
+        // (no lineage: it was made before Marmoset was loaded) there is nothing to execute.
+        assert!(!replays_in_shim(&with(Access::W, None), Some(&plan)));
+        assert!(!replays_in_shim(&with(Access::W, Some(3)), None));
+        assert!(!replays_in_shim(
+            &with(Access::W, Some(3)),
+            Some(&conv_lineage(0.0, true))
+        ));
+        // Nothing written: nothing to recompute.
+        assert!(!replays_in_shim(&with(Access::R, Some(3)), Some(&plan)));
+    }
+
+    /// Each iteration: X (new id) copied in, Y = conv(X, W) with a workspace allocation WS of
+    /// 64 B (allocated and freed around it), then a kernel reads Y and updates W.
+    #[test]
+    fn a_replayed_convolution_needs_its_workspace() {
+        let run = |lineage: bool| {
+            let mut v = vec![
+                alloc(1, 100),
+                copy(CopyDir::H2d, 100, vec![touch(1, 100, Access::W)]),
+            ];
+            for i in 0..3 {
+                let (x, y, ws) = (10 + 3 * i, 11 + 3 * i, 12 + 3 * i);
+                v.push(alloc(x, 10));
+                v.push(copy(CopyDir::H2d, 10, vec![touch(x, 10, Access::W)]));
+                v.push(alloc(y, 40));
+                v.push(alloc(ws, 64));
+                if lineage {
+                    v.push(Event::Lineage {
+                        replay: conv_lineage(0.0, true),
+                    });
+                }
+                v.push(cudnn(
+                    "cudnnConvolutionForward",
+                    vec![
+                        tensor("x", ptr(x), Access::R),
+                        tensor("w", ptr(1), Access::R),
+                        tensor("y", ptr(y), Access::W),
+                        workspace(ptr(ws)),
+                    ],
+                    vec![
+                        touch(x, 10, Access::R),
+                        touch(1, 100, Access::R),
+                        touch(y, 40, Access::W),
+                        touch(ws, 64, Access::Rw),
+                    ],
+                ));
+                v.push(free(ws));
+                v.push(kernel(vec![
+                    touch(y, 0, Access::R),
+                    touch(1, 0, Access::Rw),
+                ]));
+                v.push(free(x));
+                v.push(free(y));
+            }
+            v.push(free(1));
+            convert(&records(v, true)).unwrap()
+        };
+        let c = run(true);
+        let conv = c
+            .trace
+            .ops
+            .iter()
+            .position(|o| o.name == "cudnnConvolutionForward")
+            .unwrap();
+        let t = &c.trace;
+        // Y has the convolution as its producer; the workspace is scratch, and a replay needs
+        // one as large.
+        let y = t.ops[conv]
+            .outputs
+            .iter()
+            .copied()
+            .find(|&s| t.storages[s].size == 40)
+            .unwrap();
+        assert_eq!(t.storages[y].producer, Some(conv));
+        assert_eq!(t.ops[conv].scratch, 64);
+        // Without lineage: no producer, and no replay to need a workspace.
+        let c = run(false);
+        let t = &c.trace;
+        let conv = t
+            .ops
+            .iter()
+            .position(|o| o.name == "cudnnConvolutionForward")
+            .unwrap();
+        assert!(
+            t.ops[conv]
+                .outputs
+                .iter()
+                .all(|&s| t.storages[s].producer.is_none())
+        );
+        assert_eq!(t.ops[conv].scratch, 0);
     }
 
     #[test]

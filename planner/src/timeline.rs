@@ -721,6 +721,11 @@ impl Sim<'_> {
                     }
                     _ => self.now = self.take(t.storages[s].size, self.now, op),
                 }
+                // The replay's workspace: held while it runs, counted against the budget.
+                let scratch = t.ops[p].scratch;
+                if scratch > 0 {
+                    self.now = self.take(scratch, self.now, op);
+                }
                 let secs = t.ops[p].time_s;
                 self.out.stalls.push(Stall::Recompute {
                     op,
@@ -731,6 +736,7 @@ impl Sim<'_> {
                 self.out.stall_s += secs;
                 self.out.recomputed_ops += 1;
                 self.now += secs;
+                self.mem -= scratch;
                 self.set(s, State::Resident);
                 self.dead[s] = false;
                 self.touch(s);

@@ -51,6 +51,10 @@ pub struct TensorArg {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strides: Vec<i64>,
     pub access: Access,
+    /// A backend execution's tensor: its unique id in the variant pack (what a replay through
+    /// the same execution plan pairs with the current address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<i64>,
 }
 
 /// The direction of a copy.
@@ -117,6 +121,11 @@ pub enum Replay {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         softmax: Option<(i32, i32)>,
     },
+    /// A cuDNN backend execution: the execution plan handle it ran (the program's; a replay
+    /// executes it again with a variant pack of its own) and `life`, which creation of that
+    /// handle it was (1 for the first plan created at that address, 2 for the next, ...): a plan
+    /// destroyed since, or another plan made at the same address, is never replayed.
+    Backend { plan: u64, life: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -448,6 +457,34 @@ mod tests {
         );
         assert!(line.contains(r#""access":"w""#), "{line}");
         assert_eq!(read(&line).unwrap(), vec![r]);
+    }
+
+    /// A backend execution's lineage and unique ids round-trip; a line written before they
+    /// existed still parses, with no unique id.
+    #[test]
+    fn backend_lineage_and_unique_ids() {
+        let line = r#"{"seq":3,"t_ns":0,"tid":1,"kind":"lineage","replay":{"call":"backend","plan":4096,"life":2}}"#;
+        let r = read(line).unwrap();
+        assert_eq!(
+            r[0].event,
+            Event::Lineage {
+                replay: Replay::Backend {
+                    plan: 4096,
+                    life: 2
+                }
+            }
+        );
+        let old = r#"{"role":"x","ptr":64,"dims":[1,2],"strides":[2,1],"access":"r"}"#;
+        let t: TensorArg = serde_json::from_str(old).unwrap();
+        assert_eq!(t.uid, None);
+        let new = TensorArg {
+            uid: Some(120),
+            ..t.clone()
+        };
+        let line = serde_json::to_string(&new).unwrap();
+        assert!(line.contains(r#""uid":120"#), "{line}");
+        assert!(!serde_json::to_string(&t).unwrap().contains("uid"));
+        assert_eq!(serde_json::from_str::<TensorArg>(&line).unwrap(), new);
     }
 
     #[test]

@@ -8,8 +8,8 @@
  * and SGD with momentum (in place, state allocated lazily at the first step) are kernels.
  * Deterministic: it prints each iteration's loss and a checksum of the weights.
  *
- * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT]
- *        (defaults 4, 4, 16, 8, 2, 3, relu)
+ * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT] [CONV]
+ *        (defaults 4, 4, 16, 8, 2, 3, relu, legacy)
  * Network: conv(3->C, KxK) relu_, BLOCKS x [conv ACT conv (KxK), + skip, relu_], conv(C->10, WxW)
  * (the classifier), softmax. A KERNEL of 1 keeps data mode's arithmetic small per byte of
  * activation (tests that need tensors of the allocator's 2 MiB granularity). ACT relu: relu_ in
@@ -17,7 +17,17 @@
  * input is kept for its backward and its output for the next convolution's, and both kernels
  * are named and laid out as ATen's contiguous elementwise kernels are in torch's fatbins
  * (vectorized_elementwise_kernel<4, functor, std::array<char*, K>>(int N, functor, operands),
- * the output first), so that Marmoset can tell their roles and replay them. */
+ * the output first), so that Marmoset can tell their roles and replay them. CONV legacy: each
+ * forward convolution is cudnnConvolutionForward then its bias added in place (cudnnAddTensor,
+ * beta 1); nobias: the convolution alone, as ResNet's convolutions before batch normalisation
+ * (the bias is still trained, never applied); backend: the convolution alone through the cuDNN
+ * backend API as PyTorch's default path runs it: one execution plan per layer, built at its
+ * first use and kept (PyTorch's benchmark cache), a variant pack per call (unique ids 'x', 'w',
+ * 'y'); backend-rebuild: the same, every plan destroyed after each iteration's optimizer step and
+ * built again at its next use (a framework whose plan cache lets them go). Other than legacy,
+ * the residual addition is ATen's out-of-place add kernel (named and laid out as in torch's
+ * fatbins, output first), whose roles Marmoset reads exactly: the block's input stays as it
+ * was, so its first convolution's output can be recomputed from it. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -110,6 +120,17 @@ static void gelu_backward(simgpuKernelCtx *ctx, void **p) {
   for (int i = 0; i < n; i++) dx[i] = dy[i] * gelu_grad(x[i]);
 }
 
+/* vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, std::array<char*, 3>>(int n, functor,
+ * {out, a, b}): out = a + b (CONV other than legacy: the residual addition, roles exact) */
+static void aten_add(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  char **data = (char **)p[2];
+  float *out = arg(ctx, &data[0], n, 1);
+  const float *a = arg(ctx, &data[1], n, 0), *b = arg(ctx, &data[2], n, 0);
+  if (!out || !a || !b) return;
+  for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
 /* xent(int n, int k, const float *probs, const float *labels, float *dlogits, float *loss) */
 static void xent(simgpuKernelCtx *ctx, void **p) {
   int n = *(int *)p[0], k = *(int *)p[1];
@@ -138,12 +159,13 @@ static void sgd_(simgpuKernelCtx *ctx, void **p) {
   }
 }
 
-static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd;
+static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd, *k_aten_add;
 
 /* ATen's mangled names (c++filt: void at::native::vectorized_elementwise_kernel<4,
  * at::native::GeluFunctor<float>, std::array<char*, 2ul>, false>(int, ...) and the backward's). */
 #define GELU_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11GeluFunctorIfEESt5arrayIPcLm2EELb0EEEviT0_T1_"
 #define GELU_BWD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_19GeluBackwardFunctorIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
+#define ADD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
 
 static void register_kernels(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -157,7 +179,8 @@ static void register_kernels(void) {
     exit(1);
   /* (int N, an empty functor, K operand pointers): offsets 0, 4, 8 as torch's fatbins give. */
   size_t gs[] = {4, 1, 16}, ga[] = {4, 1, 8}, bs[] = {4, 1, 24}, ba[] = {4, 1, 8};
-  if (reg(GELU_NAME, gelu, 3, gs, ga, &k_gelu) || reg(GELU_BWD_NAME, gelu_backward, 3, bs, ba, &k_gelu_bwd))
+  if (reg(GELU_NAME, gelu, 3, gs, ga, &k_gelu) || reg(GELU_BWD_NAME, gelu_backward, 3, bs, ba, &k_gelu_bwd) ||
+      reg(ADD_NAME, aten_add, 3, bs, ba, &k_aten_add))
     exit(1);
 }
 
@@ -167,7 +190,18 @@ static void launch(void *k, int n, void **args) {
 }
 static void relu_inplace(float *x, int n) { void *a[] = {&n, &x}; launch(k_relu, n, a); }
 static void relu_bwd_inplace(float *g, float *y, int n) { void *a[] = {&n, &g, &y}; launch(k_relu_bwd, n, a); }
-static void add_into(float *a, float *b, float *out, int n) { void *v[] = {&n, &a, &b, &out}; launch(k_add, n, v); }
+static int conv_mode;
+static void add_into(float *a, float *b, float *out, int n) {
+  if (conv_mode == 0) {
+    void *v[] = {&n, &a, &b, &out};
+    launch(k_add, n, v);
+    return;
+  }
+  unsigned char functor = 0;
+  float *data[3] = {out, a, b};
+  void *v[] = {&n, &functor, data};
+  launch(k_aten_add, n, v);
+}
 static void add_inplace(float *a, float *b, int n) { void *v[] = {&n, &a, &b}; launch(k_add_, n, v); }
 static void gelu_into(float *x, float *out, int n) {
   unsigned char functor = 0;
@@ -211,10 +245,16 @@ typedef struct {
   float *W, *B, *vW, *vB, *dW, *dB;
   int fa, da, wa;
   size_t fws, dws, wws;
+  int n, h, w, pad; /* for the backend plan */
+  cudnnBackendDescriptor_t plan; /* CONV backend: the forward plan, once built */
+  int64_t plan_ws;
 } Conv;
+
+/* conv_mode (CONV): 0 legacy (bias added), 1 nobias, 2 backend, 3 backend-rebuild. */
 
 static void conv_init(Conv *l, int n, int cin, int cout, int k, int pad, int h, int w) {
   l->cin = cin; l->cout = cout; l->k = k;
+  l->n = n; l->h = h; l->w = w; l->pad = pad; l->plan = NULL; l->plan_ws = 0;
   int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
   l->x = tdesc(n, cin, h, w); l->y = tdesc(n, cout, oh, ow); l->bias = tdesc(1, cout, 1, 1);
   int fd[4] = {cout, cin, k, k}, pads[2] = {pad, pad}, one2[2] = {1, 1};
@@ -245,13 +285,101 @@ static void conv_init(Conv *l, int n, int cin, int cout, int k, int pad, int h, 
 
 static const float ONE = 1.0f, ZERO = 0.0f;
 
-/* y = conv(x) + bias, y a new tensor of `out` floats. */
+static cudnnBackendDescriptor_t bmake(int type) {
+  cudnnBackendDescriptor_t d;
+  DNN(cudnnBackendCreateDescriptor(type, &d));
+  return d;
+}
+
+static cudnnBackendDescriptor_t btensor(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w) {
+  cudnnBackendDescriptor_t t = bmake(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  int64_t dims[4] = {n, c, h, w}, strides[4] = {c * h * w, h * w, w, 1}, align = 16;
+  int dtype = CUDNN_DATA_FLOAT;
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dtype));
+  DNN(cudnnBackendFinalize(t));
+  return t;
+}
+
+/* The layer's forward plan, as cuDNN's frontend builds it: tensors, convolution, operation and
+ * graph (dropped once the plan exists), INSTANT heuristics' first configuration. */
+static void build_plan(Conv *l) {
+  int oh = l->h + 2 * l->pad - l->k + 1, ow = l->w + 2 * l->pad - l->k + 1;
+  cudnnBackendDescriptor_t tx = btensor('x', l->n, l->cin, l->h, l->w);
+  cudnnBackendDescriptor_t tw = btensor('w', l->cout, l->cin, l->k, l->k);
+  cudnnBackendDescriptor_t ty = btensor('y', l->n, l->cout, oh, ow);
+  cudnnBackendDescriptor_t cd = bmake(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  int64_t sd = 2, pad[2] = {l->pad, l->pad}, one2[2] = {1, 1};
+  int mode = CUDNN_CROSS_CORRELATION, comp = CUDNN_DATA_FLOAT;
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, one2));
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
+  DNN(cudnnBackendSetAttribute(cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, one2));
+  DNN(cudnnBackendFinalize(cd));
+  cudnnBackendDescriptor_t op = bmake(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const int base = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA;
+  float alpha = 1.0f, beta = 0.0f;
+  DNN(cudnnBackendSetAttribute(op, base + 4, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx));
+  DNN(cudnnBackendSetAttribute(op, base + 5, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty));
+  DNN(cudnnBackendSetAttribute(op, base + 3, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw));
+  DNN(cudnnBackendSetAttribute(op, base + 2, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd));
+  DNN(cudnnBackendSetAttribute(op, base, CUDNN_TYPE_FLOAT, 1, &alpha));
+  DNN(cudnnBackendSetAttribute(op, base + 1, CUDNN_TYPE_FLOAT, 1, &beta));
+  DNN(cudnnBackendFinalize(op));
+  DNN(cudnnBackendDestroyDescriptor(tx)); DNN(cudnnBackendDestroyDescriptor(tw));
+  DNN(cudnnBackendDestroyDescriptor(ty)); DNN(cudnnBackendDestroyDescriptor(cd));
+  cudnnBackendDescriptor_t graph = bmake(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  DNN(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &dnn));
+  DNN(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+  DNN(cudnnBackendFinalize(graph));
+  cudnnBackendDescriptor_t heur = bmake(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  int hmode = CUDNN_HEUR_MODE_INSTANT;
+  DNN(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+  DNN(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hmode));
+  DNN(cudnnBackendFinalize(heur));
+  cudnnBackendDescriptor_t cfg = bmake(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  int64_t got = 0;
+  DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &cfg));
+  if (got < 1) { fprintf(stderr, "no engine configuration\n"); exit(1); }
+  DNN(cudnnBackendDestroyDescriptor(heur));
+  l->plan = bmake(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  DNN(cudnnBackendSetAttribute(l->plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &dnn));
+  DNN(cudnnBackendSetAttribute(l->plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
+  DNN(cudnnBackendFinalize(l->plan));
+  DNN(cudnnBackendGetAttribute(l->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, NULL, &l->plan_ws));
+  DNN(cudnnBackendDestroyDescriptor(cfg));
+  DNN(cudnnBackendDestroyDescriptor(graph));
+  DNN(cudnnBackendDestroyDescriptor(op));
+}
+
+/* y = conv(x) (+ bias with CONV legacy), y a new tensor of `out` floats. */
 static float *conv_fwd(Conv *l, const float *x, size_t out) {
   float *y = talloc(out * 4);
+  if (conv_mode >= 2) {
+    if (!l->plan) build_plan(l);
+    void *ws = l->plan_ws > 0 ? talloc((size_t)l->plan_ws) : NULL;
+    void *ptrs[3] = {(void *)x, l->W, y};
+    int64_t uids[3] = {'x', 'w', 'y'};
+    cudnnBackendDescriptor_t pack = bmake(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    DNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
+    DNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));
+    DNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
+    DNN(cudnnBackendFinalize(pack));
+    DNN(cudnnBackendExecute(dnn, l->plan, pack));
+    DNN(cudnnBackendDestroyDescriptor(pack));
+    if (ws) tfree(ws);
+    return y;
+  }
   void *ws = l->fws ? talloc(l->fws) : NULL;
   DNN(cudnnConvolutionForward(dnn, &ONE, l->x, x, l->f, l->W, l->conv, l->fa, ws, l->fws, &ZERO, l->y, y));
   if (ws) tfree(ws);
-  DNN(cudnnAddTensor(dnn, &ONE, l->bias, l->B, &ONE, l->y, y));
+  if (conv_mode == 0) DNN(cudnnAddTensor(dnn, &ONE, l->bias, l->B, &ONE, l->y, y));
   return y;
 }
 
@@ -286,6 +414,10 @@ static void step(Conv *l, float lr, float mu) {
   launch(k_sgd, nb, b);
   tfree(l->dW); tfree(l->dB);
   l->dW = l->dB = NULL;
+  if (conv_mode == 3 && l->plan) {
+    DNN(cudnnBackendDestroyDescriptor(l->plan));
+    l->plan = NULL;
+  }
 }
 
 int main(int argc, char **argv) {
@@ -294,10 +426,14 @@ int main(int argc, char **argv) {
   int ks = argc > 6 ? atoi(argv[6]) : 3;
   const char *act_name = argc > 7 ? argv[7] : "relu";
   int use_gelu = strcmp(act_name, "gelu") == 0;
+  const char *conv_name = argc > 8 ? argv[8] : "legacy";
+  const char *modes[4] = {"legacy", "nobias", "backend", "backend-rebuild"};
+  conv_mode = -1;
+  for (int i = 0; i < 4; i++) if (!strcmp(conv_name, modes[i])) conv_mode = i;
   const int classes = 10;
   if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw ||
-      (!use_gelu && strcmp(act_name, "relu") != 0)) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu]\n");
+      (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild]\n");
     return 2;
   }
   register_kernels();

@@ -118,6 +118,21 @@ fn a_recompute() {
     assert_eq!(o.peak, 210);
 }
 
+/// A recomputation's scratch (a replayed convolution's workspace) is held while it runs: with
+/// 50 B of it, recomputing a before op 3 needs c, a and the workspace at once (250 B), then d.
+#[test]
+fn a_recompute_holds_its_workspace_while_it_runs() {
+    let mut t = chain();
+    t.ops[0].scratch = 50;
+    let plan = vec![(0, Decision::Recompute { after: 1, back: 3 })];
+    let o = simulate(&t, 260, LINK, &plan);
+    assert!(o.feasible, "{o:?}");
+    assert_eq!(o.makespan, 5.0);
+    assert_eq!(o.peak, 250);
+    // Within the 210 B that suffice without it, the plan no longer fits.
+    assert!(!simulate(&t, 210, LINK, &plan).feasible);
+}
+
 /// a (10 B) -> b (100 B); x (100 B) -> y (100 B); out(b, y). a is freed after op 1.
 pub(crate) fn kept_source() -> Trace {
     unit_trace(

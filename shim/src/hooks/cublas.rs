@@ -127,6 +127,7 @@ impl Mat {
             dims,
             strides,
             access: self.access,
+            uid: None,
         });
     }
 }
@@ -150,6 +151,7 @@ fn buffer(
         dims: vec![],
         strides: vec![],
         access,
+        uid: None,
     });
 }
 

@@ -256,6 +256,7 @@ fn args(list: &[(&str, Kind, C, C, Access)]) -> (Vec<TensorArg>, Vec<Touch>) {
             dims,
             strides,
             access,
+            uid: None,
         });
     }
     (tensors, touches)
@@ -298,6 +299,7 @@ fn call(
             dims: vec![],
             strides: vec![],
             access: Access::Rw,
+            uid: None,
         });
     }
     let stream = stream_of(h);
@@ -333,6 +335,7 @@ fn raw(p: Option<Pending>, role: &str, ptr: C, bytes: usize) -> Option<Pending> 
             dims: vec![],
             strides: vec![],
             access: Rw,
+            uid: None,
         });
     }
     Some(p)
@@ -619,17 +622,6 @@ type PlanTensor = (i64, &'static str, Access, Vec<i64>, Vec<i64>);
 /// descriptors Marmoset creates, as the real library requires).
 fn plan_tensors(plan: usize) -> Vec<PlanTensor> {
     backend::traced_tensors(plan)
-        .into_iter()
-        .map(|(uid, role, written, dims, strides)| {
-            (
-                uid,
-                role,
-                if written { Access::W } else { R },
-                dims,
-                strides,
-            )
-        })
-        .collect()
 }
 
 fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
@@ -645,11 +637,15 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
     let (mut tensors, mut touches) = (Vec::new(), Vec::new());
     for (uid, ptr) in ids.iter().zip(&ptrs) {
         let ptr = *ptr as u64;
-        let (role, access, dims, strides) = match known.iter().find(|k| k.0 == *uid) {
-            Some((_, role, access, dims, strides)) => {
-                (role.to_string(), *access, dims.clone(), strides.clone())
-            }
-            None => (format!("uid{uid}"), Rw, Vec::new(), Vec::new()),
+        let (role, access, dims, strides, id) = match known.iter().find(|k| k.0 == *uid) {
+            Some((_, role, access, dims, strides)) => (
+                role.to_string(),
+                *access,
+                dims.clone(),
+                strides.clone(),
+                Some(*uid),
+            ),
+            None => (format!("uid{uid}"), Rw, Vec::new(), Vec::new(), None),
         };
         let span = 1 + dims
             .iter()
@@ -667,6 +663,7 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
             dims,
             strides,
             access,
+            uid: id,
         });
     }
     let ws = one(pack as usize, VARIANT_PACK_WORKSPACE, TYPE_VOID_PTR).unwrap_or(0) as u64;
@@ -681,6 +678,7 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
             dims: vec![],
             strides: vec![],
             access: Rw,
+            uid: None,
         });
     }
     let stream = stream_of(h);
@@ -693,5 +691,11 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
         touches,
         result: 0,
     });
-    Some(p.timed(stream.unwrap_or(0)))
+    // Lineage: the plan and which of the plans made at its address it is (a replay goes
+    // through this very plan, never one made later at the same address).
+    let lineage = backend::plan_life(plan as usize).map(|life| Replay::Backend {
+        plan: plan as u64,
+        life,
+    });
+    super::runtime::with_lineage(Some(p.timed(stream.unwrap_or(0))), || lineage)
 }

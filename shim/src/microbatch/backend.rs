@@ -31,6 +31,7 @@ use super::elem_bytes;
 use plan::plan_graph;
 pub use plan::workspace_answer;
 use planner::microbatch::Configuration;
+use planner::trace::Access;
 
 type P = *mut c_void;
 type C = *const c_void;
@@ -264,8 +265,8 @@ struct Op {
 /// A micro-batch plan's key: (images, engine, beta forced to 1).
 type MicroKey = (i64, i64, bool);
 
-/// A plan's tensor for the trace: (unique id, role, written, dims, strides).
-pub type TracedTensor = (i64, &'static str, bool, Vec<i64>, Vec<i64>);
+/// A plan's tensor for the trace: (unique id, role, access, dims, strides).
+pub type TracedTensor = (i64, &'static str, Access, Vec<i64>, Vec<i64>);
 
 /// A recognised plan: its graph, engine and knob choices.
 #[derive(Debug)]
@@ -477,6 +478,15 @@ static CREATED: Mutex<Option<std::collections::HashSet<usize>>> = Mutex::new(Non
 /// After a successful cudnnBackendCreateDescriptor.
 pub fn created(ty: c_int, d: usize) {
     if ty == EXECUTION_PLAN_DESCRIPTOR
+        && let Ok(mut g) = LIVES.lock()
+    {
+        let l = g
+            .get_or_insert_with(HashMap::new)
+            .entry(d)
+            .or_insert((0, false));
+        *l = (l.0 + 1, true);
+    }
+    if ty == EXECUTION_PLAN_DESCRIPTOR
         && crate::state::active()
         && config().microbatching()
         && let Ok(mut g) = CREATED.lock()
@@ -485,8 +495,26 @@ pub fn created(ty: c_int, d: usize) {
     }
 }
 
+/// Execution plans by address: how many were created there, and whether the last is alive. A
+/// recomputation replays a backend execution only through the very plan that ran it.
+static LIVES: Mutex<Option<HashMap<usize, (u64, bool)>>> = Mutex::new(None);
+
+/// The `life` of the execution plan at `plan` (see `planner::trace::Replay::Backend`): None when
+/// it was destroyed, or created before Marmoset was loaded.
+pub fn plan_life(plan: usize) -> Option<u64> {
+    let g = LIVES.lock().ok()?;
+    g.as_ref()?
+        .get(&plan)
+        .and_then(|&(life, alive)| alive.then_some(life))
+}
+
 /// Before cudnnBackendDestroyDescriptor: the address may be reused for another descriptor.
 pub fn destroyed(d: usize) {
+    if let Ok(mut g) = LIVES.lock()
+        && let Some(l) = g.as_mut().and_then(|m| m.get_mut(&d))
+    {
+        l.1 = false;
+    }
     if let Ok(mut g) = CREATED.lock()
         && let Some(s) = g.as_mut()
     {
@@ -775,6 +803,46 @@ impl Graph {
     }
 }
 
+// ==================================================================== recomputation
+
+/// Executes the program's execution plan `plan` again on handle `h` (its stream set), with a
+/// variant pack of Marmoset's own: the unique ids, the current pointers, a workspace.
+pub fn replay_execute(
+    h: usize,
+    plan: usize,
+    ids: &[i64],
+    ptrs: &[i64],
+    ws: i64,
+) -> Result<(), String> {
+    let exec =
+        real!(c"cudnnBackendExecute", (P, P, P)).ok_or("cuDNN has no cudnnBackendExecute")?;
+    let d = create(VARIANT_PACK_DESCRIPTOR).ok_or("creating a variant pack failed")?;
+    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
+        && set(
+            d,
+            PACK_DATA_POINTERS,
+            TYPE_VOID_PTR,
+            ptrs.len(),
+            ptrs.as_ptr() as C,
+        )
+        .is_some()
+        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
+        && finalize(d).is_some();
+    let r = if ok {
+        // SAFETY: h is Marmoset's cuDNN handle, plan the program's execution plan (alive: its
+        // life checked by the caller), d the variant pack finalized here.
+        unsafe { exec(h as P, plan as P, d as P) }
+    } else {
+        -1
+    };
+    destroy(d);
+    match r {
+        0 => Ok(()),
+        -1 => Err("building the variant pack failed".into()),
+        r => Err(format!("cudnnBackendExecute returned {r}")),
+    }
+}
+
 // ==================================================================== the trace's view
 
 /// The tensors of a plan of a recognisable layout, for the trace: (unique id, role, written,
@@ -797,6 +865,9 @@ pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
             .find_map(|t| children(graph, GRAPH_OPS, &t).map(|o| (t, o)))
     {
         for (&ty, &op) in types.iter().zip(&ops) {
+            // A convolution forward with a BETA other than 0 reads its output too.
+            let accumulates = ty == OP_CONV_FWD
+                && !matches!(scalar(op, 701), Some(Value::Scalar(_, b)) if b.iter().all(|&x| x == 0));
             let roles: Vec<(c_int, &'static str, bool)> = match ty {
                 OP_CONV_FWD => vec![(703, "w", false), (704, "x", false), (705, "y", true)],
                 OP_CONV_BWD_DATA => vec![(709, "w", false), (710, "dx", true), (711, "dy", false)],
@@ -816,7 +887,12 @@ pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
                 if let Some(r) = read_tensor(t).filter(|r| !r.is_virtual)
                     && !out.iter().any(|o: &TracedTensor| o.0 == r.uid)
                 {
-                    out.push((r.uid, role, written, r.dims, r.strides));
+                    let access = match (written, accumulates) {
+                        (false, _) => Access::R,
+                        (true, false) => Access::W,
+                        (true, true) => Access::Rw,
+                    };
+                    out.push((r.uid, role, access, r.dims, r.strides));
                 }
                 destroy(t);
             }
@@ -825,4 +901,31 @@ pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
     }
     destroy(graph);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan is replayable through its address only in the life it was recorded in: destroyed,
+    /// it is none; made again at the same address, it is a new life.
+    #[test]
+    fn an_execution_plan_address_has_lives() {
+        let at = 0x7f00_dead_0000usize;
+        assert_eq!(plan_life(at), None, "never made");
+        created(EXECUTION_PLAN_DESCRIPTOR, at);
+        assert_eq!(plan_life(at), Some(1));
+        // Other descriptors at other addresses do not count.
+        created(TENSOR_DESCRIPTOR, at + 8);
+        destroyed(at + 8);
+        assert_eq!(plan_life(at), Some(1));
+        destroyed(at);
+        assert_eq!(plan_life(at), None, "destroyed");
+        // A tensor descriptor made at the freed address is no plan.
+        created(TENSOR_DESCRIPTOR, at);
+        assert_eq!(plan_life(at), None);
+        destroyed(at);
+        created(EXECUTION_PLAN_DESCRIPTOR, at);
+        assert_eq!(plan_life(at), Some(2), "another plan at the same address");
+    }
 }

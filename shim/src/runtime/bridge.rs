@@ -12,7 +12,7 @@ use planner::iteration::TensorId;
 use planner::model::Trace;
 use planner::shimtrace::{Converted, convert};
 use planner::timeline::{Decision, Link, Outcome, Plan};
-use planner::trace::{Event, Record};
+use planner::trace::{Event, Record, Replay};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
@@ -73,6 +73,27 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
         }
     }
     out
+}
+
+/// The records without the lineage of convolutions the shim cannot replay now, so that the
+/// model gives their outputs no producer and no plan recomputes them: a backend execution
+/// whose execution plan was destroyed since (or another made at its address), and any
+/// convolution under μ-cuDNN (its recorded workspace is the micro-batches').
+fn replayable_now(records: Vec<Record>) -> Vec<Record> {
+    let microbatching = config().microbatching();
+    let gone = |r: &Record| match &r.event {
+        Event::Lineage {
+            replay: Replay::Backend { plan, life },
+        } => microbatching || crate::microbatch::backend::plan_life(*plan as usize) != Some(*life),
+        Event::Lineage {
+            replay: Replay::Cudnn { conv: Some(_), .. },
+        } => microbatching,
+        _ => false,
+    };
+    if !records.iter().any(gone) {
+        return records;
+    }
+    records.into_iter().filter(|r| !gone(r)).collect()
 }
 
 /// One planning at a time: a divergence while planning waits for the next detection.
@@ -162,6 +183,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
     // iteration was found have theirs now (no waiting: the program's clock is not ours).
     crate::timing::drain(false);
     let records = crate::runtime::tracker::records(found.generation).unwrap_or(records);
+    let records = replayable_now(records);
     let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
     match got {
@@ -257,6 +279,10 @@ fn as_held(t: &mut Trace, budget: u64) -> u64 {
         } else {
             0
         };
+    }
+    // A replay's workspace is Marmoset's own: whole pages, whatever its size.
+    for o in &mut t.ops {
+        o.scratch = o.scratch.div_ceil(h.gran) * h.gran;
     }
     budget.saturating_sub(h.pool)
 }

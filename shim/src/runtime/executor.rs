@@ -29,6 +29,7 @@ use planner::model::Step;
 use planner::timeline::Decision;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The plan as the hooks need it: per call offset within the iteration, what to do.
 struct Steps {
@@ -60,7 +61,33 @@ impl Steps {
             dropped_at: HashMap::new(),
             recipes: Vec::new(),
         };
+        // Through which operation each content stays in its allocation: its last read (the
+        // program frees or overwrites it after), the operation that updates it in place, or
+        // for good. A replay at a back-access after that would read what is there by then.
+        let mut valid_until = vec![usize::MAX; c.trace.storages.len()];
+        for (o, op) in c.trace.ops.iter().enumerate() {
+            for &(old, _) in &op.inplace {
+                valid_until[old] = valid_until[old].min(o);
+            }
+        }
+        let mut at = None;
+        for step in &c.trace.steps {
+            match (*step, at) {
+                (Step::Op(o), _) => at = Some(o),
+                (Step::Free(st), Some(o)) => valid_until[st] = valid_until[st].min(o),
+                _ => {}
+            }
+        }
         let mut last_op = None;
+        let sourced = |storage: usize, back: usize| -> bool {
+            let Some(p) = c.trace.storages.get(storage).and_then(|s| s.producer) else {
+                return false;
+            };
+            c.trace.ops[p]
+                .inputs
+                .iter()
+                .all(|&i| valid_until.get(i).is_some_and(|&u| u >= back))
+        };
         for step in &c.trace.steps {
             match *step {
                 Step::Op(o) => last_op = Some(o),
@@ -91,7 +118,11 @@ impl Steps {
             // A recomputation the shim can replay: dropped after `after`, replayed before
             // `back` if its memory went meanwhile. Any other stays resident (costs memory, never
             // bytes).
+            // Only where every source still holds its contents at the back-access: the shim
+            // cannot keep a source past the program's free or overwrite of it (the planner's
+            // `Extend`).
             if let Decision::Recompute { after, back } = d
+                && sourced(storage, back)
                 && let Some(recipe) = r.recipes.get(&storage)
                 && let (Some(a), Some(b)) = (offset(after), offset(back))
                 && a < b
@@ -117,6 +148,14 @@ struct Executor {
     dropped: Vec<(TensorId, usize)>,
     /// MARMOSET_VERIFY: the bytes each of them held when dropped.
     saved: Vec<(TensorId, Vec<u8>)>,
+    /// Each of them as an allocation with its recipe pinned to allocations (taken at the drop).
+    pinned: Vec<(TensorId, u64, Recipe)>,
+    /// Tensors dropped for recomputation whose back-access the plan no longer reaches (the
+    /// program diverged, or the iteration ended first): replayed before any call touches them.
+    orphans: Vec<(u64, Recipe)>,
+    /// Tensors rebuilt early for the call under way, dropped again after it (see
+    /// `rebuild_touched`).
+    redrop: Vec<(TensorId, usize, u64, Recipe)>,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
@@ -125,6 +164,9 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     guided: 0,
     dropped: Vec::new(),
     saved: Vec::new(),
+    pinned: Vec::new(),
+    orphans: Vec::new(),
+    redrop: Vec::new(),
 });
 
 /// A new plan, applied from the next iteration boundary.
@@ -158,9 +200,22 @@ pub fn boundary(period: usize) {
         if e.active.is_some() {
             e.guided += 1;
         }
-        e.dropped.clear();
+        orphan(&mut e);
         e.saved.clear();
     }
+}
+
+/// The tensors dropped for recomputation and not yet rebuilt become orphans.
+fn orphan(e: &mut Executor) {
+    let dropped = std::mem::take(&mut e.dropped);
+    let pinned = std::mem::take(&mut e.pinned);
+    for (name, _) in dropped {
+        if let Some((_, id, r)) = pinned.iter().find(|p| p.0 == name) {
+            e.orphans.retain(|o| o.0 != *id);
+            e.orphans.push((*id, r.clone()));
+        }
+    }
+    note_dropped(e);
 }
 
 /// The program left the planned sequence: passive until a new plan.
@@ -168,6 +223,7 @@ pub fn diverged() {
     if let Ok(mut e) = EXECUTOR.lock() {
         e.active = None;
         e.offered = None;
+        orphan(&mut e);
     }
 }
 
@@ -202,10 +258,16 @@ fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
 /// back-access or in-trigger it is. `touches`: the call's own allocations (never evicted to make
 /// room); `stream`: where it runs (recomputations go there, right before it).
 pub fn before_call(touches: &[u64], stream: u64) {
-    let Some(offset) = crate::runtime::tracker::next_offset() else {
+    // Most calls find nothing dropped: no lock taken for it.
+    let offset = crate::runtime::tracker::next_offset();
+    let planned = offset.map(recomputations).unwrap_or_default();
+    if DROPPED.load(Ordering::Relaxed) {
+        rebuild_touched(touches, stream, &planned);
+    }
+    let Some(offset) = offset else {
         return;
     };
-    for i in recomputations(offset) {
+    for i in planned {
         recompute(i, stream, 0);
     }
     let ids: Vec<u64> = step(offset, Kind::Prefetch)
@@ -223,6 +285,130 @@ pub fn before_call(touches: &[u64], stream: u64) {
     protect.extend(&ids);
     for id in rest {
         crate::memory::prefetch(id, &protect, stream);
+    }
+}
+
+/// A call that touches a tensor dropped for recomputation before its back-access (a kernel's
+/// parameter word the model took for a stale hint, a program that strayed) gets it rebuilt
+/// first: mapping it as it is would hand the call bytes that are not there. The model counts
+/// the touch as no access (the contents' version is unchanged), so the tensor is dropped again
+/// after the call, and its back-access rebuilds it again if its memory went meanwhile: memory
+/// as planned, at the price of one more replay. Orphans are rebuilt for good.
+fn rebuild_touched(touches: &[u64], stream: u64, planned: &[usize]) {
+    orphans(touches, stream);
+    let early: Vec<usize> = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        let hit: Vec<(TensorId, usize, u64, Recipe)> = e
+            .pinned
+            .iter()
+            .filter(|p| touches.contains(&p.1))
+            .filter_map(|p| {
+                let i = e.dropped.iter().find(|d| d.0 == p.0)?.1;
+                // Its back-access: the plan's own recomputation comes next.
+                (!planned.contains(&i)).then(|| (p.0, i, p.1, p.2.clone()))
+            })
+            .collect();
+        let early = hit.iter().map(|h| h.1).collect();
+        for h in &hit {
+            log(
+                Level::Debug,
+                &format!(
+                    "executor: allocation {} is touched before its back-access: rebuilt for the call, dropped again after it",
+                    h.2
+                ),
+            );
+        }
+        e.redrop.extend(hit);
+        early
+    };
+    for i in early {
+        recompute(i, stream, 0);
+    }
+}
+
+/// After the call: the tensors rebuilt early for it are dropped again (their back-access is
+/// still to come).
+fn redrop() {
+    let again = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        if e.redrop.is_empty() {
+            return;
+        }
+        let again = std::mem::take(&mut e.redrop);
+        for (name, i, id, r) in &again {
+            e.dropped.retain(|d| d.0 != *name);
+            e.dropped.push((*name, *i));
+            e.pinned.retain(|q| q.0 != *name);
+            e.pinned.push((*name, *id, r.clone()));
+        }
+        note_dropped(&e);
+        again
+    };
+    let verifying = crate::state::config().verify;
+    for (name, _, id, _) in again {
+        if verifying
+            && let Some(bytes) = crate::memory::snapshot(id)
+            && let Ok(mut e) = EXECUTOR.lock()
+        {
+            e.saved.retain(|s| s.0 != name);
+            e.saved.push((name, bytes));
+        }
+        crate::memory::mark_dead(id);
+    }
+}
+
+/// Whether any tensor is dropped for recomputation or orphaned (kept in step with `pinned`
+/// and `orphans`, under the executor's lock).
+static DROPPED: AtomicBool = AtomicBool::new(false);
+
+fn note_dropped(e: &Executor) {
+    DROPPED.store(
+        !e.pinned.is_empty() || !e.orphans.is_empty(),
+        Ordering::Relaxed,
+    );
+}
+
+/// Orphans this call touches are rebuilt first: their memory may have gone, and no plan step
+/// will bring them back (the alternative is reading bytes that are not there).
+fn orphans(touches: &[u64], stream: u64) {
+    let due: Vec<(u64, Recipe)> = {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        if e.orphans.is_empty() {
+            return;
+        }
+        e.orphans
+            .retain(|o| crate::state::allocation(o.0).is_some());
+        let (due, rest) = std::mem::take(&mut e.orphans)
+            .into_iter()
+            .partition(|o| touches.contains(&o.0));
+        e.orphans = rest;
+        note_dropped(&e);
+        due
+    };
+    for (id, recipe) in due {
+        if !crate::memory::is_dropped(id) {
+            continue;
+        }
+        match crate::runtime::recompute::replay(&recipe, stream) {
+            Ok(()) => {
+                crate::trace::emit(planner::trace::Event::Recompute {
+                    alloc: id,
+                    api: recipe.api().to_string(),
+                });
+                log(
+                    Level::Info,
+                    &format!(
+                        "executor: allocation {id}, dropped for recomputation before the program left the plan, rebuilt before its use"
+                    ),
+                );
+            }
+            Err(why) => log(
+                Level::Error,
+                &format!(
+                    "executor: recomputing allocation {id} failed ({why}); its contents are lost"
+                ),
+            ),
+        }
     }
 }
 
@@ -245,7 +431,9 @@ fn recompute(i: usize, stream: u64, depth: usize) {
         let Some(pos) = e.dropped.iter().position(|&(_, j)| j == i) else {
             return;
         };
-        e.dropped.remove(pos);
+        let (gone, _) = e.dropped.remove(pos);
+        e.pinned.retain(|p| p.0 != gone);
+        note_dropped(&e);
         let Some((name, recipe)) = e.active.as_ref().and_then(|s| s.recipes.get(i).cloned()) else {
             return;
         };
@@ -373,6 +561,9 @@ fn verify(i: usize, name: TensorId, id: u64, api: &str) {
 /// After a recorded call (the tracker has seen it): the evictions whose evicted-access it was,
 /// and the drops of contents that are dead from here or recomputed later.
 pub fn after_call() {
+    if DROPPED.load(Ordering::Relaxed) {
+        redrop();
+    }
     let Some(offset) = crate::runtime::tracker::last_offset() else {
         return;
     };
@@ -387,20 +578,60 @@ pub fn after_call() {
             crate::memory::mark_dead(id);
         }
     }
-    let recomputed = {
-        let Ok(mut e) = EXECUTOR.lock() else { return };
-        let list = e
-            .active
+    let planned: Vec<(TensorId, usize, Recipe)> = {
+        let Ok(e) = EXECUTOR.lock() else { return };
+        e.active
             .as_ref()
             .filter(|s| offset < s.period)
-            .and_then(|s| s.dropped_at.get(&offset).cloned())
-            .unwrap_or_default();
-        for &(name, i) in &list {
+            .and_then(|s| {
+                let list = s.dropped_at.get(&offset)?;
+                Some(
+                    list.iter()
+                        .filter_map(|&(n, i)| Some((n, i, s.recipes.get(i)?.1.clone())))
+                        .collect(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    // Dropped only if the replay can be carried out (asked without the executor's lock: the
+    // tracker and the memory manager take their own); otherwise kept, and swapped if memory
+    // runs short: a replay that failed after the drop would lose the bytes.
+    let mut recomputed = Vec::new();
+    let mut pinned = Vec::new();
+    for (name, i, recipe) in planned {
+        let ready = recipe.ready().and_then(|()| {
+            let id = crate::runtime::tracker::resolve(name).ok_or("it has no allocation now")?;
+            let p = recipe
+                .pinned()
+                .ok_or("one of its tensors has no allocation now")?;
+            Ok((id, p))
+        });
+        match ready {
+            Ok((id, p)) => {
+                recomputed.push((name, i));
+                pinned.push((name, id, p));
+            }
+            Err(why) => log(
+                Level::Debug,
+                &format!(
+                    "executor: {name:?} is kept, not dropped for recomputation: replaying {}: {why}",
+                    recipe.api()
+                ),
+            ),
+        }
+    }
+    {
+        let Ok(mut e) = EXECUTOR.lock() else { return };
+        for &(name, i) in &recomputed {
             e.dropped.retain(|d| d.0 != name);
             e.dropped.push((name, i));
         }
-        list
-    };
+        for p in pinned {
+            e.pinned.retain(|q| q.0 != p.0);
+            e.pinned.push(p);
+        }
+        note_dropped(&e);
+    }
     let verifying = crate::state::config().verify;
     for (name, _) in recomputed {
         if let Some(id) = crate::runtime::tracker::resolve(name) {

@@ -27,6 +27,8 @@ struct Arg {
     dims: Vec<i64>,
     strides: Vec<i64>,
     access: Access,
+    /// A backend execution's unique id for it.
+    uid: Option<i64>,
 }
 
 /// The producing call of a recomputed tensor, ready to replay in any later iteration.
@@ -36,6 +38,10 @@ pub struct Recipe {
     args: Vec<Arg>,
     replay: Replay,
     kernel: Option<Kernel>,
+    /// A convolution's recorded algorithm, and the workspace bytes a replay brings (the call's
+    /// own workspace is scratch the program may have reused since).
+    algo: Option<i32>,
+    workspace: u64,
 }
 
 /// A kernel launch to replay: the recorded parameter buffer, and where in it each argument's
@@ -138,6 +144,7 @@ impl Recipe {
                         dims: Vec::new(),
                         strides: Vec::new(),
                         access: t.access,
+                        uid: None,
                     })
                 })
                 .collect::<Option<Vec<_>>>()?;
@@ -150,19 +157,23 @@ impl Recipe {
                 args,
                 replay: replay.clone(),
                 kernel: Some(kernel),
+                algo: None,
+                workspace: 0,
             });
         }
         let Event::Cudnn {
             api,
             tensors,
             touches,
+            algo,
+            workspace,
             ..
         } = event
         else {
             return None;
         };
         let mut args = Vec::new();
-        for t in tensors {
+        for t in tensors.iter().filter(|t| t.role != "workspace") {
             // The touch of this argument: the allocation it points into.
             let touch = touches
                 .iter()
@@ -175,6 +186,7 @@ impl Recipe {
                 dims: t.dims.clone(),
                 strides: t.strides.clone(),
                 access: t.access,
+                uid: t.uid,
             });
         }
         Some(Recipe {
@@ -182,7 +194,59 @@ impl Recipe {
             args,
             replay: replay.clone(),
             kernel: None,
+            algo: *algo,
+            workspace: workspace.unwrap_or(0),
         })
+    }
+
+    /// Whether a replay can be carried out now, asked before the tensor is dropped (a replay
+    /// that fails after the drop would lose its bytes): a backend execution's plan still the
+    /// one that ran (not destroyed, no other made at its address since), and the budget able
+    /// to hold the replay's operands and its workspace at once (everything else can be evicted
+    /// to make room). Err says why not: the tensor is then kept, or swapped, never dropped.
+    pub fn ready(&self) -> Result<(), String> {
+        if let Replay::Backend { plan, life } = self.replay
+            && crate::microbatch::backend::plan_life(plan as usize) != Some(life)
+        {
+            return Err(format!(
+                "the execution plan {plan:#x} that ran it was destroyed since"
+            ));
+        }
+        // (allocation, size) of each operand, once.
+        let mut held: Vec<(u64, u64)> = Vec::new();
+        for a in &self.args {
+            let id = tracker::resolve(a.tensor)
+                .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
+            let (_, size) = crate::state::allocation(id)
+                .ok_or_else(|| format!("{} (allocation {id}) is not live", a.role))?;
+            if !held.iter().any(|h| h.0 == id) {
+                held.push((id, size));
+            }
+        }
+        let mut bytes: Vec<u64> = held.iter().map(|h| h.1).collect();
+        if self.workspace > 0 {
+            bytes.push(self.workspace);
+        }
+        if !crate::memory::room_for(&bytes) {
+            return Err(format!(
+                "its operands and a {} B workspace would not fit in the budget at once",
+                self.workspace
+            ));
+        }
+        Ok(())
+    }
+
+    /// The recipe with its tensors named by their allocations now (None: one has none), for a
+    /// replay after the program left the plan, when names by place in the iteration no longer
+    /// hold.
+    pub fn pinned(&self) -> Option<Recipe> {
+        let mut r = self.clone();
+        for a in &mut r.args {
+            let alloc = tracker::resolve(a.tensor)?;
+            let (_, size) = crate::state::allocation(alloc)?;
+            a.tensor = TensorId::Persistent { alloc, size };
+        }
+        Some(r)
     }
 
     /// The call it replays.
@@ -218,6 +282,7 @@ impl Recipe {
                 dims: a.dims.clone(),
                 strides: a.strides.clone(),
                 access: a.access,
+                uid: a.uid,
             });
             touches.push(Touch {
                 alloc: id,
@@ -240,8 +305,8 @@ impl Recipe {
         Ok(Event::Cudnn {
             api: self.api.clone(),
             stream: Some(stream),
-            algo: None,
-            workspace: None,
+            algo: self.algo,
+            workspace: Some(self.workspace),
             tensors,
             touches,
             result: 0,
@@ -294,6 +359,83 @@ impl Desc {
     }
 }
 
+/// A filter descriptor from recorded dims and strides (NCHW or NHWC packed), destroyed when
+/// dropped.
+struct Filter(usize);
+
+impl Filter {
+    fn of(dtype: c_int, dims: &[i64], strides: &[i64]) -> Result<Filter, String> {
+        let packed = |order: &[usize]| {
+            let mut s = vec![0; dims.len()];
+            let mut acc = 1;
+            for &i in order.iter().rev() {
+                s[i] = acc;
+                acc *= dims[i];
+            }
+            s
+        };
+        let n = dims.len();
+        let nchw: Vec<usize> = (0..n).collect();
+        let nhwc: Vec<usize> = std::iter::once(0)
+            .chain(2..n)
+            .chain(std::iter::once(1))
+            .collect();
+        let format = if strides == packed(&nchw).as_slice() {
+            0
+        } else if n > 2 && strides == packed(&nhwc).as_slice() {
+            1
+        } else {
+            return Err("the filter's strides are neither NCHW nor NHWC".into());
+        };
+        let dims: Vec<c_int> = dims
+            .iter()
+            .map(|&x| c_int::try_from(x).map_err(|_| format!("dimension {x} out of range")))
+            .collect::<Result<_, _>>()?;
+        let mut d: P = std::ptr::null_mut();
+        dnn!(c"cudnnCreateFilterDescriptor" (*mut P) (&mut d))?;
+        let f = Filter(d as usize);
+        dnn!(c"cudnnSetFilterNdDescriptor" (P, c_int, c_int, c_int, *const c_int)
+            (f.0 as P, dtype, format, dims.len() as c_int, dims.as_ptr()))?;
+        Ok(f)
+    }
+}
+
+impl Drop for Filter {
+    fn drop(&mut self) {
+        let destroy = || dnn!(c"cudnnDestroyFilterDescriptor"(P)(self.0 as P));
+        let _ = destroy();
+    }
+}
+
+/// A convolution descriptor from recorded parameters, destroyed when dropped.
+struct Conv(usize);
+
+impl Conv {
+    fn of(p: &planner::trace::ConvParams) -> Result<Conv, String> {
+        let n = p.pads.len();
+        if p.strides.len() != n || p.dilations.len() != n {
+            return Err("the convolution's parameters disagree in length".into());
+        }
+        let mut d: P = std::ptr::null_mut();
+        dnn!(c"cudnnCreateConvolutionDescriptor" (*mut P) (&mut d))?;
+        let c = Conv(d as usize);
+        dnn!(c"cudnnSetConvolutionNdDescriptor" (P, c_int, *const c_int, *const c_int, *const c_int, c_int, c_int)
+            (c.0 as P, n as c_int, p.pads.as_ptr(), p.strides.as_ptr(), p.dilations.as_ptr(), p.mode, p.compute))?;
+        dnn!(c"cudnnSetConvolutionGroupCount"(P, c_int)(
+            c.0 as P, p.groups
+        ))?;
+        dnn!(c"cudnnSetConvolutionMathType"(P, c_int)(c.0 as P, p.math))?;
+        Ok(c)
+    }
+}
+
+impl Drop for Conv {
+    fn drop(&mut self) {
+        let destroy = || dnn!(c"cudnnDestroyConvolutionDescriptor"(P)(self.0 as P));
+        let _ = destroy();
+    }
+}
+
 impl Drop for Desc {
     fn drop(&mut self) {
         let destroy = || dnn!(c"cudnnDestroyTensorDescriptor"(P)(self.0 as P));
@@ -323,15 +465,37 @@ impl Scalar {
     }
 }
 
-/// Replays the recipe on `stream` (its sources made resident and its output mapped first).
+/// Replays the recipe on `stream` (its workspace obtained, then its sources made resident and
+/// its output mapped).
 pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     let event = r.now(stream)?;
-    crate::memory::before(&event, Some(stream))
+    // The workspace first: obtaining it may evict, and what the replay touches must stay.
+    let ws = match r.workspace {
+        0 => 0,
+        n => crate::memory::alloc_internal(n as usize)
+            .ok_or_else(|| format!("no room for a {n} B workspace"))?,
+    };
+    let done = replay_with(r, &event, stream, ws);
+    if ws != 0 {
+        // Released once the replay, queued on `stream`, is done with it.
+        crate::memory::free(ws, Some(stream));
+    }
+    done
+}
+
+fn replay_with(r: &Recipe, event: &Event, stream: u64, ws: u64) -> Result<(), String> {
+    crate::memory::before(event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
     let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
     let corrupt = crate::state::config().test_corrupt_replay == Some(n);
-    if let (Some(k), Event::Launch { touches, .. }) = (&r.kernel, &event) {
+    if let (Some(k), Event::Launch { touches, .. }) = (&r.kernel, event) {
         return launch(k, touches, stream, corrupt);
+    }
+    let Event::Cudnn { tensors, .. } = event else {
+        return Err("not a cuDNN call".into());
+    };
+    if let Replay::Backend { plan, life } = r.replay {
+        return backend(r, tensors, plan, life, stream, ws, corrupt);
     }
     let Replay::Cudnn {
         alpha: Some(alpha),
@@ -339,13 +503,10 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
         dtype: Some(dtype),
         activation,
         softmax,
-        ..
+        conv,
     } = &r.replay
     else {
         return Err("no lineage".into());
-    };
-    let Event::Cudnn { tensors, .. } = &event else {
-        return Err("not a cuDNN call".into());
     };
     let h = handle()?;
     dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
@@ -412,8 +573,82 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
                 y
             ))
         }
+        "cudnnConvolutionForward" => {
+            let p = conv.as_ref().ok_or("no convolution parameters")?;
+            let algo = r.algo.ok_or("no algorithm")?;
+            let ((xd, x), (yd, y)) = (arg("x")?, arg("y")?);
+            let w = tensors
+                .iter()
+                .find(|t| t.role == "w")
+                .ok_or("no w argument")?;
+            let wd = Filter::of(*dtype, &w.dims, &w.strides)?;
+            let cd = Conv::of(p)?;
+            dnn!(c"cudnnConvolutionForward"(
+                P, P, P, P, P, P, P, c_int, P, usize, P, P, P
+            )(
+                h as P,
+                a.ptr(),
+                xd.0 as P,
+                x,
+                wd.0 as P,
+                w.ptr as P,
+                cd.0 as P,
+                algo,
+                ws as P,
+                r.workspace as usize,
+                b.ptr(),
+                yd.0 as P,
+                y
+            ))
+        }
         other => Err(format!("{other} is not replayed")),
     }
+}
+
+/// A backend execution again: the program's execution plan (alive, the life recorded), a
+/// variant pack of the recorded unique ids and the current addresses, Marmoset's workspace.
+/// `corrupt`: the first four bytes of each output set to 0xff afterwards, for MARMOSET_VERIFY's
+/// test (a plan has no scaling parameter Marmoset may change, and a moved pointer breaks the
+/// alignment the plan was made for).
+fn backend(
+    r: &Recipe,
+    tensors: &[TensorArg],
+    plan: u64,
+    life: u64,
+    stream: u64,
+    ws: u64,
+    corrupt: bool,
+) -> Result<(), String> {
+    if crate::microbatch::backend::plan_life(plan as usize) != Some(life) {
+        return Err(format!("the execution plan {plan:#x} was destroyed"));
+    }
+    let mut ids = Vec::new();
+    let mut ptrs = Vec::new();
+    for t in tensors {
+        ids.push(
+            t.uid
+                .ok_or_else(|| format!("{} has no unique id", t.role))?,
+        );
+        ptrs.push(t.ptr as i64);
+    }
+    let h = handle()?;
+    dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
+    crate::microbatch::backend::replay_execute(h, plan as usize, &ids, &ptrs, ws as i64)
+        .map_err(|why| format!("{} through plan {plan:#x}: {why}", r.api))?;
+    if corrupt {
+        let set = match resolve(crate::real::CUDA, c"cuMemsetD8Async") {
+            0 => return Err("the driver has no cuMemsetD8Async".into()),
+            p => p,
+        };
+        type Set = unsafe extern "C" fn(u64, u8, usize, P) -> c_int;
+        // SAFETY: the real cuMemsetD8Async has this signature.
+        let set: Set = unsafe { std::mem::transmute(set) };
+        for t in tensors.iter().filter(|t| t.access == Access::W) {
+            // SAFETY: four bytes at the start of a live, mapped output.
+            unsafe { set(t.ptr, 0xff, 4, stream as P) };
+        }
+    }
+    Ok(())
 }
 
 /// Launches the recorded kernel again with the current addresses, through the driver (the

@@ -900,6 +900,34 @@ pub fn alloc(out: *mut u64, size: usize) -> Option<c_int> {
     }
 }
 
+/// Whether tensors of these sizes (a replay's operands and workspace) fit in the budget at once,
+/// with everything that can be evicted gone: what never moves (memory held before Marmoset,
+/// Marmoset's own buffers, the pool of small tensors) and their pages. True when not managed.
+pub fn room_for(sizes: &[u64]) -> bool {
+    if !active() {
+        return true;
+    }
+    with(|m| {
+        let fixed: u64 = m.preexisting
+            + m.tensors
+                .values()
+                .filter(|t| t.internal && matches!(t.place, Place::Resident(_)))
+                .map(|t| t.mapped)
+                .sum::<u64>()
+            + m.small_live.values().sum::<u64>()
+            + m.small_free
+                .iter()
+                .map(|(class, v)| class * v.len() as u64)
+                .sum::<u64>();
+        let wanted: u64 = sizes
+            .iter()
+            .map(|&b| b.max(1).div_ceil(m.gran) * m.gran)
+            .sum();
+        fixed + wanted <= m.budget
+    })
+    .unwrap_or(false)
+}
+
 /// Marmoset's own device memory (workspaces): counted in the budget, never evicted.
 pub fn alloc_internal(size: usize) -> Option<u64> {
     if !active() {

@@ -1,0 +1,188 @@
+//! Recomputation by replaying a convolution (Chen et al.'s and Capuchin's classic choice: a
+//! convolution's output is rebuilt from its input and weight, which its own backward keeps
+//! anyway). torchlike with GELU out of place and convolutions without bias: each block's first
+//! convolution writes the GELU's input, which GELU's backward reads again, so the planner may
+//! drop it after the forward pass and the executor rebuild it before the backward pass by
+//! running the convolution again: `cudnnConvolutionForward` (CONV nobias: descriptors rebuilt
+//! from the recorded shapes and parameters, the recorded algorithm) or `cudnnBackendExecute`
+//! (CONV backend: the program's own execution plan, a variant pack of Marmoset's), each with a
+//! workspace of Marmoset's own. Data mode: the results must stay bit for bit those of an
+//! unlimited run, under every planner policy that recomputes.
+
+use marmoset_e2e::*;
+use serde_json::Value;
+
+/// Eight iterations (the training step repeats from the third; see guided.rs), 2 MiB
+/// activations, 1x1 convolutions, 4 blocks, GELU; then the convolution API (torchlike's CONV).
+const ARGS: [&str; 7] = ["8", "128", "32", "4", "4", "1", "gelu"];
+const LEGACY: (&str, &str) = ("nobias", "cudnnConvolutionForward");
+const BACKEND: (&str, &str) = ("backend", "cudnnBackendExecute");
+
+fn args(conv: &str) -> Vec<&str> {
+    let mut a = ARGS.to_vec();
+    a.push(conv);
+    a
+}
+
+fn report(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
+}
+
+/// The unlimited run's peak and output.
+fn plain(conv: &str) -> (u64, String) {
+    let r = temp_path(&format!("conv-replay-unlimited-{conv}.json"));
+    let o = run_sim(
+        "h100",
+        &[("SIMGPU_REPORT", r.to_str().unwrap())],
+        "torchlike",
+        &args(conv),
+    );
+    ok(&o);
+    (report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
+}
+
+/// torchlike (CONV `conv`) under `policy` within `budget`, with these extra settings.
+fn under(
+    conv: &str,
+    policy: &str,
+    budget: u64,
+    extra: &[(&str, &str)],
+    name: &str,
+) -> (std::process::Output, Vec<Value>, Value) {
+    let r = temp_path(&format!("conv-replay-{conv}-{name}.json"));
+    let budget = budget.to_string();
+    let mut env = vec![
+        ("MARMOSET_POLICY", policy),
+        ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
+        ("MARMOSET_PLAN_WAIT", "1"),
+        ("MARMOSET_LOG", "info"),
+        ("SIMGPU_REPORT", r.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra);
+    let (o, records) = run_shim(&env, "torchlike", &args(conv));
+    (o, records, report(&r))
+}
+
+/// The recompute records, in order: whether each replayed `api`.
+fn replays(records: &[Value], api: &str) -> Vec<bool> {
+    of_kind(records, "recompute")
+        .iter()
+        .map(|r| r["api"] == api)
+        .collect()
+}
+
+#[test]
+fn convolution_outputs_are_recomputed_by_replaying_the_convolution_bit_for_bit() {
+    for ((conv, api), runs) in [
+        (
+            LEGACY,
+            &[
+                ("recompute", 0.5),
+                ("recompute", 0.3),
+                ("capuchin", 0.5),
+                ("auto", 0.3),
+            ][..],
+        ),
+        (BACKEND, &[("recompute", 0.5), ("auto", 0.3)][..]),
+    ] {
+        let (peak, plain) = plain(conv);
+        for &(policy, fraction) in runs {
+            let budget = (peak as f64 * fraction) as u64;
+            let (o, records, rep) = under(
+                conv,
+                policy,
+                budget,
+                &[("MARMOSET_VERIFY", "1")],
+                &format!("{policy}-{fraction}"),
+            );
+            ok(&o);
+            let err = stderr(&o);
+            let at = format!("{conv}, {policy} at {fraction} P");
+            assert_eq!(stdout(&o), plain, "{at}: the same losses and checksum");
+            let convs = replays(&records, api).iter().filter(|&&c| c).count();
+            assert!(
+                convs > 0,
+                "{at}: convolution outputs recomputed by {api}: {:?}\n{err}",
+                of_kind(&records, "plan")
+            );
+            // MARMOSET_VERIFY compared every replayed tensor with the bytes it held when
+            // dropped; nothing was lost on the way.
+            assert!(!err.contains("MARMOSET_VERIFY: replaying"), "{at}: {err}");
+            assert!(!err.contains("lost"), "{at}: {err}");
+            assert!(rep["peak_bytes"].as_u64().unwrap() <= budget, "{at}: {rep}");
+            assert_eq!(rep["sticky_error"], Value::Null, "{at}: no trap");
+        }
+    }
+}
+
+#[test]
+fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
+    for (conv, api) in [LEGACY, BACKEND] {
+        let (peak, plain) = plain(conv);
+        let budget = (peak as f64 * 0.3) as u64;
+        // Which replay is the first convolution's (kernels are replayed too).
+        let (o, records, _) = under(
+            conv,
+            "recompute",
+            budget,
+            &[("MARMOSET_VERIFY", "1")],
+            "which",
+        );
+        ok(&o);
+        let n = 1 + replays(&records, api)
+            .iter()
+            .position(|&c| c)
+            .expect("a convolution replayed");
+        let n = n.to_string();
+        // That replay goes wrong: the legacy call with its alpha negated, the backend one with
+        // its output's first bytes overwritten.
+        let corrupt = ("MARMOSET_TEST_CORRUPT_REPLAY", n.as_str());
+        let verified = [corrupt, ("MARMOSET_VERIFY", "1")];
+        let (o, _, _) = under(conv, "recompute", budget, &verified, "verified");
+        ok(&o);
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("MARMOSET_VERIFY: replaying {api} did not give")),
+            "{conv}: the log names the convolution: {err}"
+        );
+        assert_eq!(stdout(&o), plain, "{conv}: its saved bytes were put back");
+        let (o, _, _) = under(conv, "recompute", budget, &[corrupt], "unverified");
+        ok(&o);
+        assert_ne!(
+            stdout(&o),
+            plain,
+            "{conv}: without MARMOSET_VERIFY the wrong bytes are used"
+        );
+    }
+}
+
+/// torchlike's CONV backend-rebuild destroys every execution plan after each optimizer step and
+/// builds it again at its next use (often at the same address): the plans the iteration was
+/// recorded with are gone when the plan is made, so no convolution is recomputed through one
+/// (the same run with its plans kept does recompute them, above), and the results stay exact.
+#[test]
+fn a_destroyed_execution_plan_is_never_replayed() {
+    let (peak, plain) = plain("backend-rebuild");
+    for fraction in [0.5, 0.3] {
+        let budget = (peak as f64 * fraction) as u64;
+        let (o, records, rep) = under(
+            "backend-rebuild",
+            "recompute",
+            budget,
+            &[],
+            &format!("{fraction}"),
+        );
+        ok(&o);
+        let err = stderr(&o);
+        assert_eq!(stdout(&o), plain, "at {fraction} P: {err}");
+        assert!(
+            !replays(&records, BACKEND.1).contains(&true),
+            "at {fraction} P: replayed through a destroyed plan: {:?}",
+            of_kind(&records, "recompute")
+        );
+        // Other recomputations go on (GELU's kernel).
+        assert!(!of_kind(&records, "recompute").is_empty(), "{err}");
+        assert!(!err.contains("lost") && !err.contains("failed"), "{err}");
+        assert!(rep["peak_bytes"].as_u64().unwrap() <= budget, "{rep}");
+    }
+}
