@@ -14,6 +14,7 @@ device's capacity is played by the budget: the program sees D as the device).
 Environment: MARMOSET_BENCH_PROG (workloads, comma-separated: trainer, torchlike, resnet50,
 bert; default trainer,resnet50,bert), MARMOSET_BENCH_PROFILES (default h100,p100),
 MARMOSET_BENCH_POLICIES (default lru,auto,capuchin,swap,recompute), MARMOSET_BENCH_FRACTIONS,
+(MARMOSET_BENCH_PROFILES empty: the multiplier alone)
 MARMOSET_BENCH_MULTIPLIER (0 skips it).
 """
 import json
@@ -181,7 +182,10 @@ def multiplier(name, profile):
     base = fits(cmd, profile, device, 1, 4 * batch)
     done()
     best, rows = base, []
-    for b in sorted({max(base + 1, int(base * m)) for m in (1.5, 2, 3, 4, 6)}):
+
+    def slowdown(b):
+        """Batch b's step under DEFAULT within the device over its step without Marmoset (None
+        if either fails or the budget is exceeded)."""
         progress(f"{name}: batch {b} under {DEFAULT} within {device / GIB:.0f} GiB")
         # The baseline is the faster of the program's own allocator and the one-allocation-per-
         # tensor backend Marmoset asks PyTorch for (the simulated GPU times them differently,
@@ -195,10 +199,27 @@ def multiplier(name, profile):
         within = ok0 and ok1 and t0 and t1 and rep["peak_bytes"] <= device
         x = t1 / t0 if within else None
         rows.append((b, t0, t1, x))
+        return x
+
+    over = None
+    for b in sorted({max(base + 1, int(base * m)) for m in (1.5, 2, 3, 4, 6)}):
+        x = slowdown(b)
         if x is not None and x <= SLOWER:
             best = b
-        elif x is None or x > 2 * SLOWER:
+        elif over is None:
+            over = b
+        if x is None or x > 2 * SLOWER:
             break
+    # Between the largest batch within the line and the first above it, bisection (the
+    # slowdown grows with the batch), so the multiplier is not the coarse steps' artefact.
+    while over is not None and best < over and over - best > 1:
+        mid = (best + over) // 2
+        x = slowdown(mid)
+        if x is not None and x <= SLOWER:
+            best = mid
+        else:
+            over = mid
+    rows.sort()
     print(f"\nbatch multiplier, {name} on the simulated {profile.upper()} with a device of {device / GIB:.0f} GiB "
           f"(played by the budget): batch {base} fits without Marmoset")
     for b, t0, t1, x in rows:
@@ -209,7 +230,8 @@ def multiplier(name, profile):
 
 def main():
     names = os.environ.get("MARMOSET_BENCH_PROG", "trainer,resnet50,bert").split(",")
-    profiles = os.environ.get("MARMOSET_BENCH_PROFILES", "h100,p100").split(",")
+    # Empty: no tables (the multiplier alone).
+    profiles = [p for p in os.environ.get("MARMOSET_BENCH_PROFILES", "h100,p100").split(",") if p]
     policies = os.environ.get("MARMOSET_BENCH_POLICIES", "lru,auto,capuchin,swap,recompute").replace(" ", ",").split(",")
     fractions = os.environ.get("MARMOSET_BENCH_FRACTIONS", "0.9,0.7,0.5,0.3").split(",")
     for n in names:
