@@ -135,8 +135,39 @@ pub(super) fn in_groups(
 
 /// Asked between (and inside) the steps of a search: false once time is up, and the search
 /// returns its best plan so far. The caller owns the clock (the crate reads none): the
-/// `marmoset` command and the shim pass `|| Instant::now() < end`; a test can count calls.
+/// `marmoset` command and the shim ask a [`Pace`] with the time now; a test can count calls.
 pub type Deadline<'a> = &'a dyn Fn() -> bool;
+
+/// A deadline kept, not overrun by one step: asked with the time now, it says whether another
+/// step fits before the end, a step taking as long as the longest interval between two askings
+/// so far (the search's steps between two askings vary little, and a loaded host stretches
+/// them all). Plain `now < end` lets the step in flight finish past the end.
+#[derive(Debug)]
+pub struct Pace {
+    end: f64,
+    last: std::cell::Cell<Option<f64>>,
+    longest: std::cell::Cell<f64>,
+}
+
+impl Pace {
+    /// A deadline `end` seconds after the clock's zero.
+    pub fn new(end: f64) -> Pace {
+        Pace {
+            end,
+            last: std::cell::Cell::new(None),
+            longest: std::cell::Cell::new(0.0),
+        }
+    }
+
+    /// Whether another step fits, the time now `now` (seconds, the same clock as `end`).
+    pub fn more(&self, now: f64) -> bool {
+        if let Some(last) = self.last.get() {
+            self.longest.set(self.longest.get().max(now - last));
+        }
+        self.last.set(Some(now));
+        now + self.longest.get() < self.end
+    }
+}
 
 /// Policies' results by name.
 pub type Named = Vec<(&'static str, (Plan, Outcome))>;

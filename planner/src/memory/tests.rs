@@ -775,3 +775,20 @@ fn the_bound_stops_at_a_deadline() {
         assert_eq!(asked.get(), allowed + 1);
     }
 }
+
+/// A paced deadline stops while the longest step so far still fits before the end, not one step
+/// past it; plain `now < end` would say yes at 8 s and run a 3 s step to 11.
+#[test]
+fn a_paced_deadline_leaves_room_for_the_longest_step_so_far() {
+    let p = Pace::new(10.0);
+    // Steps of 1 s, then one of 3 s: after it, 3 s must still fit.
+    assert!(p.more(0.0));
+    assert!(p.more(1.0));
+    assert!(p.more(2.0));
+    assert!(p.more(5.0)); // 5 + 3 < 10
+    assert!(p.more(6.0)); // 6 + 3 < 10
+    assert!(!p.more(7.0)); // 7 + 3 is the end: no room for another 3 s step
+    // Never asked before: only the end counts.
+    assert!(Pace::new(1.0).more(0.99));
+    assert!(!Pace::new(1.0).more(1.0));
+}

@@ -299,9 +299,9 @@ fn plan_now(
     }
     let budget = as_held(&mut converted.trace, budget);
     // A time bound: the best plan found so far when it is up (the planner's anytime search).
-    let bound = std::time::Duration::from_millis(config().plan_deadline_ms);
+    let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);
     let t0 = Instant::now();
-    let more = || t0.elapsed() < bound;
+    let more = || pace.more(t0.elapsed().as_secs_f64());
     let (plan, outcome) =
         planner::policy::run_until(policy, &converted.trace, budget, link(records), &more)
             .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;

@@ -526,8 +526,11 @@ fn plan(
     // planner crate reads no clock).
     let timed = |policy: &str, budget_bytes: u64| {
         let began = std::time::Instant::now();
-        let end = deadline_ms.map(|ms| began + std::time::Duration::from_millis(ms));
-        let more = || end.is_none_or(|e| std::time::Instant::now() < e);
+        let pace = deadline_ms.map(|ms| planner::memory::Pace::new(ms as f64 / 1e3));
+        let more = || {
+            pace.as_ref()
+                .is_none_or(|p| p.more(began.elapsed().as_secs_f64()))
+        };
         run_until(policy, &t, budget_bytes, link, &more).map(|r| (r, began.elapsed().as_secs_f64()))
     };
     // One plan's figures, as `--json` prints them.
