@@ -113,7 +113,7 @@ mod heuristics;
 mod plan;
 
 pub use execute::execute;
-use execute::pack_at;
+use execute::{pack, pack_at};
 pub use heuristics::heuristic_results;
 
 // ==================================================================== the real backend API
@@ -816,29 +816,13 @@ pub fn replay_execute(
 ) -> Result<(), String> {
     let exec =
         real!(c"cudnnBackendExecute", (P, P, P)).ok_or("cuDNN has no cudnnBackendExecute")?;
-    let d = create(VARIANT_PACK_DESCRIPTOR).ok_or("creating a variant pack failed")?;
-    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
-        && set(
-            d,
-            PACK_DATA_POINTERS,
-            TYPE_VOID_PTR,
-            ptrs.len(),
-            ptrs.as_ptr() as C,
-        )
-        .is_some()
-        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
-        && finalize(d).is_some();
-    let r = if ok {
-        // SAFETY: h is Marmoset's cuDNN handle, plan the program's execution plan (alive: its
-        // life checked by the caller), d the variant pack finalized here.
-        unsafe { exec(h as P, plan as P, d as P) }
-    } else {
-        -1
-    };
+    let d = pack(ids, ptrs, ws).ok_or("building the variant pack failed")?;
+    // SAFETY: h is Marmoset's cuDNN handle, plan the program's execution plan (alive: its life
+    // checked by the caller), d the variant pack finalized here.
+    let r = unsafe { exec(h as P, plan as P, d as P) };
     destroy(d);
     match r {
         0 => Ok(()),
-        -1 => Err("building the variant pack failed".into()),
         r => Err(format!("cudnnBackendExecute returned {r}")),
     }
 }

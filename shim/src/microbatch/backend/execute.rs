@@ -47,14 +47,20 @@ pub(super) fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64)
             _ => p,
         })
         .collect();
+    pack(ids, &moved, ws)
+}
+
+/// A finalized variant pack of these unique ids, data pointers and workspace (the caller
+/// destroys it); None if cuDNN refuses it.
+pub(super) fn pack(ids: &[i64], ptrs: &[i64], ws: i64) -> Option<usize> {
     let d = create(VARIANT_PACK_DESCRIPTOR)?;
     let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
         && set(
             d,
             PACK_DATA_POINTERS,
             TYPE_VOID_PTR,
-            moved.len(),
-            moved.as_ptr() as C,
+            ptrs.len(),
+            ptrs.as_ptr() as C,
         )
         .is_some()
         && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
