@@ -205,6 +205,17 @@ pub fn boundary(period: usize) {
     }
 }
 
+impl Executor {
+    /// Tensor `name` (the plan's tensor `i`, allocation `id`) is dropped, to be rebuilt by
+    /// `recipe` (pinned to allocations).
+    fn note_drop(&mut self, name: TensorId, i: usize, id: u64, recipe: Recipe) {
+        self.dropped.retain(|d| d.0 != name);
+        self.dropped.push((name, i));
+        self.pinned.retain(|q| q.0 != name);
+        self.pinned.push((name, id, recipe));
+    }
+}
+
 /// The tensors dropped for recomputation and not yet rebuilt become orphans.
 fn orphan(e: &mut Executor) {
     let dropped = std::mem::take(&mut e.dropped);
@@ -336,25 +347,27 @@ fn redrop() {
         }
         let again = std::mem::take(&mut e.redrop);
         for (name, i, id, r) in &again {
-            e.dropped.retain(|d| d.0 != *name);
-            e.dropped.push((*name, *i));
-            e.pinned.retain(|q| q.0 != *name);
-            e.pinned.push((*name, *id, r.clone()));
+            e.note_drop(*name, *i, *id, r.clone());
         }
         note_dropped(&e);
         again
     };
-    let verifying = crate::state::config().verify;
     for (name, _, id, _) in again {
-        if verifying
-            && let Some(bytes) = crate::memory::snapshot(id)
-            && let Ok(mut e) = EXECUTOR.lock()
-        {
-            e.saved.retain(|s| s.0 != name);
-            e.saved.push((name, bytes));
-        }
-        crate::memory::mark_dead(id);
+        drop_contents(name, id);
     }
+}
+
+/// Drops the contents of tensor `name` (allocation `id`), dropped for recomputation; under
+/// MARMOSET_VERIFY a host copy is kept first, to compare with the recomputed bytes.
+fn drop_contents(name: TensorId, id: u64) {
+    if crate::state::config().verify
+        && let Some(bytes) = crate::memory::snapshot(id)
+        && let Ok(mut e) = EXECUTOR.lock()
+    {
+        e.saved.retain(|s| s.0 != name);
+        e.saved.push((name, bytes));
+    }
+    crate::memory::mark_dead(id);
 }
 
 /// Whether any tensor is dropped for recomputation or orphaned (kept in step with `pinned`
@@ -596,8 +609,7 @@ pub fn after_call() {
     // Dropped only if the replay can be carried out (asked without the executor's lock: the
     // tracker and the memory manager take their own); otherwise kept, and swapped if memory
     // runs short: a replay that failed after the drop would lose the bytes.
-    let mut recomputed = Vec::new();
-    let mut pinned = Vec::new();
+    let mut drops = Vec::new();
     for (name, i, recipe) in planned {
         let ready = recipe.ready().and_then(|()| {
             let id = crate::runtime::tracker::resolve(name).ok_or("it has no allocation now")?;
@@ -607,10 +619,7 @@ pub fn after_call() {
             Ok((id, p))
         });
         match ready {
-            Ok((id, p)) => {
-                recomputed.push((name, i));
-                pinned.push((name, id, p));
-            }
+            Ok((id, p)) => drops.push((name, i, id, p)),
             Err(why) => log(
                 Level::Debug,
                 &format!(
@@ -622,27 +631,12 @@ pub fn after_call() {
     }
     {
         let Ok(mut e) = EXECUTOR.lock() else { return };
-        for &(name, i) in &recomputed {
-            e.dropped.retain(|d| d.0 != name);
-            e.dropped.push((name, i));
-        }
-        for p in pinned {
-            e.pinned.retain(|q| q.0 != p.0);
-            e.pinned.push(p);
+        for (name, i, id, p) in &drops {
+            e.note_drop(*name, *i, *id, p.clone());
         }
         note_dropped(&e);
     }
-    let verifying = crate::state::config().verify;
-    for (name, _) in recomputed {
-        if let Some(id) = crate::runtime::tracker::resolve(name) {
-            if verifying
-                && let Some(bytes) = crate::memory::snapshot(id)
-                && let Ok(mut e) = EXECUTOR.lock()
-            {
-                e.saved.retain(|s| s.0 != name);
-                e.saved.push((name, bytes));
-            }
-            crate::memory::mark_dead(id);
-        }
+    for (name, _, id, _) in drops {
+        drop_contents(name, id);
     }
 }
