@@ -157,16 +157,71 @@ pub fn run_shim(
         c.env(k, v);
     }
     let out = c.output().expect("run marmoset");
-    let records = std::fs::read_to_string(&trace)
-        .map(|t| {
-            t.lines()
-                .filter(|l| !l.is_empty())
-                .map(|l| serde_json::from_str(l).expect("a JSON line"))
-                .collect()
-        })
-        .unwrap_or_default();
-    std::fs::remove_file(&trace).ok();
+    let records = if trace.exists() {
+        take_trace(&trace)
+    } else {
+        Vec::new()
+    };
     (out, records)
+}
+
+/// The records of the trace at `path`, a JSON line each; the file is removed.
+pub fn take_trace(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no trace at {}: {e}", path.display()));
+    std::fs::remove_file(path).ok();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The simulator's report (SIMGPU_REPORT) at `path`.
+pub fn sim_report(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no simulator report at {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("a simulator report in JSON")
+}
+
+/// A workload run without Marmoset on the simulated H100: its peak and its output.
+pub fn unlimited(prog: &str, args: &[&str]) -> (u64, String) {
+    let r = temp_path(&format!("{prog}-unlimited-{}.json", unique()));
+    let o = run_sim(
+        "h100",
+        &[("SIMGPU_REPORT", r.to_str().unwrap())],
+        prog,
+        args,
+    );
+    ok(&o);
+    let peak = sim_report(&r)["peak_bytes"].as_u64().expect("a peak");
+    std::fs::remove_file(&r).ok();
+    (peak, stdout(&o))
+}
+
+/// A workload under planner policy `policy` within `budget` on the simulated H100 (the program
+/// waits for the plan; Marmoset's log at info), with these extra settings: its output, its
+/// trace's records and the simulator's report.
+pub fn planned(
+    policy: &str,
+    budget: u64,
+    extra: &[(&str, &str)],
+    prog: &str,
+    args: &[&str],
+) -> (Output, Vec<serde_json::Value>, serde_json::Value) {
+    let r = temp_path(&format!("{prog}-{policy}-{}.json", unique()));
+    let budget = budget.to_string();
+    let mut env = vec![
+        ("MARMOSET_POLICY", policy),
+        ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
+        ("MARMOSET_PLAN_WAIT", "1"),
+        ("MARMOSET_LOG", "info"),
+        ("SIMGPU_REPORT", r.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra);
+    let (o, records) = run_shim(&env, prog, args);
+    let report = sim_report(&r);
+    std::fs::remove_file(&r).ok();
+    (o, records, report)
 }
 
 fn unique() -> u64 {

@@ -24,43 +24,14 @@ fn args(conv: &str) -> Vec<&str> {
     a
 }
 
-fn report(path: &std::path::Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
-}
-
-/// The unlimited run's peak and output.
-fn plain(conv: &str) -> (u64, String) {
-    let r = temp_path(&format!("conv-replay-unlimited-{conv}.json"));
-    let o = run_sim(
-        "h100",
-        &[("SIMGPU_REPORT", r.to_str().unwrap())],
-        "torchlike",
-        &args(conv),
-    );
-    ok(&o);
-    (report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
-}
-
 /// torchlike (CONV `conv`) under `policy` within `budget`, with these extra settings.
 fn under(
     conv: &str,
     policy: &str,
     budget: u64,
     extra: &[(&str, &str)],
-    name: &str,
 ) -> (std::process::Output, Vec<Value>, Value) {
-    let r = temp_path(&format!("conv-replay-{conv}-{name}.json"));
-    let budget = budget.to_string();
-    let mut env = vec![
-        ("MARMOSET_POLICY", policy),
-        ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
-        ("MARMOSET_PLAN_WAIT", "1"),
-        ("MARMOSET_LOG", "info"),
-        ("SIMGPU_REPORT", r.to_str().unwrap()),
-    ];
-    env.extend_from_slice(extra);
-    let (o, records) = run_shim(&env, "torchlike", &args(conv));
-    (o, records, report(&r))
+    planned(policy, budget, extra, "torchlike", &args(conv))
 }
 
 /// The recompute records, in order: whether each replayed `api`.
@@ -85,16 +56,10 @@ fn convolution_outputs_are_recomputed_by_replaying_the_convolution_bit_for_bit()
         ),
         (BACKEND, &[("recompute", 0.5), ("auto", 0.3)][..]),
     ] {
-        let (peak, plain) = plain(conv);
+        let (peak, plain) = unlimited("torchlike", &args(conv));
         for &(policy, fraction) in runs {
             let budget = (peak as f64 * fraction) as u64;
-            let (o, records, rep) = under(
-                conv,
-                policy,
-                budget,
-                &[("MARMOSET_VERIFY", "1")],
-                &format!("{policy}-{fraction}"),
-            );
+            let (o, records, rep) = under(conv, policy, budget, &[("MARMOSET_VERIFY", "1")]);
             ok(&o);
             let err = stderr(&o);
             let at = format!("{conv}, {policy} at {fraction} P");
@@ -118,16 +83,10 @@ fn convolution_outputs_are_recomputed_by_replaying_the_convolution_bit_for_bit()
 #[test]
 fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
     for (conv, api) in [LEGACY, BACKEND] {
-        let (peak, plain) = plain(conv);
+        let (peak, plain) = unlimited("torchlike", &args(conv));
         let budget = (peak as f64 * 0.3) as u64;
         // Which replay is the first convolution's (kernels are replayed too).
-        let (o, records, _) = under(
-            conv,
-            "recompute",
-            budget,
-            &[("MARMOSET_VERIFY", "1")],
-            "which",
-        );
+        let (o, records, _) = under(conv, "recompute", budget, &[("MARMOSET_VERIFY", "1")]);
         ok(&o);
         let n = 1 + replays(&records, api)
             .iter()
@@ -138,7 +97,7 @@ fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
         // its output's first bytes overwritten.
         let corrupt = ("MARMOSET_TEST_CORRUPT_REPLAY", n.as_str());
         let verified = [corrupt, ("MARMOSET_VERIFY", "1")];
-        let (o, _, _) = under(conv, "recompute", budget, &verified, "verified");
+        let (o, _, _) = under(conv, "recompute", budget, &verified);
         ok(&o);
         let err = stderr(&o);
         assert!(
@@ -146,7 +105,7 @@ fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
             "{conv}: the log names the convolution: {err}"
         );
         assert_eq!(stdout(&o), plain, "{conv}: its saved bytes were put back");
-        let (o, _, _) = under(conv, "recompute", budget, &[corrupt], "unverified");
+        let (o, _, _) = under(conv, "recompute", budget, &[corrupt]);
         ok(&o);
         assert_ne!(
             stdout(&o),
@@ -162,16 +121,10 @@ fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
 /// (the same run with its plans kept does recompute them, above), and the results stay exact.
 #[test]
 fn a_destroyed_execution_plan_is_never_replayed() {
-    let (peak, plain) = plain("backend-rebuild");
+    let (peak, plain) = unlimited("torchlike", &args("backend-rebuild"));
     for fraction in [0.5, 0.3] {
         let budget = (peak as f64 * fraction) as u64;
-        let (o, records, rep) = under(
-            "backend-rebuild",
-            "recompute",
-            budget,
-            &[],
-            &format!("{fraction}"),
-        );
+        let (o, records, rep) = under("backend-rebuild", "recompute", budget, &[]);
         ok(&o);
         let err = stderr(&o);
         assert_eq!(stdout(&o), plain, "at {fraction} P: {err}");

@@ -6,31 +6,15 @@
 use marmoset_e2e::*;
 use serde_json::Value;
 
-fn report(path: &std::path::Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
-}
-
 /// The trainer, 12 blocks deep at 64 x 64, for 4 iterations; tensors from 64 KiB are evictable
 /// (smaller ones stay in the pool and would fill a third of the peak).
 const TRAINER: [&str; 4] = ["4", "8", "64", "12"];
 const MIN_TENSOR: (&str, &str) = ("MARMOSET_MIN_TENSOR", "65536");
 
-fn peak_of(prog: &str, args: &[&str]) -> (u64, String) {
-    let r0 = temp_path(&format!("guided-{prog}-unlimited.json"));
-    let plain = run_sim(
-        "h100",
-        &[("SIMGPU_REPORT", r0.to_str().unwrap())],
-        prog,
-        args,
-    );
-    ok(&plain);
-    (report(&r0)["peak_bytes"].as_u64().unwrap(), stdout(&plain))
-}
-
 /// The trainer's unlimited peak and output, measured once per test process.
 fn trainer_plain() -> (u64, String) {
     static PLAIN: std::sync::OnceLock<(u64, String)> = std::sync::OnceLock::new();
-    PLAIN.get_or_init(|| peak_of("trainer", &TRAINER)).clone()
+    PLAIN.get_or_init(|| unlimited("trainer", &TRAINER)).clone()
 }
 
 /// The trainer under `policy` at half and a third of its peak.
@@ -70,7 +54,7 @@ fn trainer_at(policy: &str, fraction: f64) {
         plain,
         "{policy} at {fraction} P: the same losses and checksum, bit for bit"
     );
-    let rep = report(&r);
+    let rep = sim_report(&r);
     assert!(
         rep["peak_bytes"].as_u64().unwrap() <= budget,
         "{policy} at {fraction} P: {rep}"
@@ -202,7 +186,7 @@ const TORCHLIKE_PERIOD: u64 = 256;
 fn torchlike_under(fraction: f64) {
     static PLAIN: std::sync::OnceLock<(u64, String)> = std::sync::OnceLock::new();
     let (peak, plain) = PLAIN
-        .get_or_init(|| peak_of("torchlike", &TORCHLIKE))
+        .get_or_init(|| unlimited("torchlike", &TORCHLIKE))
         .clone();
     let budget = (peak as f64 * fraction) as u64;
     let mut failed = Vec::new();
@@ -229,7 +213,7 @@ fn torchlike_under(fraction: f64) {
         if stdout(&o) != plain {
             fail(format!("losses or checksum differ:\n{}", stdout(&o)));
         }
-        let rep = report(&r);
+        let rep = sim_report(&r);
         if rep["peak_bytes"].as_u64().unwrap() > budget {
             fail(format!("peak over the budget of {budget} B: {rep}"));
         }
@@ -298,7 +282,7 @@ fn torchlike_under_every_policy_at_three_tenths_of_its_peak() {
 fn without_a_repeating_iteration_nothing_is_planned_and_results_stay_exact() {
     // One iteration: nothing repeats, so there is nothing to plan; lru's passive mode runs it.
     let args = ["1", "8", "64", "12"];
-    let (peak, plain) = peak_of("trainer", &args);
+    let (peak, plain) = unlimited("trainer", &args);
     let budget = (peak as f64 * 0.5) as u64;
     let (o, records) = run_shim(
         &[
@@ -345,7 +329,7 @@ fn a_failing_copy_during_guided_iterations_loses_nothing() {
     // Six iterations: the last ones are guided; copies near the end are the plan's evictions
     // and prefetches (and the program's own), and each one failing in turn changes no byte.
     let args = ["6", "8", "64", "12"];
-    let (peak, plain) = peak_of("trainer", &args);
+    let (peak, plain) = unlimited("trainer", &args);
     let budget = ((peak as f64) * 0.3) as u64;
     let env = |report: &str| {
         vec![
@@ -364,7 +348,7 @@ fn a_failing_copy_during_guided_iterations_loses_nothing() {
     ok(&o);
     assert_eq!(stdout(&o), plain);
     assert!(of_kind(&records, "plan").iter().any(|p| p["period"] == 141));
-    let copies = report(&r)["copies"].as_u64().unwrap();
+    let copies = sim_report(&r)["copies"].as_u64().unwrap();
     assert!(
         !stderr(&o).contains("prefetching"),
         "no prefetch fails unless a copy does: {}",
@@ -400,7 +384,7 @@ fn a_failing_copy_during_guided_iterations_loses_nothing() {
                 plain,
                 "copy {n} of {copies} failing loses nothing"
             );
-            assert_eq!(report(&r)["sticky_error"], Value::Null, "no trap");
+            assert_eq!(sim_report(&r)["sticky_error"], Value::Null, "no trap");
             marmosets += 1;
             break;
         }
@@ -417,7 +401,7 @@ fn a_failing_copy_during_guided_iterations_loses_nothing() {
 /// is no longer recomputed, and the run stays bit for bit the unlimited one.
 #[test]
 fn verify_catches_a_wrong_recomputation_and_keeps_results_exact() {
-    let (peak, plain) = peak_of("trainer", &TRAINER);
+    let (peak, plain) = unlimited("trainer", &TRAINER);
     let budget = ((peak as f64 * 0.3) as u64).to_string();
     let run = |verify: bool| {
         let mut e = vec![
@@ -469,7 +453,7 @@ fn a_planted_in_place_write_keeps_its_readers_from_being_recomputed() {
             e.push(("SIMGPU_REPORT", rp.as_str()));
             let o = run_sim("h100", &e, "trainer", &args);
             ok(&o);
-            (report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
+            (sim_report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
         };
         let budget = ((peak as f64 * 0.3) as u64).to_string();
         let mut e = env.clone();
@@ -508,7 +492,7 @@ fn a_changed_call_sequence_diverges_replans_and_stays_exact() {
     e.push(("SIMGPU_REPORT", rp.as_str()));
     let plain = run_sim("h100", &e, "trainer", &args);
     ok(&plain);
-    let peak = report(&r)["peak_bytes"].as_u64().unwrap();
+    let peak = sim_report(&r)["peak_bytes"].as_u64().unwrap();
     let budget = ((peak as f64 * 0.3) as u64).to_string();
     let mut e = env.to_vec();
     e.extend([
@@ -564,7 +548,7 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
                 &ARGS,
             );
             ok(&o);
-            (profile, report(&r)["peak_bytes"].as_u64().unwrap())
+            (profile, sim_report(&r)["peak_bytes"].as_u64().unwrap())
         })
         .collect();
     // The points that were furthest from their prediction (1.19x to 2.34x).
@@ -605,12 +589,7 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
             .and_then(|l| l.split_whitespace().last())
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("{what}: no iteration times in\n{err}"));
-        let records: Vec<Value> = std::fs::read_to_string(&trace)
-            .expect("a trace")
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect();
-        std::fs::remove_file(&trace).ok();
+        let records = take_trace(&trace);
         let plan = *of_kind(&records, "plan").last().expect("a plan");
         assert_eq!(plan["feasible"], true, "{what}: {plan}");
         let predicted = plan["predicted_ms"].as_f64().unwrap();

@@ -15,41 +15,9 @@ const ARGS: [&str; 7] = ["8", "128", "32", "4", "4", "1", "gelu"];
 /// What a replay of GELU's kernel is called in the trace and the logs.
 const GELU: &str = "at::native::GeluFunctor<float>";
 
-fn report(path: &std::path::Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
-}
-
-/// The unlimited run's peak and output.
-fn plain() -> (u64, String) {
-    let r = temp_path("kernel-replay-unlimited.json");
-    let o = run_sim(
-        "h100",
-        &[("SIMGPU_REPORT", r.to_str().unwrap())],
-        "torchlike",
-        &ARGS,
-    );
-    ok(&o);
-    (report(&r)["peak_bytes"].as_u64().unwrap(), stdout(&o))
-}
-
 /// torchlike under `recompute` within `budget`, with these extra settings.
-fn under(
-    budget: u64,
-    extra: &[(&str, &str)],
-    name: &str,
-) -> (std::process::Output, Vec<Value>, Value) {
-    let r = temp_path(&format!("kernel-replay-{name}.json"));
-    let budget = budget.to_string();
-    let mut env = vec![
-        ("MARMOSET_POLICY", "recompute"),
-        ("MARMOSET_MEMORY_LIMIT", budget.as_str()),
-        ("MARMOSET_PLAN_WAIT", "1"),
-        ("MARMOSET_LOG", "info"),
-        ("SIMGPU_REPORT", r.to_str().unwrap()),
-    ];
-    env.extend_from_slice(extra);
-    let (o, records) = run_shim(&env, "torchlike", &ARGS);
-    (o, records, report(&r))
+fn under(budget: u64, extra: &[(&str, &str)]) -> (std::process::Output, Vec<Value>, Value) {
+    planned("recompute", budget, extra, "torchlike", &ARGS)
 }
 
 fn kernel_replays(records: &[Value]) -> usize {
@@ -61,10 +29,10 @@ fn kernel_replays(records: &[Value]) -> usize {
 
 #[test]
 fn gelu_outputs_are_recomputed_by_replaying_their_kernel_bit_for_bit() {
-    let (peak, plain) = plain();
+    let (peak, plain) = unlimited("torchlike", &ARGS);
     for fraction in [0.5, 0.3] {
         let budget = (peak as f64 * fraction) as u64;
-        let (o, records, rep) = under(budget, &[("MARMOSET_VERIFY", "1")], &format!("{fraction}"));
+        let (o, records, rep) = under(budget, &[("MARMOSET_VERIFY", "1")]);
         ok(&o);
         let err = stderr(&o);
         assert_eq!(
@@ -86,11 +54,11 @@ fn gelu_outputs_are_recomputed_by_replaying_their_kernel_bit_for_bit() {
 
 #[test]
 fn a_wrong_kernel_replay_is_caught_by_verify_and_visible_without_it() {
-    let (peak, plain) = plain();
+    let (peak, plain) = unlimited("torchlike", &ARGS);
     let budget = peak / 2;
     // The first replay launches with half the element count: half the tensor left unwritten.
     let corrupt = ("MARMOSET_TEST_CORRUPT_REPLAY", "1");
-    let (o, records, _) = under(budget, &[corrupt, ("MARMOSET_VERIFY", "1")], "verified");
+    let (o, records, _) = under(budget, &[corrupt, ("MARMOSET_VERIFY", "1")]);
     ok(&o);
     assert!(kernel_replays(&records) > 0);
     let err = stderr(&o);
@@ -101,7 +69,7 @@ fn a_wrong_kernel_replay_is_caught_by_verify_and_visible_without_it() {
     assert_eq!(stdout(&o), plain, "its saved bytes were put back");
     // Without MARMOSET_VERIFY the wrong bytes reach the results: the replay is what the
     // program computes with, not a copy kept aside.
-    let (o, _, _) = under(budget, &[corrupt], "unverified");
+    let (o, _, _) = under(budget, &[corrupt]);
     ok(&o);
     assert_ne!(stdout(&o), plain);
 }

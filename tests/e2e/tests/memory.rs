@@ -5,10 +5,6 @@
 use marmoset_e2e::*;
 use serde_json::Value;
 
-fn report(path: &std::path::Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("a simulator report")).unwrap()
-}
-
 /// The trainer, 8 blocks deep at 64 x 64: its peak, then runs at fractions of it.
 const TRAINER: [&str; 4] = ["2", "16", "64", "8"];
 
@@ -22,7 +18,7 @@ fn the_trainer_runs_bit_for_bit_at_half_and_a_third_of_its_peak() {
         &TRAINER,
     );
     ok(&plain);
-    let peak = report(&r0)["peak_bytes"].as_u64().unwrap();
+    let peak = sim_report(&r0)["peak_bytes"].as_u64().unwrap();
     assert!(
         peak > 64 << 20,
         "a workload big enough to need several evictions: {peak}"
@@ -45,7 +41,7 @@ fn the_trainer_runs_bit_for_bit_at_half_and_a_third_of_its_peak() {
             stdout(&plain),
             "{fraction} P: the same losses and checksum, bit for bit"
         );
-        let rep = report(&r);
+        let rep = sim_report(&r);
         assert!(
             rep["peak_bytes"].as_u64().unwrap() <= budget,
             "{fraction} P: {rep}"

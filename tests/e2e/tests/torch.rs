@@ -34,13 +34,7 @@ fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
     let t = trace.to_string_lossy().into_owned();
     let (out, report) = small_cnn(&["--policy", "none", "--trace", &t], "shim");
     trained(&out, &report);
-    let records: Vec<Value> = std::fs::read_to_string(&trace)
-        .expect("a trace")
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    std::fs::remove_file(&trace).ok();
+    let records = take_trace(&trace);
     // The program's launches are torch's fatbin kernels; the report's `kernels` also counts the
     // kernels cuBLAS launches inside its own calls, which a trace of the program's calls does not
     // hold as launches.

@@ -8,7 +8,6 @@
 //! A missing .venv fails these tests with the command that makes it; they never skip.
 
 use marmoset_e2e::*;
-use serde_json::Value;
 
 /// Each step's time on the device clock (simulated), from the examples' step lines.
 fn step_times(out: &std::process::Output) -> Vec<f64> {
@@ -59,12 +58,7 @@ fn guided(script: &str, batch: &str, name: &str) {
     for policy in ["capuchin", "auto"] {
         let trace = temp_path(&format!("torch-guided-{name}-{policy}.jsonl"));
         let (out, times) = under(policy, Some(&trace));
-        let records: Vec<Value> = std::fs::read_to_string(&trace)
-            .expect("a trace")
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect();
-        std::fs::remove_file(&trace).ok();
+        let records = take_trace(&trace);
         let err = stderr(&out);
         assert!(
             err.contains("the plan guides from this iteration"),

@@ -36,13 +36,7 @@ fn traced(script: &str, batch: u32, name: &str, needs_cudnn: bool) {
     let t = trace.to_string_lossy().into_owned();
     let (out, report) = run(&["--policy", "none", "--trace", &t], script, batch, name);
     trained(&out, &report);
-    let records: Vec<Value> = std::fs::read_to_string(&trace)
-        .expect("a trace")
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    std::fs::remove_file(&trace).ok();
+    let records = take_trace(&trace);
     let ok_calls = |kind: &str| -> Vec<&Value> {
         of_kind(&records, kind)
             .into_iter()
