@@ -570,7 +570,13 @@ impl Sim<'_> {
 
     fn swap_in(&mut self, s: usize, at: f64, op: usize) -> f64 {
         let size = self.t.storages[s].size;
-        let start = self.take(size, at.max(self.h2d_free), op);
+        // The room comes first, at `at`: where it waits for swap-outs to end, the host waits
+        // with it (so does the shim's allocator), and nothing after it runs earlier. Taken at
+        // the engine's free time instead, the memory of swap-outs ending before then would
+        // count as free for the operations that run meanwhile.
+        let got = self.take(size, at, op);
+        self.now = self.now.max(got);
+        let start = got.max(self.h2d_free);
         let end = start + size as f64 / self.link.h2d;
         self.h2d_free = end;
         self.out.swapped_in += size;
