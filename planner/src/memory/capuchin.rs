@@ -4,6 +4,7 @@
 //! the feedback of the replay's stalls.
 
 use super::analysis::{Analysis, Extension, Members};
+use super::engines::Engines;
 use super::passive::online;
 use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
@@ -72,26 +73,32 @@ pub(super) fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_are
     let recomputed = vec![false; t.storages.len()];
     let mut round = Round::new(t, &planned, &recomputed);
     // Small tensors are not worth a transfer slot of their own (AutoSwap's 1 MB floor).
-    let mut cands: Vec<Candidate> =
-        candidates(t, a, link, Selection::of(Mechanism::Swap), p, &mut round)
-            .into_iter()
-            .filter(|c| t.storages[c.2].size >= 1 << 20)
-            .map(|mut c| {
-                // Rank every candidate by FreeTime alone (largest first).
-                if let Decision::Swap { after, back, .. } = c.3 {
-                    let size = t.storages[c.2].size as f64;
-                    c.0 = 0;
-                    let free_time =
-                        a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
-                    c.1 = if by_area {
-                        -(free_time.max(0.0) + size / link.h2d) * size
-                    } else {
-                        -free_time
-                    };
-                }
-                c
-            })
-            .collect();
+    let mut cands: Vec<Candidate> = candidates(
+        t,
+        a,
+        link,
+        Selection::of(Mechanism::Swap),
+        p,
+        &mut round,
+        &Engines::new(a, link),
+    )
+    .into_iter()
+    .filter(|c| t.storages[c.2].size >= 1 << 20)
+    .map(|mut c| {
+        // Rank every candidate by FreeTime alone (largest first).
+        if let Decision::Swap { after, back, .. } = c.3 {
+            let size = t.storages[c.2].size as f64;
+            c.0 = 0;
+            let free_time = a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+            c.1 = if by_area {
+                -(free_time.max(0.0) + size / link.h2d) * size
+            } else {
+                -free_time
+            };
+        }
+        c
+    })
+    .collect();
     cands.sort_by(|x, y| x.1.total_cmp(&y.1).then(x.2.cmp(&y.2)));
     let mut plan = Vec::new();
     let mut got = 0;
@@ -201,20 +208,27 @@ fn select(
             break;
         }
         // The worst excess first; where nothing can move there, the next one.
-        let mut found: Option<(u64, Vec<Candidate>)> = None;
+        let mut found: Option<(usize, u64, Vec<Candidate>)> = None;
         let mut round = Round::new(t, &planned, &recomputed);
+        // The copy engines under the swaps chosen so far (Capuchin's FreeTime with the queue).
+        let mut engines = Engines::new(a, link);
+        for &(s, d) in &plan {
+            if let Decision::Swap { after, back, .. } = d {
+                engines.take(t.storages[s].size, after, back);
+            }
+        }
         for &(p, over) in out.overs.iter().take(64) {
-            let mut c = candidates(t, a, link, sel, p, &mut round);
+            let mut c = candidates(t, a, link, sel, p, &mut round, &engines);
             c.retain(|c| {
                 t.storages[c.2].size >= sel.min_size
                     && !matches!(c.3, Decision::Recompute { back, .. } if banned.contains(&(c.2, back)))
             });
             if !c.is_empty() {
-                found = Some((over, c));
+                found = Some((p, over, c));
                 break;
             }
         }
-        let Some((over, mut cands)) = found else {
+        let Some((p, over, mut cands)) = found else {
             break 'outer;
         };
         cands.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)).then(x.2.cmp(&y.2)));
@@ -223,9 +237,28 @@ fn select(
         // this round must not be a source of another's recomputation in the same round.
         let mut dead_now = vec![false; t.storages.len()];
         let mut sourced_now = vec![false; t.storages.len()];
-        for (_, _, s, d, ext) in cands {
+        for (tier, key, s, d, ext) in cands {
             if freed >= over {
                 break;
+            }
+            // A swap ranked may have lost its room to those chosen before it in this round:
+            // then it waits for the next round, to be weighed against recomputation again.
+            if let Decision::Swap { after, back, .. } = d {
+                let size = t.storages[s].size;
+                let cost = (-engines.free_time(a, size, (after, p, back))).max(0.0);
+                let weight = match sel.rank {
+                    Rank::Msps => 1.0,
+                    Rank::Area => (a.start[back] - a.end[after]).max(1e-9),
+                };
+                let ranked = if tier == 0 {
+                    0.0
+                } else {
+                    size as f64 * weight / -key
+                };
+                if cost > ranked * 1.25 {
+                    continue;
+                }
+                engines.take(size, after, back);
             }
             let (after, back) = match d {
                 Decision::Swap { after, back, .. } | Decision::Recompute { after, back } => {
@@ -297,6 +330,7 @@ fn select(
     }
     if out.feasible {
         prune(t, budget, link, &mut plan, &mut out, more);
+        prune_swaps(t, budget, link, &mut plan, &mut out, more);
         adjust_triggers(t, a, budget, link, &mut plan, &mut out, more);
     }
     (plan, out)
@@ -441,6 +475,78 @@ pub(super) fn prune(
     });
 }
 
+/// Undoes swaps the selection took beyond need, as [`prune`] does recomputations: a swap the
+/// FreeTime ranked free still queues on its copy engines, and the swaps behind it wait. Those
+/// whose bytes fit in the replay's memory curve from their evicted-access to their back-access
+/// are tried, the ones that stalled most (then the largest) first, a run at a time, each kept
+/// out only where the replay stays within the budget and gets faster.
+pub(super) fn prune_swaps(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &mut Plan,
+    out: &mut Outcome,
+    more: Deadline,
+) {
+    let mut stall: Map<(usize, usize), f64> = Map::default();
+    for st in &out.stalls {
+        if let Stall::SwapIn { op, storage, secs } = *st {
+            *stall.entry((storage, op)).or_default() += secs;
+        }
+    }
+    let mut order: Vec<(f64, (usize, Decision))> = plan
+        .iter()
+        .filter_map(|&(s, d)| match d {
+            Decision::Swap { back, .. } if t.storages[s].size > 0 => {
+                Some((stall.get(&(s, back)).copied().unwrap_or(0.0), (s, d)))
+            }
+            _ => None,
+        })
+        .collect();
+    order.sort_by(|x, y| {
+        y.0.total_cmp(&x.0)
+            .then(t.storages[y.1.0].size.cmp(&t.storages[x.1.0].size))
+            .then(x.1.0.cmp(&y.1.0))
+    });
+    let mut order: std::collections::VecDeque<(usize, Decision)> =
+        order.into_iter().map(|x| x.1).collect();
+    let span = |d: &(usize, Decision), len: usize| match d.1 {
+        Decision::Swap { after, back, .. } => (after + 1).min(len)..back.min(len),
+        _ => 0..0,
+    };
+    while !order.is_empty() && more() {
+        let fits = |curve: &[u64], d: &(usize, Decision)| {
+            let size = t.storages[d.0].size;
+            span(d, curve.len()).all(|q| curve[q].saturating_add(size) <= budget)
+        };
+        let mut room = out.usage.mem_at.clone();
+        let mut group = Vec::new();
+        while let Some(d) = order.front() {
+            if group.is_empty() && !fits(&room, d) {
+                order.pop_front();
+            } else if fits(&room, d) {
+                let size = t.storages[d.0].size;
+                for q in span(d, room.len()) {
+                    room[q] += size;
+                }
+                group.push(order.pop_front().unwrap());
+            } else {
+                break;
+            }
+        }
+        in_groups(group.len(), more, |g| {
+            let cand = without(t, plan, &group[g]);
+            let o = simulate(t, budget, link, &cand);
+            let keep = o.feasible && o.makespan < out.makespan;
+            if keep {
+                *plan = cand;
+                *out = o;
+            }
+            keep
+        });
+    }
+}
+
 /// `plan` without one occurrence of each decision in `gone`.
 fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
     let mut left: Vec<u32> = vec![0; t.storages.len()];
@@ -542,6 +648,7 @@ fn candidates(
     sel: Selection,
     p: usize,
     round: &mut Round,
+    engines: &Engines,
 ) -> Vec<Candidate> {
     let mut cands: Vec<Candidate> = Vec::new();
     let (planned, recomputed) = (round.planned, round.recomputed);
@@ -602,8 +709,7 @@ fn candidates(
             continue;
         }
         let gap = a.start[back] - a.end[after];
-        let swap_secs = size / link.d2h + size / link.h2d;
-        let free_time = gap - swap_secs;
+        let free_time = engines.free_time(a, st.size, (after, p, back));
         let swap_cost = (-free_time).max(0.0);
         // Sources the program frees before `back` are kept alive for the recomputation (DTR
         // does the same) when that still saves memory.

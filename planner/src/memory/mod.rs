@@ -15,6 +15,7 @@ pub mod bound;
 mod capuchin;
 mod descent;
 mod dtr;
+mod engines;
 mod hybrid;
 mod lru;
 mod passive;
