@@ -202,6 +202,14 @@ fn select(
             Decision::Extend { .. } => {}
         }
     }
+    // The copy engines under the swaps chosen so far (Capuchin's FreeTime with the queue): the
+    // plan only grows in the loop, and each swap it takes is taken from the engines there.
+    let mut engines = Engines::new(a, link);
+    for &(s, d) in &plan {
+        if let Decision::Swap { after, back, .. } = d {
+            engines.take(t.storages[s].size, after, back);
+        }
+    }
     let mut out = simulate(t, budget, link, &plan);
     'outer: for _ in 0..4000 {
         if out.feasible || !more() {
@@ -210,13 +218,6 @@ fn select(
         // The worst excess first; where nothing can move there, the next one.
         let mut found: Option<(usize, u64, Vec<Candidate>)> = None;
         let mut round = Round::new(t, &planned, &recomputed);
-        // The copy engines under the swaps chosen so far (Capuchin's FreeTime with the queue).
-        let mut engines = Engines::new(a, link);
-        for &(s, d) in &plan {
-            if let Decision::Swap { after, back, .. } = d {
-                engines.take(t.storages[s].size, after, back);
-            }
-        }
         for &(p, over) in out.overs.iter().take(64) {
             let mut c = candidates(t, a, link, sel, p, &mut round, &engines);
             c.retain(|c| {
@@ -479,7 +480,8 @@ pub(super) fn prune(
 /// FreeTime ranked free still queues on its copy engines, and the swaps behind it wait. Those
 /// whose bytes fit in the replay's memory curve from their evicted-access to their back-access
 /// are tried, the ones that stalled most (then the largest) first, a run at a time, each kept
-/// out only where the replay stays within the budget and gets faster.
+/// out only where the replay stays within the budget and gets faster; at most 32 replays (a
+/// plan of thousands of swaps that all stall would take thousands).
 pub(super) fn prune_swaps(
     t: &Trace,
     budget: u64,
@@ -514,6 +516,8 @@ pub(super) fn prune_swaps(
         Decision::Swap { after, back, .. } => (after + 1).min(len)..back.min(len),
         _ => 0..0,
     };
+    let replays = std::cell::Cell::new(0);
+    let more = || more() && replays.get() < 32;
     while !order.is_empty() && more() {
         let fits = |curve: &[u64], d: &(usize, Decision)| {
             let size = t.storages[d.0].size;
@@ -534,7 +538,8 @@ pub(super) fn prune_swaps(
                 break;
             }
         }
-        in_groups(group.len(), more, |g| {
+        in_groups(group.len(), &more, |g| {
+            replays.set(replays.get() + 1);
             let cand = without(t, plan, &group[g]);
             let o = simulate(t, budget, link, &cand);
             let keep = o.feasible && o.makespan < out.makespan;
@@ -709,7 +714,12 @@ fn candidates(
             continue;
         }
         let gap = a.start[back] - a.end[after];
-        let free_time = engines.free_time(a, st.size, (after, p, back));
+        // (A selection that only recomputes never weighs a swap.)
+        let free_time = if sel.mech == Mechanism::Recompute {
+            gap - size / link.d2h - size / link.h2d
+        } else {
+            engines.free_time(a, st.size, (after, p, back))
+        };
         let swap_cost = (-free_time).max(0.0);
         // Sources the program frees before `back` are kept alive for the recomputation (DTR
         // does the same) when that still saves memory.

@@ -10,22 +10,57 @@ use super::analysis::Analysis;
 use crate::timeline::Link;
 
 /// Free seconds per operation's slot of one engine, with prefix sums (a Fenwick tree) so that a
-/// gap's room is a query, not a walk.
+/// gap's room is a query, not a walk, and for each slot the nearest one with room left in the
+/// direction the engine fills (path-compressed), so that a copy skips the full ones at once.
 struct Engine {
     free: Vec<f64>,
     tree: Vec<f64>,
+    /// `skip[i]`: a slot at or past `i` (in the filling direction) no nearer than the nearest
+    /// one with room; `n` past the end.
+    skip: Vec<usize>,
+    forward: bool,
 }
 
 impl Engine {
-    fn new(slots: &[f64]) -> Engine {
+    fn new(slots: &[f64], forward: bool) -> Engine {
+        let n = slots.len();
         let mut e = Engine {
-            free: vec![0.0; slots.len()],
-            tree: vec![0.0; slots.len() + 1],
+            free: vec![0.0; n],
+            tree: vec![0.0; n + 1],
+            skip: (0..n).collect(),
+            forward,
         };
         for (i, &s) in slots.iter().enumerate() {
             e.add(i, s);
         }
         e
+    }
+
+    /// The nearest slot with room from `i` on, in the filling direction (None: none).
+    fn with_room(&mut self, i: usize) -> Option<usize> {
+        let n = self.free.len();
+        let step = |j: usize, fwd: bool| if fwd { j + 1 } else { j.wrapping_sub(1) };
+        let mut j = i;
+        // Find, then compress the path behind.
+        while j < n && self.free[j] <= 0.0 {
+            let next = self.skip[j];
+            j = if next == j {
+                step(j, self.forward)
+            } else {
+                next
+            };
+        }
+        let mut k = i;
+        while k < n && k != j && self.free[k] <= 0.0 {
+            let next = if self.skip[k] == k {
+                step(k, self.forward)
+            } else {
+                self.skip[k]
+            };
+            self.skip[k] = if j < n { j } else { n };
+            k = next;
+        }
+        (j < n).then_some(j)
     }
 
     fn add(&mut self, i: usize, v: f64) {
@@ -56,18 +91,22 @@ impl Engine {
         (self.before(hi) - self.before(lo)).max(0.0)
     }
 
-    /// Takes `secs` of the engine, slot by slot through `slots` (the earliest free first for a
-    /// swap-out, the latest first for a swap-in); what does not fit is simply late.
-    fn take(&mut self, slots: impl Iterator<Item = usize>, mut secs: f64) {
-        for i in slots {
-            if secs <= 0.0 {
-                break;
-            }
+    /// Takes `secs` of the engine from slot `from` on, in its filling direction (the earliest
+    /// free first for a swap-out, the latest first for a swap-in); what does not fit is
+    /// simply late.
+    fn take(&mut self, from: usize, mut secs: f64) {
+        let mut at = from;
+        while secs > 0.0 {
+            let Some(i) = self.with_room(at) else {
+                return;
+            };
             let got = self.free[i].min(secs);
-            if got > 0.0 {
-                self.add(i, -got);
-                secs -= got;
+            self.add(i, -got);
+            if self.free[i] <= 1e-15 {
+                self.free[i] = 0.0;
             }
+            secs -= got;
+            at = i;
         }
     }
 }
@@ -90,8 +129,8 @@ impl Engines {
             })
             .collect();
         Engines {
-            out: Engine::new(&slots),
-            back: Engine::new(&slots),
+            out: Engine::new(&slots, true),
+            back: Engine::new(&slots, false),
             link,
         }
     }
@@ -100,8 +139,10 @@ impl Engines {
     pub(super) fn take(&mut self, size: u64, after: usize, back: usize) {
         let n = self.out.free.len();
         let (lo, hi) = ((after + 1).min(n), back.min(n));
-        self.out.take(lo..n, size as f64 / self.link.d2h);
-        self.back.take((0..hi).rev(), size as f64 / self.link.h2d);
+        self.out.take(lo, size as f64 / self.link.d2h);
+        if hi > 0 {
+            self.back.take(hi - 1, size as f64 / self.link.h2d);
+        }
     }
 
     /// The FreeTime of a swap of `size` bytes between `after` and `back` that is to make room
@@ -181,12 +222,21 @@ mod tests {
 
     #[test]
     fn room_is_the_sum_of_free_slots() {
-        let mut e = Engine::new(&[1.0, 2.0, 3.0, 4.0]);
+        let mut e = Engine::new(&[1.0, 2.0, 3.0, 4.0], true);
         assert_eq!(e.room(1, 3), 5.0);
-        e.take(0..4, 2.5);
+        e.take(0, 2.5);
         assert_eq!(e.room(0, 4), 7.5);
         assert_eq!(e.room(0, 2), 0.5);
-        e.take((0..4).rev(), 4.0);
-        assert_eq!(e.room(2, 4), 3.0);
+        // The full first slot is skipped; past the last, the rest is late.
+        e.take(0, 4.0);
+        assert_eq!(e.room(0, 4), 3.5);
+        assert_eq!(e.room(3, 4), 3.5);
+        e.take(0, 10.0);
+        assert_eq!(e.room(0, 4), 0.0);
+        let mut b = Engine::new(&[1.0, 2.0, 3.0, 4.0], false);
+        b.take(3, 4.0);
+        b.take(3, 4.0);
+        assert_eq!(b.room(0, 4), 2.0);
+        assert_eq!(b.room(1, 2), 1.0);
     }
 }
