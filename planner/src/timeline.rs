@@ -164,6 +164,9 @@ pub struct Passive<'a> {
     /// (`usize::MAX`: never). Given, evictions are chosen through an index of candidates
     /// (the same choice, without rescanning every storage); else by a scan.
     pub gone_from: Option<&'a [usize]>,
+    /// A makespan the caller already has: the run stops there, not feasible, once its time so
+    /// far and the compute left reach it (it cannot win). Infinite: never.
+    pub cutoff: f64,
 }
 
 struct Sim<'a> {
@@ -929,9 +932,26 @@ fn replay(
     // Passive mode gives up once it has recomputed for four times the program's own compute
     // time (it thrashes; DTR's slowdowns stay below 2x where it fits at all).
     let give_up = 4.0 * t.ops.iter().map(|o| o.time_s).sum::<f64>();
-    for step in &t.steps {
+    // The compute left from each step on (for a passive run's cutoff).
+    let left: Vec<f64> = match passive {
+        Some(p) if p.cutoff.is_finite() => {
+            let mut v = vec![0.0; t.steps.len() + 1];
+            for (k, step) in t.steps.iter().enumerate().rev() {
+                v[k] = v[k + 1]
+                    + match *step {
+                        Step::Op(i) => t.ops[i].time_s,
+                        Step::Free(_) => 0.0,
+                    };
+            }
+            v
+        }
+        _ => Vec::new(),
+    };
+    for (k, step) in t.steps.iter().enumerate() {
         if let Some(p) = passive
-            && (sim.out.stall_s > give_up || p.more.is_some_and(|more| !more()))
+            && (sim.out.stall_s > give_up
+                || p.more.is_some_and(|more| !more())
+                || left.get(k).is_some_and(|l| sim.now + l >= p.cutoff))
         {
             sim.out.feasible = false;
             break;

@@ -13,7 +13,7 @@ use super::capuchin::{
     recompute_after, recompute_first, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
-use super::passive::{online_from, online_until};
+use super::passive::{online_below, online_from};
 use super::{Deadline, Mechanism, Named, autoswap, rank_outcomes, vdnn, with_passive};
 use crate::model::Trace;
 use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
@@ -42,6 +42,16 @@ impl Anytime<'_> {
         self.offer(x.clone());
         if self.all {
             self.named.push((name, x));
+        }
+    }
+
+    /// The makespan a passive run must end below to matter: the best feasible one so far
+    /// (none when every policy's own result is wanted).
+    fn cutoff(&self) -> f64 {
+        if self.all || !self.best.1.feasible {
+            f64::INFINITY
+        } else {
+            self.best.1.makespan
         }
     }
 
@@ -82,7 +92,7 @@ pub(super) fn portfolio(
     }
     let Some(dtr) = s
         .go_on()
-        .then(|| online_until(t, a, budget, link, Evict::Dtr, more))
+        .then(|| online_below(t, a, budget, link, Evict::Dtr, more, s.cutoff()))
     else {
         return (s.best, s.named);
     };
@@ -99,7 +109,7 @@ pub(super) fn portfolio(
     }
     // Recomputation only: the rest of its selection, with DTR's passive modes behind.
     let rec = s.go_on().then(|| {
-        let up = online_until(t, a, budget, link, Evict::DtrUpstream, more);
+        let up = online_below(t, a, budget, link, Evict::DtrUpstream, more, s.cutoff());
         s.offer(up.clone());
         recompute_after(t, a, budget, link, more, [dtr.clone(), up], rec_first)
     });
@@ -109,7 +119,7 @@ pub(super) fn portfolio(
     // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
     let lru = s
         .go_on()
-        .then(|| online_until(t, a, budget, link, Evict::Lru, more));
+        .then(|| online_below(t, a, budget, link, Evict::Lru, more, s.cutoff()));
     if let Some(l) = &lru {
         s.policy("lru", l.clone());
     }

@@ -232,6 +232,7 @@ fn passive_chain(evict: Evict, budget: u64) -> (Plan, Outcome) {
         horizon: None,
         more: None,
         gone_from: None,
+        cutoff: f64::INFINITY,
     };
     simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
 }
