@@ -83,8 +83,10 @@ fn to_swaps(
     plan: &mut Plan,
     out: &mut Outcome,
 ) {
-    let mut cands: Vec<(f64, usize, Decision)> = Vec::new();
-    for &(s, d) in plan.iter() {
+    // (saving, storage, the recomputation, its place in the plan: moves change decisions in
+    // place, so places hold).
+    let mut cands: Vec<(f64, usize, Decision, usize)> = Vec::new();
+    for (at, &(s, d)) in plan.iter().enumerate() {
         let Decision::Recompute { after, back } = d else {
             continue;
         };
@@ -99,7 +101,7 @@ fn to_swaps(
         // Room in the gap (FreeTime >= 0), or a swap's exposed part cheaper than recomputing.
         let exposed = (transfer - (a.start[back] - a.end[after])).max(0.0);
         if exposed < t.ops[p].time_s {
-            cands.push((t.ops[p].time_s - exposed, s, d));
+            cands.push((t.ops[p].time_s - exposed, s, d, at));
         }
     }
     cands.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
@@ -108,18 +110,16 @@ fn to_swaps(
         tries += 1;
         let group = &cands[i..(i + k).min(cands.len())];
         let mut cand = plan.clone();
-        for &(_, s, d) in group {
+        for &(_, s, d, at) in group {
             let Decision::Recompute { after, back } = d else {
                 continue;
             };
             let size = t.storages[s].size as f64;
-            if let Some(x) = cand.iter_mut().find(|x| **x == (s, d)) {
-                x.1 = Decision::Swap {
-                    after,
-                    trigger: a.trigger(after, back, size / link.h2d),
-                    back,
-                };
-            }
+            cand[at].1 = Decision::Swap {
+                after,
+                trigger: a.trigger(after, back, size / link.h2d),
+                back,
+            };
         }
         let o = simulate(t, budget, link, &cand);
         if o.feasible && o.makespan < out.makespan {
