@@ -118,6 +118,8 @@ struct Stream<'a> {
     life: HashMap<u64, (usize, usize, u64)>,
     /// Allocation id -> the calls that touch it, with their roles, in order.
     uses: HashMap<u64, Vec<(usize, Role)>>,
+    /// Allocation id -> (address, size).
+    allocs: HashMap<u64, (u64, u64)>,
 }
 
 impl<'a> Stream<'a> {
@@ -168,6 +170,7 @@ impl<'a> Stream<'a> {
             roles: all,
             life,
             uses,
+            allocs,
         }
     }
 
@@ -278,7 +281,89 @@ pub const REPLAYED: &[&str] = &[
     "cudnnSoftmaxForward",
     "cudnnConvolutionForward",
     "cudnnBackendExecute",
+    "cudnnBatchNormalizationForwardTraining",
+    "cudnnBatchNormalizationForwardTrainingEx",
 ];
+
+/// Batch normalisation's training forward pass, replayed with no running statistics and no
+/// saved statistics (cuDNN: both running pointers NULL, "not updated"; both saved pointers
+/// NULL, "not saved"): it rebuilds `y` from `x`, `scale` and `bias` and nothing else, so the
+/// running statistics it updates in place and the saved statistics it writes are neither
+/// rebuilt nor sources (see [`replay_scope`]).
+const BN_REBUILT: &[&str] = &["y"];
+const BN_READ: &[&str] = &["x", "scale", "bias"];
+
+fn is_batchnorm(api: &str) -> bool {
+    matches!(
+        api,
+        "cudnnBatchNormalizationForwardTraining" | "cudnnBatchNormalizationForwardTrainingEx"
+    )
+}
+
+/// What a replay of a replayable call covers, where that is less than the call: the
+/// allocations it rebuilds and those it reads (by the tensors' roles and `base`, each
+/// allocation's address when recorded). None: the replay rebuilds every write of the call and
+/// reads everything the call reads (every replayed call but batch normalisation).
+pub fn replay_scope(
+    event: &Event,
+    base: impl Fn(u64) -> Option<u64>,
+) -> Option<(Vec<u64>, Vec<u64>)> {
+    let Event::Cudnn {
+        api,
+        tensors,
+        touches,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    if !is_batchnorm(api) {
+        return None;
+    }
+    let allocs = |roles: &[&str]| -> Vec<u64> {
+        tensors
+            .iter()
+            .filter(|t| roles.contains(&t.role.as_str()))
+            .filter_map(|t| {
+                touches
+                    .iter()
+                    .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
+                    .map(|u| u.alloc)
+            })
+            .collect()
+    };
+    Some((allocs(BN_REBUILT), allocs(BN_READ)))
+}
+
+/// Whether a launch is an exact in-place update of one whole allocation (see the shim's
+/// `hooks::launch`: PyTorch's elementwise kernel whose output is also an input, starting its
+/// allocation and filling it exactly: `rw` with `bytes` the allocation's size), every other
+/// touch a read, with a recorded parameter buffer: its allocation, given each allocation's
+/// size. A conservative `rw` (bytes 0: extent unknown) is never exact.
+pub fn exact_update(
+    event: &Event,
+    replay: Option<&Replay>,
+    size: impl Fn(u64) -> Option<u64>,
+) -> Option<u64> {
+    let (
+        Event::Launch {
+            touches, result: 0, ..
+        },
+        Some(Replay::Kernel { .. }),
+    ) = (event, replay)
+    else {
+        return None;
+    };
+    let mut rw = touches.iter().filter(|t| t.access != Access::R);
+    let t = rw.next()?;
+    let exact = rw.next().is_none()
+        && t.access == Access::Rw
+        && t.offset == 0
+        && t.bytes > 0
+        && size(t.alloc) == Some(t.bytes)
+        && touches.iter().filter(|u| u.alloc == t.alloc).count() == 1;
+    exact.then_some(t.alloc)
+}
 
 /// Whether the shim can replay this call (see [`REPLAYED`]).
 pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
@@ -305,8 +390,13 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
     else {
         return false;
     };
-    // The workspace is scratch: a replay brings its own.
-    let operands = || tensors.iter().filter(|t| t.role != "workspace");
+    // The workspace (and batch normalisation's reserve space) is scratch: a replay brings its
+    // own.
+    let operands = || {
+        tensors
+            .iter()
+            .filter(|t| t.role != "workspace" && t.role != "reserve")
+    };
     let shaped = operands().all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
     if let Some(Replay::Backend { .. }) = replay {
         // Every operand read or written whole, by unique id (the beta of a convolution that
@@ -323,6 +413,7 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
         conv,
         activation,
         softmax,
+        batchnorm,
     }) = replay
     else {
         return false;
@@ -344,6 +435,16 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
                     && workspace.is_some()
                     && ["x", "w", "y"]
                         .iter()
+                        .all(|r| operands().filter(|t| t.role == *r).count() == 1)
+            }
+            // The plain operation only (no fused add or activation: `z` absent), x, y, scale
+            // and bias once each; the statistics' pointers are not replayed (see BN_REBUILT).
+            api if is_batchnorm(api) => {
+                batchnorm.as_ref().is_some_and(|b| b.ops == 0)
+                    && operands().all(|t| t.role != "z" || t.ptr == 0)
+                    && BN_REBUILT
+                        .iter()
+                        .chain(BN_READ)
                         .all(|r| operands().filter(|t| t.role == *r).count() == 1)
             }
             _ => false,
@@ -381,8 +482,38 @@ pub struct Converted {
     pub storages: Vec<Origin>,
     /// Each operation's lineage (what replaying its call needs), where the trace has it.
     pub replays: Vec<Option<Replay>>,
+    /// For each operation fused from a chain (a call whose replay rebuilds an allocation whole,
+    /// then exact in-place updates of that allocation right after it, such as a batch norm's
+    /// `y += identity` and ReLU): the updates, in order; empty for every other operation. The
+    /// operation is all of them: it ends with its last member's call, and a recomputation
+    /// replays the first call and then each member.
+    pub chains: Vec<Vec<Member>>,
     /// Operations with no `timing` record (their time is 0).
     pub untimed: usize,
+}
+
+/// A call that joined the operation before it (see [`Converted::chains`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// Its offset within the iteration, and its `seq`.
+    pub call: usize,
+    pub seq: u64,
+    /// Its lineage (a kernel's parameter buffer).
+    pub replay: Option<Replay>,
+}
+
+impl Converted {
+    /// The offset within the iteration of operation `op`'s last call (its first call, unless
+    /// it is a chain): what happens after the operation happens after this call.
+    pub fn last_call(&self, op: usize) -> Option<usize> {
+        let first = self.ops.get(op)?.0;
+        Some(
+            self.chains
+                .get(op)
+                .and_then(|c| c.last())
+                .map_or(first, |m| m.call),
+        )
+    }
 }
 
 /// The cut with the fewest live bytes crossing it; on a tie, the fewest allocated bytes (after
@@ -506,22 +637,64 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
     }
     let mut op_calls = Vec::new();
     let mut op_replays = Vec::new();
+    let mut chains: Vec<Vec<Member>> = Vec::new();
     let mut untimed = 0;
     // Storages to free right after each operation.
     let mut scratch_of: Vec<Vec<usize>> = Vec::new();
+    let base = |a: u64| s.allocs.get(&a).map(|x| x.0);
+    let size_of = |a: u64| s.allocs.get(&a).map(|x| x.1);
+    // The last operation, when a replay rebuilds allocations of it whole (their contents its
+    // outputs): an exact in-place update of one of them right after it joins it (a chain).
+    let mut open: Option<(usize, Vec<u64>)> = None;
     for i in ws..we {
         if s.roles[i].is_empty() {
             continue;
         }
         let r = s.records[i];
-        let opi = t.ops.len();
-        let secs = match times.get(&r.seq) {
-            Some(&t) => t,
-            None => {
-                untimed += 1;
-                0.0
+        let secs = times.get(&r.seq).copied();
+        let lineage_of = replays.get(&r.seq).copied();
+        if let Some((opi, rebuilt)) = &open
+            && let Some(a) = exact_update(&r.event, lineage_of, size_of)
+            && rebuilt.contains(&a)
+        {
+            // W, U1..Uk as one operation: the intermediate versions of `a` never exist in the
+            // model; its content (W's output, produced by the chain) is the final one.
+            let opi = *opi;
+            t.ops[opi].time_s += secs.unwrap_or(0.0);
+            for &(b, role) in &s.roles[i] {
+                if b == a {
+                    if let Some(&c) = current.get(&a) {
+                        last_op[c] = Some(opi);
+                    }
+                    continue;
+                }
+                debug_assert_eq!(role, Role::Read);
+                let c = match current.get(&b) {
+                    Some(&c) => c,
+                    None => {
+                        let c =
+                            new_storage(&mut t, &mut origins, &mut last_op, b, true, None, None);
+                        current.insert(b, c);
+                        c
+                    }
+                };
+                if !t.ops[opi].inputs.contains(&c) && !t.ops[opi].outputs.contains(&c) {
+                    t.ops[opi].inputs.push(c);
+                }
+                last_op[c] = Some(opi);
             }
-        };
+            chains[opi].push(Member {
+                call: i - ws,
+                seq: r.seq,
+                replay: lineage_of.cloned(),
+            });
+            continue;
+        }
+        let opi = t.ops.len();
+        let secs = secs.unwrap_or_else(|| {
+            untimed += 1;
+            0.0
+        });
         let name_of_op = match &r.event {
             Event::Launch { func, .. } => match kernel_names.get(func) {
                 Some(n) => format!("kernel {}", short_kernel_name(n)),
@@ -529,15 +702,29 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             },
             e => e.api().unwrap_or("?").to_string(),
         };
-        let replayable = replays_in_shim(&r.event, replays.get(&r.seq).copied());
+        let replayable = replays_in_shim(&r.event, lineage_of);
+        // What the replay rebuilds and reads (None: all the call writes and reads).
+        let scope = if replayable {
+            replay_scope(&r.event, base)
+        } else {
+            None
+        };
+        let rebuilds = |a: u64| replayable && scope.as_ref().is_none_or(|sc| sc.0.contains(&a));
+        let source = |a: u64| scope.as_ref().is_none_or(|sc| sc.1.contains(&a));
         let mut op = Op::new(&name_of_op, secs, vec![], vec![]);
         let mut scratch = Vec::new();
+        let mut whole = Vec::new();
         for &(a, role) in &s.roles[i] {
             let cur = current.get(&a).copied();
             match (role, cur) {
                 (Role::Read, Some(c)) => op.inputs.push(c),
                 (Role::Update, Some(c)) => {
-                    op.inputs.push(c);
+                    // What the replay does not read (batch normalisation's running
+                    // statistics) is no source of a recomputation; the operation still needs
+                    // it resident, as the timeline reads `mutates` too.
+                    if source(a) {
+                        op.inputs.push(c);
+                    }
                     op.mutates.push(c);
                 }
                 (Role::Read, None) => {
@@ -548,7 +735,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                     op.inputs.push(c);
                 }
                 (Role::Overwrite | Role::Update | Role::Scratch, _) => {
-                    let producer = (replayable && role != Role::Scratch).then_some(opi);
+                    let producer = (rebuilds(a) && role != Role::Scratch).then_some(opi);
                     let c = new_storage(
                         &mut t,
                         &mut origins,
@@ -567,6 +754,9 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                     } else {
                         current.insert(a, c);
                     }
+                    if role == Role::Overwrite && producer.is_some() {
+                        whole.push(a);
+                    }
                 }
             }
             if let Some(c) = cur
@@ -581,7 +771,8 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         }
         t.ops.push(op);
         op_calls.push((i - ws, r.seq));
-        op_replays.push(replays.get(&r.seq).map(|&x| x.clone()));
+        op_replays.push(lineage_of.cloned());
+        chains.push(Vec::new());
         let muts = t.ops[opi].mutates.clone();
         for old in muts {
             let Some(a) = s.roles[i]
@@ -597,7 +788,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                 &mut last_op,
                 a,
                 false,
-                replayable.then_some(opi),
+                rebuilds(a).then_some(opi),
                 Some(i - ws),
             );
             last_op[new] = Some(opi);
@@ -605,6 +796,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             current.insert(a, new);
         }
         scratch_of.push(scratch);
+        open = (!whole.is_empty()).then_some((opi, whole));
     }
     if t.ops.is_empty() {
         return Err("the iteration has no operations".into());
@@ -660,6 +852,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         ops: op_calls,
         storages: origins,
         replays: op_replays,
+        chains,
         untimed,
     })
 }

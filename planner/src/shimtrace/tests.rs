@@ -142,6 +142,7 @@ fn conv_lineage(beta: f64, conv: bool) -> Replay {
         }),
         activation: None,
         softmax: None,
+        batchnorm: None,
     }
 }
 fn workspace(ptr: u64) -> TensorArg {

@@ -68,8 +68,26 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
         let Some(rec) = records.iter().find(|r| r.seq == seq) else {
             continue;
         };
-        if let Some(recipe) = Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()) {
-            out.insert(st, recipe);
+        let Some(recipe) = Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()) else {
+            continue;
+        };
+        // A chain: each member too, or no recipe (the storage is then kept or swapped).
+        let chain = converted.chains.get(op).map_or(&[][..], |c| &c[..]);
+        let members: Option<Vec<Recipe>> = chain
+            .iter()
+            .map(|m| {
+                let rec = records.iter().find(|r| r.seq == m.seq)?;
+                Recipe::member(
+                    &rec.event,
+                    m.replay.as_ref()?,
+                    name,
+                    |a| base.get(&a).copied(),
+                    |a| sizes.get(&a).copied(),
+                )
+            })
+            .collect();
+        if let Some(members) = members {
+            out.insert(st, recipe.chain(members));
         }
     }
     out

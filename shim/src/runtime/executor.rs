@@ -51,7 +51,10 @@ struct Steps {
 impl Steps {
     fn of(r: &Ready) -> Steps {
         let c = &r.converted;
+        // Before an operation: before its first call; after it: after its last (a chain's
+        // last member).
         let offset = |op: usize| c.ops.get(op).map(|o| o.0);
+        let end = |op: usize| c.last_call(op);
         let mut s = Steps {
             period: r.found.period,
             prefetch: HashMap::new(),
@@ -92,7 +95,7 @@ impl Steps {
             match *step {
                 Step::Op(o) => last_op = Some(o),
                 Step::Free(st) => {
-                    if let (Some(a), Some(origin)) = (last_op.and_then(offset), c.storages.get(st))
+                    if let (Some(a), Some(origin)) = (last_op.and_then(end), c.storages.get(st))
                     {
                         s.drop.entry(a).or_default().push(origin.tensor);
                     }
@@ -108,7 +111,7 @@ impl Steps {
                 trigger,
                 back,
             } = d
-                && let (Some(a), Some(t), Some(b)) = (offset(after), offset(trigger), offset(back))
+                && let (Some(a), Some(t), Some(b)) = (end(after), offset(trigger), offset(back))
                 && a < t
                 && t <= b
             {
@@ -124,7 +127,7 @@ impl Steps {
             if let Decision::Recompute { after, back } = d
                 && sourced(storage, back)
                 && let Some(recipe) = r.recipes.get(&storage)
-                && let (Some(a), Some(b)) = (offset(after), offset(back))
+                && let (Some(a), Some(b)) = (end(after), offset(back))
                 && a < b
             {
                 let i = s.recipes.len();
@@ -452,6 +455,7 @@ fn recompute(i: usize, stream: u64, depth: usize) {
         };
         let sources: Vec<usize> = recipe
             .sources()
+            .into_iter()
             .filter_map(|src| e.dropped.iter().find(|d| d.0 == src).map(|d| d.1))
             .collect();
         (name, recipe, sources)
@@ -474,7 +478,7 @@ fn recompute(i: usize, stream: u64, depth: usize) {
                 alloc: id,
                 api: recipe.api().to_string(),
             });
-            verify(i, name, id, recipe.api());
+            verify(i, name, id, &recipe.api());
         }
         Err(why) => log(
             Level::Error,
