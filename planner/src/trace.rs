@@ -531,7 +531,10 @@ mod tests {
             },
         };
         let line = serde_json::to_string(&r).unwrap();
-        assert!(line.contains(r#""batchnorm":{"mode":1,"ops":0,"epsilon":1e-5}"#), "{line}");
+        assert!(
+            line.contains(r#""batchnorm":{"mode":1,"ops":0,"epsilon":1e-5}"#),
+            "{line}"
+        );
         assert!(
             line.contains(r#""kind":"lineage""#) && line.contains(r#""call":"cudnn""#),
             "{line}"

@@ -653,3 +653,239 @@ fn untimed_unrepeated_and_empty_traces() {
     assert_eq!(c.trace.ops.len(), 5, "the weights' copy too");
     assert!(convert(&[]).is_err());
 }
+
+/// How the calls after a batch norm look in [`bn_program`].
+#[derive(Clone, Copy, PartialEq)]
+enum After {
+    /// `y += identity`, then `relu_(y)`: ResNet's third batch norm of a bottleneck.
+    AddRelu,
+    /// `relu_(y)`.
+    Relu,
+    /// Another operation between the batch norm and `relu_(y)`.
+    Between,
+    /// `relu_(y)` with its touch inferred (`rw`, extent unknown).
+    Inferred,
+}
+
+fn bn_lineage(beta: f64) -> Replay {
+    Replay::Cudnn {
+        alpha: Some(1.0),
+        beta: Some(beta),
+        dtype: Some(0),
+        conv: None,
+        activation: None,
+        softmax: None,
+        batchnorm: Some(crate::trace::BatchNormParams {
+            mode: 1,
+            ops: 0,
+            epsilon: 1e-5,
+        }),
+    }
+}
+
+fn kernel_lineage() -> Event {
+    Event::Lineage {
+        replay: Replay::Kernel {
+            params: "00".into(),
+            shared: 0,
+        },
+    }
+}
+
+/// Scale, bias, running mean and variance (1 to 4) and an identity (5) made up front; per
+/// iteration x, then a batch norm of x into y (with saved statistics), `after`, a reader of y
+/// and the statistics (the backward pass), frees.
+fn bn_program(after: After, beta: f64) -> Vec<Event> {
+    let mut v = Vec::new();
+    for id in 1..=4 {
+        v.push(alloc(id, 16));
+        v.push(copy(CopyDir::H2d, 16, vec![touch(id, 16, Access::W)]));
+    }
+    v.push(alloc(5, 40));
+    v.push(copy(CopyDir::H2d, 40, vec![touch(5, 40, Access::W)]));
+    for i in 0..3 {
+        let (x, y, sm, si, out) = (10 + 5 * i, 11 + 5 * i, 12 + 5 * i, 13 + 5 * i, 14 + 5 * i);
+        v.push(alloc(x, 40));
+        v.push(copy(CopyDir::H2d, 40, vec![touch(x, 40, Access::W)]));
+        for (id, size) in [(y, 40), (sm, 16), (si, 16), (out, 40)] {
+            v.push(alloc(id, size));
+        }
+        let y_access = if beta == 0.0 { Access::W } else { Access::Rw };
+        v.push(Event::Lineage {
+            replay: bn_lineage(beta),
+        });
+        v.push(cudnn(
+            "cudnnBatchNormalizationForwardTrainingEx",
+            vec![
+                tensor("x", ptr(x), Access::R),
+                tensor("y", ptr(y), y_access),
+                tensor("scale", ptr(1), Access::R),
+                tensor("bias", ptr(2), Access::R),
+                tensor("running_mean", ptr(3), Access::Rw),
+                tensor("running_var", ptr(4), Access::Rw),
+                tensor("saved_mean", ptr(sm), Access::W),
+                tensor("saved_inv_var", ptr(si), Access::W),
+            ],
+            vec![
+                touch(x, 40, Access::R),
+                touch(y, 40, y_access),
+                touch(1, 16, Access::R),
+                touch(2, 16, Access::R),
+                touch(3, 16, Access::Rw),
+                touch(4, 16, Access::Rw),
+                touch(sm, 16, Access::W),
+                touch(si, 16, Access::W),
+            ],
+        ));
+        if after == After::Between {
+            v.push(cudnn(
+                "cudnnActivationForward",
+                vec![],
+                vec![touch(5, 40, Access::R), touch(out, 40, Access::W)],
+            ));
+        }
+        if after == After::AddRelu {
+            v.push(kernel_lineage());
+            v.push(kernel(vec![
+                touch(y, 40, Access::Rw),
+                touch(5, 0, Access::R),
+            ]));
+        }
+        v.push(kernel_lineage());
+        let extent = if after == After::Inferred { 0 } else { 40 };
+        v.push(kernel(vec![touch(y, extent, Access::Rw)]));
+        v.push(kernel(vec![
+            touch(y, 0, Access::R),
+            touch(sm, 0, Access::R),
+            touch(si, 0, Access::R),
+            touch(x, 0, Access::R),
+            touch(out, 40, Access::W),
+        ]));
+        for id in [x, y, sm, si, out] {
+            v.push(free(id));
+        }
+    }
+    for id in 1..=5 {
+        v.push(free(id));
+    }
+    v
+}
+
+/// The batch norm's operation, its y (the allocation's storages in the model) and `c`.
+fn bn_of(c: &Converted) -> (usize, Vec<usize>) {
+    let t = &c.trace;
+    let bn = t
+        .ops
+        .iter()
+        .position(|o| o.name == "cudnnBatchNormalizationForwardTrainingEx")
+        .unwrap();
+    let y_tensor = c.storages[t.ops[bn]
+        .outputs
+        .iter()
+        .copied()
+        .find(|&s| t.storages[s].size == 40)
+        .unwrap()]
+    .tensor;
+    let ys = (0..t.storages.len())
+        .filter(|&s| c.storages[s].tensor == y_tensor)
+        .collect();
+    (bn, ys)
+}
+
+#[test]
+fn a_batch_norm_and_the_in_place_updates_after_it_are_one_operation() {
+    for (after, members) in [(After::AddRelu, 2), (After::Relu, 1)] {
+        let c = convert(&records(bn_program(after, 0.0), true)).unwrap();
+        let t = &c.trace;
+        let (bn, ys) = bn_of(&c);
+        // One content of y in the model: the chain's final one, which the chain produces.
+        assert_eq!(
+            ys.len(),
+            1,
+            "intermediate versions of y are not in the model"
+        );
+        let y = ys[0];
+        assert_eq!(t.storages[y].producer, Some(bn));
+        assert!(t.ops[bn].outputs.contains(&y));
+        assert_eq!(c.chains[bn].len(), members);
+        assert_eq!(
+            c.last_call(bn),
+            Some(c.chains[bn].last().unwrap().call),
+            "what follows the chain follows its last call"
+        );
+        assert!(c.last_call(bn).unwrap() > c.ops[bn].0);
+        assert!(
+            c.chains[bn]
+                .iter()
+                .all(|m| matches!(m.replay, Some(Replay::Kernel { .. })))
+        );
+        // Time: the sum of its calls (1 ms each).
+        assert!((t.ops[bn].time_s - 1e-3 * (1 + members) as f64).abs() < 1e-12);
+        // Its inputs: x, scale, bias and (add_) the identity; not y itself.
+        let tensor_of = |s: usize| c.storages[s].tensor;
+        let named: Vec<TensorId> = t.ops[bn].inputs.iter().map(|&s| tensor_of(s)).collect();
+        let identity = TensorId::Persistent { alloc: 5, size: 40 };
+        assert_eq!(
+            named.contains(&identity),
+            after == After::AddRelu,
+            "{named:?}"
+        );
+        assert!(!t.ops[bn].inputs.contains(&y));
+        assert_eq!(
+            t.ops[bn].inputs.len(),
+            3 + (after == After::AddRelu) as usize
+        );
+        // The running statistics: updated in place (resident for the operation), but no
+        // source of a recomputation, and their new versions have no producer.
+        assert_eq!(t.ops[bn].mutates.len(), 2);
+        for &m in &t.ops[bn].mutates {
+            assert!(!t.ops[bn].inputs.contains(&m));
+            assert!(matches!(
+                tensor_of(m),
+                TensorId::Persistent { alloc: 3 | 4, .. }
+            ));
+        }
+        for &(_, new) in &t.ops[bn].inplace {
+            assert_eq!(t.storages[new].producer, None);
+        }
+        // The saved statistics are written but not rebuilt by a replay.
+        let saved: Vec<usize> = t.ops[bn]
+            .outputs
+            .iter()
+            .copied()
+            .filter(|&s| t.storages[s].size == 16)
+            .collect();
+        assert_eq!(saved.len(), 2);
+        assert!(saved.iter().all(|&s| t.storages[s].producer.is_none()));
+        // The reader comes right after the chain: no operation for the members.
+        assert!(t.ops[bn + 1].inputs.contains(&y));
+    }
+}
+
+#[test]
+fn no_chain_without_an_exact_update_right_after_a_replayable_write() {
+    for (after, beta) in [
+        (After::Between, 0.0),
+        (After::Inferred, 0.0),
+        (After::Relu, 1.0),
+    ] {
+        let c = convert(&records(bn_program(after, beta), true)).unwrap();
+        let t = &c.trace;
+        let (bn, ys) = bn_of(&c);
+        assert!(c.chains.iter().all(Vec::is_empty));
+        assert_eq!(c.last_call(bn), Some(c.ops[bn].0));
+        // y's versions: the batch norm's, then relu_'s, which no replay rebuilds.
+        assert_eq!(ys.len(), 2);
+        let last = *ys.last().unwrap();
+        assert_eq!(t.storages[last].producer, None);
+        // With beta 0 the batch norm's own y is recomputable (alone); with beta 1 it reads
+        // the old y and is not.
+        let first = ys[0];
+        assert_eq!(
+            t.storages[first].producer,
+            (beta == 0.0).then_some(bn),
+            "{}",
+            beta
+        );
+    }
+}

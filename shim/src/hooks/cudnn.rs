@@ -255,11 +255,7 @@ fn bn_lineage(
             conv: None,
             activation: None,
             softmax: None,
-            batchnorm: Some(BatchNormParams {
-                mode,
-                ops,
-                epsilon,
-            }),
+            batchnorm: Some(BatchNormParams { mode, ops, epsilon }),
         })
     })
 }

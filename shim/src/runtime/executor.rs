@@ -95,8 +95,7 @@ impl Steps {
             match *step {
                 Step::Op(o) => last_op = Some(o),
                 Step::Free(st) => {
-                    if let (Some(a), Some(origin)) = (last_op.and_then(end), c.storages.get(st))
-                    {
+                    if let (Some(a), Some(origin)) = (last_op.and_then(end), c.storages.get(st)) {
                         s.drop.entry(a).or_default().push(origin.tensor);
                     }
                 }

@@ -379,7 +379,11 @@ impl Recipe {
             .map(|a| a.tensor)
             .collect();
         let mut out: Vec<TensorId> = Vec::new();
-        for a in self.args.iter().chain(self.then.iter().flat_map(|m| &m.args)) {
+        for a in self
+            .args
+            .iter()
+            .chain(self.then.iter().flat_map(|m| &m.args))
+        {
             if a.access != Access::W && !written.contains(&a.tensor) && !out.contains(&a.tensor) {
                 out.push(a.tensor);
             }
@@ -766,8 +770,23 @@ fn replay_with(
                 dnn!(c"cudnnBatchNormalizationForwardTraining"(
                     P, c_int, P, P, P, P, P, P, P, P, P, f64, P, P, f64, P, P
                 )(
-                    h as P, p.mode, a.ptr(), b.ptr(), xd.0 as P, x, yd.0 as P, y, pd.0 as P,
-                    scale.ptr as P, bias.ptr as P, 0.0, null, null, p.epsilon, null, null
+                    h as P,
+                    p.mode,
+                    a.ptr(),
+                    b.ptr(),
+                    xd.0 as P,
+                    x,
+                    yd.0 as P,
+                    y,
+                    pd.0 as P,
+                    scale.ptr as P,
+                    bias.ptr as P,
+                    0.0,
+                    null,
+                    null,
+                    p.epsilon,
+                    null,
+                    null
                 ))
             } else {
                 let (res, res_size) = match r.reserve {
@@ -782,9 +801,31 @@ fn replay_with(
                     P, c_int, c_int, P, P, P, P, P, P, P, P, P, P, P, f64, P, P, f64, P, P, P, P,
                     usize, P, usize
                 )(
-                    h as P, p.mode, p.ops, a.ptr(), b.ptr(), xd.0 as P, x, null, null,
-                    yd.0 as P, y, pd.0 as P, scale.ptr as P, bias.ptr as P, 0.0, null, null,
-                    p.epsilon, null, null, null, wsp, wss, res, res_size
+                    h as P,
+                    p.mode,
+                    p.ops,
+                    a.ptr(),
+                    b.ptr(),
+                    xd.0 as P,
+                    x,
+                    null,
+                    null,
+                    yd.0 as P,
+                    y,
+                    pd.0 as P,
+                    scale.ptr as P,
+                    bias.ptr as P,
+                    0.0,
+                    null,
+                    null,
+                    p.epsilon,
+                    null,
+                    null,
+                    null,
+                    wsp,
+                    wss,
+                    res,
+                    res_size
                 ))
             }
         }
