@@ -801,6 +801,12 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
     if t.ops.is_empty() {
         return Err("the iteration has no operations".into());
     }
+    // A chain says so in its name (`marmoset plan --explain`).
+    for (op, chain) in t.ops.iter_mut().zip(&chains) {
+        if !chain.is_empty() {
+            op.name = format!("{} + {} in place", op.name, chain.len());
+        }
+    }
     if untimed == t.ops.len() {
         return Err(
             "the iteration's calls have no device timings: record it with MARMOSET_TRACE_TIMING=1"
