@@ -271,10 +271,11 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
 /// addresses, when every tensor of it is read or written whole (the workspace aside). Kernels
 /// are replayed too where the shim knew their roles exactly (every touch `r` or `w`, see the
 /// shim's `hooks::launch`): the recorded parameter buffer with each operand's pointer replaced
-/// by the current one. The rest (kernels whose roles are inferred, library calls whose
-/// descriptors the lineage does not carry, batch normalisation, which updates running
-/// statistics too; host-to-device copies, whose source the program may have changed) are never
-/// recomputed: their outputs are kept or swapped.
+/// by the current one. Batch normalisation's training forward pass is replayed for its `y` only
+/// (see `BN_REBUILT`), and with the exact in-place kernels right after it as one chain (see
+/// [`Converted::chains`]). The rest (kernels whose roles are inferred, library calls whose
+/// descriptors the lineage does not carry, host-to-device copies, whose source the program may
+/// have changed) are never recomputed: their outputs are kept or swapped.
 pub const REPLAYED: &[&str] = &[
     "cudnnActivationForward",
     "cudnnAddTensor",

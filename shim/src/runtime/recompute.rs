@@ -3,7 +3,11 @@
 //! lineage: the descriptors rebuilt from the recorded shapes, the scalars by value, the pointers
 //! those of the current iteration's allocations (a plan names tensors by their place in the
 //! iteration, not by address). Only the calls `planner::shimtrace::REPLAYED` lists are replayed,
-//! and the planner plans recomputation of nothing else. The replay goes on the back-access's
+//! and the planner plans recomputation of nothing else. A batch norm is replayed without its
+//! statistics (NULL running and saved statistics: it rebuilds `y` and changes nothing else),
+//! and a chain (a replayed call, then the exact in-place kernels that followed it, such as
+//! `+= identity` and ReLU after a batch norm) is one recipe: the call, then each member in
+//! order, on the same stream. The replay goes on the back-access's
 //! stream, right before it, through Marmoset's own cuDNN handle; it is not one of the program's
 //! calls (the tracker never sees it).
 
