@@ -69,6 +69,13 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
             continue;
         };
         let Some(recipe) = Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()) else {
+            log(
+                Level::Debug,
+                &format!(
+                    "bridge: no recipe for storage {st}: {} cannot be rebuilt from its record",
+                    converted.trace.ops[op].name
+                ),
+            );
             continue;
         };
         // A chain: each member too, or no recipe (the storage is then kept or swapped).
@@ -86,8 +93,17 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
                 )
             })
             .collect();
-        if let Some(members) = members {
-            out.insert(st, recipe.chain(members));
+        match members {
+            Some(members) => {
+                out.insert(st, recipe.chain(members));
+            }
+            None => log(
+                Level::Debug,
+                &format!(
+                    "bridge: no recipe for storage {st}: a member of {}'s chain cannot be rebuilt from its record",
+                    converted.trace.ops[op].name
+                ),
+            ),
         }
     }
     out

@@ -123,16 +123,31 @@ impl Steps {
             // Only where every source still holds its contents at the back-access: the shim
             // cannot keep a source past the program's free or overwrite of it (the planner's
             // `Extend`).
-            if let Decision::Recompute { after, back } = d
-                && sourced(storage, back)
-                && let Some(recipe) = r.recipes.get(&storage)
-                && let (Some(a), Some(b)) = (end(after), offset(back))
-                && a < b
-            {
-                let i = s.recipes.len();
-                s.recipes.push((origin.tensor, recipe.clone()));
-                s.dropped_at.entry(a).or_default().push((origin.tensor, i));
-                s.recompute.entry(b).or_default().push(i);
+            if let Decision::Recompute { after, back } = d {
+                let why = if !sourced(storage, back) {
+                    "a source is freed or overwritten before its back-access"
+                } else if !r.recipes.contains_key(&storage) {
+                    "its producing call cannot be replayed"
+                } else {
+                    "its drop would not come before its back-access"
+                };
+                if let Some(recipe) = r.recipes.get(&storage).filter(|_| sourced(storage, back))
+                    && let (Some(a), Some(b)) = (end(after), offset(back))
+                    && a < b
+                {
+                    let i = s.recipes.len();
+                    s.recipes.push((origin.tensor, recipe.clone()));
+                    s.dropped_at.entry(a).or_default().push((origin.tensor, i));
+                    s.recompute.entry(b).or_default().push(i);
+                } else if back != usize::MAX {
+                    log(
+                        Level::Debug,
+                        &format!(
+                            "executor: {:?} stays resident: its planned recomputation is not carried out ({why})",
+                            origin.tensor
+                        ),
+                    );
+                }
             }
         }
         s
