@@ -485,10 +485,17 @@ pub struct Converted {
     pub replays: Vec<Option<Replay>>,
     /// For each operation fused from a chain (a call whose replay rebuilds an allocation whole,
     /// then exact in-place updates of that allocation right after it, such as a batch norm's
-    /// `y += identity` and ReLU): the updates, in order; empty for every other operation. The
+    /// `y += identity` and ReLU; or a replayed call that reads the whole output of the one
+    /// before it, which dies with it, such as an out-of-place `y + identity` after a batch
+    /// norm): the calls after the first, in order; empty for every other operation. The
     /// operation is all of them: it ends with its last member's call, and a recomputation
     /// replays the first call and then each member.
     pub chains: Vec<Vec<Member>>,
+    /// For each chain: the storages internal to it (the output of a call that only the next
+    /// member, an elementwise kernel, reads, freed by the program right after it), each with
+    /// the storage a recomputation rebuilds it in: that kernel's output, of the same size, the
+    /// kernel then running in place. Never recomputed on their own (no producer).
+    pub internal: Vec<Vec<(usize, usize)>>,
     /// Operations with no `timing` record (their time is 0).
     pub untimed: usize,
 }
@@ -527,8 +534,18 @@ fn choose_cut(live: &[u64], allocated: &[u64], region: Region) -> usize {
 }
 
 /// Builds the model of one steady iteration of a Marmoset trace (recorded with
-/// `MARMOSET_TRACE_TIMING=1`).
+/// `MARMOSET_TRACE_TIMING=1`), chains folded (see [`convert_with`]).
 pub fn convert(records: &[Record]) -> Result<Converted, String> {
+    convert_with(records, true)
+}
+
+/// [`convert`], with `fold` saying whether an elementwise kernel that reads a replayed call's
+/// whole output, which dies with it, joins that call's chain (see [`Converted::internal`]).
+/// Folded, the model is what the shim can carry out; unfolded, the kernel's output is rebuilt
+/// from the dead output, which the planner may keep past its free (`Extend`, which the shim
+/// does not do: such a recomputation stays resident), and the planner's search takes another
+/// path, better at some budgets (the shim plans both and keeps the faster).
+pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String> {
     let mut times: HashMap<u64, f64> = HashMap::new();
     for r in records {
         if let Event::Timing { of, device_ms } = r.event {
@@ -639,6 +656,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
     let mut op_calls = Vec::new();
     let mut op_replays = Vec::new();
     let mut chains: Vec<Vec<Member>> = Vec::new();
+    let mut internal: Vec<Vec<(usize, usize)>> = Vec::new();
     let mut untimed = 0;
     // Storages to free right after each operation.
     let mut scratch_of: Vec<Vec<usize>> = Vec::new();
@@ -692,6 +710,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             continue;
         }
         let opi = t.ops.len();
+        let secs_missing = secs.is_none();
         let secs = secs.unwrap_or_else(|| {
             untimed += 1;
             0.0
@@ -774,6 +793,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         op_calls.push((i - ws, r.seq));
         op_replays.push(lineage_of.cloned());
         chains.push(Vec::new());
+        internal.push(Vec::new());
         let muts = t.ops[opi].mutates.clone();
         for old in muts {
             let Some(a) = s.roles[i]
@@ -797,6 +817,73 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             current.insert(a, new);
         }
         scratch_of.push(scratch);
+        // An exact elementwise kernel right after a replayed call, reading the call's whole
+        // output, which dies with it, and writing an allocation of the same size whole (a batch
+        // norm's `y` into an out-of-place `y + identity`): both are one operation, and the dead
+        // output is internal to it. The program frees it, so a recomputation rebuilds it in the
+        // kernel's output instead, and the kernel runs in place there (elementwise: each output
+        // element from the inputs' elements at its index, as ATen's in-place kernels run).
+        if fold
+            && replayable
+            && matches!(r.event, Event::Launch { .. })
+            && scope.is_none()
+            && whole.len() == 1
+            && t.ops[opi].mutates.is_empty()
+            && let Some((p, pwhole)) = &open
+            && *p + 1 == opi
+            && chains[*p].is_empty()
+            && let Some(&(dead, sc)) = s.roles[i]
+                .iter()
+                .filter(|&&(a, role)| role == Role::Read && pwhole.contains(&a))
+                .filter_map(|&(a, _)| Some((a, *current.get(&a)?)))
+                .collect::<Vec<_>>()
+                .first()
+            && t.storages[sc].producer == Some(*p)
+            && s.uses.get(&dead).and_then(|u| u.last()).map(|u| u.0) == Some(i)
+            && s.life.get(&dead).is_some_and(|l| l.1 > i && l.1 < we)
+            && size_of(dead) == size_of(whole[0])
+            && let Some(&alias) = current.get(&whole[0])
+        {
+            let p = *p;
+            let w = t.ops.pop().expect("the operation just made");
+            op_calls.pop();
+            op_replays.pop();
+            chains.pop();
+            internal.pop();
+            let w_scratch = scratch_of.pop().unwrap_or_default();
+            if secs_missing {
+                untimed -= 1;
+            }
+            for &o in &w.outputs {
+                if t.storages[o].producer == Some(opi) {
+                    t.storages[o].producer = Some(p);
+                }
+            }
+            for lo in last_op.iter_mut() {
+                if *lo == Some(opi) {
+                    *lo = Some(p);
+                }
+            }
+            t.storages[sc].producer = None;
+            let op = &mut t.ops[p];
+            op.time_s += w.time_s;
+            for x in w.inputs {
+                if x != sc && !op.inputs.contains(&x) && !op.outputs.contains(&x) {
+                    op.inputs.push(x);
+                }
+            }
+            op.outputs.extend(w.outputs);
+            op.scratch += w.scratch;
+            scratch_of[p].extend(w_scratch);
+            chains[p].push(Member {
+                call: i - ws,
+                seq: r.seq,
+                replay: lineage_of.cloned(),
+            });
+            internal[p].push((sc, alias));
+            open = Some((p, whole));
+            continue;
+        }
         open = (!whole.is_empty()).then_some((opi, whole));
     }
     if t.ops.is_empty() {
@@ -805,7 +892,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
     // A chain says so in its name (`marmoset plan --explain`).
     for (op, chain) in t.ops.iter_mut().zip(&chains) {
         if !chain.is_empty() {
-            op.name = format!("{} + {} in place", op.name, chain.len());
+            op.name = format!("{} + {} chained", op.name, chain.len());
         }
     }
     if untimed == t.ops.len() {
@@ -860,6 +947,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         storages: origins,
         replays: op_replays,
         chains,
+        internal,
         untimed,
     })
 }

@@ -665,6 +665,8 @@ enum After {
     Between,
     /// `relu_(y)` with its touch inferred (`rw`, extent unknown).
     Inferred,
+    /// `z = y + identity` out of place (y freed right after), then `relu_(z)`.
+    OutOfPlace,
 }
 
 fn bn_lineage(beta: f64) -> Replay {
@@ -704,7 +706,13 @@ fn bn_program(after: After, beta: f64) -> Vec<Event> {
     v.push(alloc(5, 40));
     v.push(copy(CopyDir::H2d, 40, vec![touch(5, 40, Access::W)]));
     for i in 0..3 {
-        let (x, y, sm, si, out) = (10 + 5 * i, 11 + 5 * i, 12 + 5 * i, 13 + 5 * i, 14 + 5 * i);
+        let (x, y, sm, si, out) = (10 + 6 * i, 11 + 6 * i, 12 + 6 * i, 13 + 6 * i, 14 + 6 * i);
+        // What the reader reads: y, or the out-of-place sum.
+        let z = if after == After::OutOfPlace {
+            15 + 6 * i
+        } else {
+            y
+        };
         v.push(alloc(x, 40));
         v.push(copy(CopyDir::H2d, 40, vec![touch(x, 40, Access::W)]));
         for (id, size) in [(y, 40), (sm, 16), (si, 16), (out, 40)] {
@@ -744,6 +752,16 @@ fn bn_program(after: After, beta: f64) -> Vec<Event> {
                 vec![touch(5, 40, Access::R), touch(out, 40, Access::W)],
             ));
         }
+        if after == After::OutOfPlace {
+            v.push(alloc(z, 40));
+            v.push(kernel_lineage());
+            v.push(kernel(vec![
+                touch(z, 40, Access::W),
+                touch(y, 0, Access::R),
+                touch(5, 0, Access::R),
+            ]));
+            v.push(free(y));
+        }
         if after == After::AddRelu {
             v.push(kernel_lineage());
             v.push(kernel(vec![
@@ -753,15 +771,15 @@ fn bn_program(after: After, beta: f64) -> Vec<Event> {
         }
         v.push(kernel_lineage());
         let extent = if after == After::Inferred { 0 } else { 40 };
-        v.push(kernel(vec![touch(y, extent, Access::Rw)]));
+        v.push(kernel(vec![touch(z, extent, Access::Rw)]));
         v.push(kernel(vec![
-            touch(y, 0, Access::R),
+            touch(z, 0, Access::R),
             touch(sm, 0, Access::R),
             touch(si, 0, Access::R),
             touch(x, 0, Access::R),
             touch(out, 40, Access::W),
         ]));
-        for id in [x, y, sm, si, out] {
+        for id in [x, z, sm, si, out] {
             v.push(free(id));
         }
     }
@@ -813,7 +831,7 @@ fn a_batch_norm_and_the_in_place_updates_after_it_are_one_operation() {
         assert_eq!(c.chains[bn].len(), members);
         assert_eq!(
             t.ops[bn].name,
-            format!("cudnnBatchNormalizationForwardTrainingEx + {members} in place")
+            format!("cudnnBatchNormalizationForwardTrainingEx + {members} chained")
         );
         assert_eq!(
             c.last_call(bn),
@@ -895,4 +913,76 @@ fn no_chain_without_an_exact_update_right_after_a_replayable_write() {
             beta
         );
     }
+}
+
+#[test]
+fn an_out_of_place_sum_of_a_batch_norm_is_chained_with_the_batch_norm_inside() {
+    // Unfolded: the sum and relu_ are a chain of their own, which reads y.
+    let c = convert_with(&records(bn_program(After::OutOfPlace, 0.0), true), false).unwrap();
+    let (bn, _) = bn_of(&c);
+    assert!(c.chains[bn].is_empty());
+    assert_eq!(c.chains[bn + 1].len(), 1);
+    assert!(c.internal.iter().all(Vec::is_empty));
+    let c = convert(&records(bn_program(After::OutOfPlace, 0.0), true)).unwrap();
+    let t = &c.trace;
+    let (bn, ys) = bn_of(&c);
+    // BN, the sum, relu_(z): one operation; y lives inside it only.
+    assert_eq!(c.chains[bn].len(), 2);
+    assert_eq!(ys.len(), 1);
+    let y = ys[0];
+    let z = *t.ops[bn]
+        .outputs
+        .iter()
+        .find(|&&s| s != y && t.storages[s].size == 40)
+        .unwrap();
+    assert_eq!(c.internal[bn], vec![(y, z)], "y is rebuilt in z");
+    assert_eq!(
+        t.storages[y].producer, None,
+        "y cannot be rebuilt on its own"
+    );
+    assert!(t.ops[bn].outputs.contains(&y));
+    // z: the chain's output, rebuilt by it; no scratch beyond the batch norm's workspace.
+    assert_eq!(t.storages[z].producer, Some(bn));
+    assert_eq!(t.ops[bn].scratch, 0);
+    // Its sources: x, scale, bias, the identity; not y.
+    assert_eq!(t.ops[bn].inputs.len(), 4);
+    assert!(!t.ops[bn].inputs.contains(&y));
+    assert!(t.ops[bn + 1].inputs.contains(&z));
+    // Freed with the operation: y after it, as the program frees it.
+    let at = t.steps.iter().position(|s| *s == Step::Op(bn)).unwrap();
+    assert!(
+        t.steps[at + 1..]
+            .iter()
+            .take_while(|s| matches!(s, Step::Free(_)))
+            .any(|s| *s == Step::Free(y))
+    );
+    // Kept apart: y read again later (here: by another sum of y) is no chain's inside.
+    let mut v = bn_program(After::OutOfPlace, 0.0);
+    let frees: Vec<usize> = v
+        .iter()
+        .enumerate()
+        .filter(
+            |(_, e)| matches!(e, Event::Free { alloc: Some(a), .. } if [11, 17, 23].contains(a)),
+        )
+        .map(|(k, _)| k)
+        .collect();
+    for (n, k) in frees.into_iter().enumerate() {
+        let y = [11, 17, 23][n];
+        v[k] = kernel(vec![touch(5, 40, Access::W), touch(y, 0, Access::R)]);
+    }
+    v.retain(|e| {
+        !matches!(
+            e,
+            Event::Free {
+                alloc: Some(11 | 17 | 23),
+                ..
+            }
+        )
+    });
+    for y in [11, 17, 23] {
+        v.push(free(y));
+    }
+    let c = convert(&records(v, true)).unwrap();
+    let (bn, _) = bn_of(&c);
+    assert!(c.chains[bn].is_empty(), "{:?}", c.chains);
 }

@@ -290,9 +290,20 @@ impl Recipe {
         })
     }
 
-    /// This call followed by the members of its chain, in order.
-    pub fn chain(mut self, members: Vec<Recipe>) -> Recipe {
+    /// This call followed by the members of its chain, in order; `aliases`: tensors internal
+    /// to the chain (the program freed them) with the tensor each is rebuilt in instead (the
+    /// output of the elementwise kernel that reads it, which then runs in place).
+    pub fn chain(mut self, members: Vec<Recipe>, aliases: &[(TensorId, TensorId)]) -> Recipe {
         self.then = members;
+        let rename = |r: &mut Recipe| {
+            for a in &mut r.args {
+                if let Some(&(_, to)) = aliases.iter().find(|x| x.0 == a.tensor) {
+                    a.tensor = to;
+                }
+            }
+        };
+        rename(&mut self);
+        self.then.iter_mut().for_each(rename);
         self
     }
 
