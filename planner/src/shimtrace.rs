@@ -34,6 +34,7 @@
 
 use crate::iteration::{self, Call, Effect, Region, Steady, TensorId};
 use crate::model::{Op, Step, Storage, Trace};
+use crate::timeline::{Decision, Plan};
 use crate::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 
@@ -950,6 +951,47 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         internal,
         untimed,
     })
+}
+
+/// The plan as the shim carries it out: the shim cannot keep a tensor past the program's free
+/// or overwrite of it, so it does no `Extend`, and a recomputation whose sources (its producer's
+/// inputs) are not all still there at its back-access, as the program frees and overwrites
+/// them, is not carried out (the tensor stays resident).
+pub fn carried_out(t: &Trace, plan: &Plan) -> Plan {
+    // Through which operation each content stays in its allocation: its last read (the
+    // program frees or overwrites it after), the operation that updates it in place, or for
+    // good.
+    let mut valid_until = vec![usize::MAX; t.storages.len()];
+    for (o, op) in t.ops.iter().enumerate() {
+        for &(old, _) in &op.inplace {
+            valid_until[old] = valid_until[old].min(o);
+        }
+    }
+    let mut at = None;
+    for step in &t.steps {
+        match (*step, at) {
+            (Step::Op(o), _) => at = Some(o),
+            (Step::Free(st), Some(o)) => valid_until[st] = valid_until[st].min(o),
+            _ => {}
+        }
+    }
+    plan.iter()
+        .copied()
+        .filter(|&(st, d)| match d {
+            Decision::Extend { .. } => false,
+            Decision::Recompute { back, .. } => t
+                .storages
+                .get(st)
+                .and_then(|s| s.producer)
+                .is_some_and(|p| {
+                    t.ops[p]
+                        .inputs
+                        .iter()
+                        .all(|&i| valid_until.get(i).is_some_and(|&u| u >= back))
+                }),
+            Decision::Swap { .. } => true,
+        })
+        .collect()
 }
 
 /// No call says where the backward pass begins (DTR's logs annotate it). Inferred: after the

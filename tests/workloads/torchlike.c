@@ -35,7 +35,9 @@
  * and laid out as ATen's contiguous elementwise kernels, output first: {y, y}); a block's
  * second batch norm gets the skip added in place first (ATen's add kernel, {y, y, skip}), as
  * torchvision's `out += identity`. The backward pass is cudnnBatchNormalizationBackwardEx from
- * the convolution's output and the saved statistics. */
+ * the convolution's output and the saved statistics. NORM bnsum: the same, but the skip is added
+ * out of place into a new tensor (ATen's add kernel, {out, y, skip}; y freed right after), then
+ * ReLU in place on it, as `relu(bn(...) + skip)` runs (examples/resnet50.py). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -510,12 +512,13 @@ int main(int argc, char **argv) {
   conv_mode = -1;
   for (int i = 0; i < 4; i++) if (!strcmp(conv_name, modes[i])) conv_mode = i;
   const char *norm_name = argc > 9 ? argv[9] : "none";
-  int use_bn = strcmp(norm_name, "bn") == 0;
+  int bn_sum = strcmp(norm_name, "bnsum") == 0;
+  int use_bn = strcmp(norm_name, "bn") == 0 || bn_sum;
   const int classes = 10;
   if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw ||
       (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0 || (!use_bn && strcmp(norm_name, "none") != 0) ||
       (use_bn && (use_gelu || conv_mode == 0))) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn (relu, not legacy)]\n");
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)]\n");
     return 2;
   }
   register_kernels();
@@ -556,8 +559,15 @@ int main(int argc, char **argv) {
       for (int b = 0; b < nblocks; b++) {
         h1[b] = bn_fwd(&bns[2 * b + 1], conv_fwd(&blocks[2 * b], a[b], act), act, ch);
         aten_relu_(h1[b], nact);
-        a[b + 1] = bn_fwd(&bns[2 * b + 2], conv_fwd(&blocks[2 * b + 1], h1[b], act), act, ch);
-        aten_add_(a[b + 1], a[b], nact);
+        float *y = bn_fwd(&bns[2 * b + 2], conv_fwd(&blocks[2 * b + 1], h1[b], act), act, ch);
+        if (bn_sum) {
+          a[b + 1] = talloc(act * 4);
+          add_into(y, a[b], a[b + 1], nact);
+          tfree(y);
+        } else {
+          a[b + 1] = y;
+          aten_add_(a[b + 1], a[b], nact);
+        }
         aten_relu_(a[b + 1], nact);
       }
     }

@@ -10,7 +10,7 @@ use crate::runtime::tracker::Found;
 use crate::state::{config, log};
 use planner::iteration::TensorId;
 use planner::model::Trace;
-use planner::shimtrace::{Converted, convert};
+use planner::shimtrace::{Converted, convert_with};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Record, Replay};
 use std::collections::HashMap;
@@ -336,19 +336,22 @@ fn as_held(t: &mut Trace, budget: u64) -> u64 {
 /// chains fold differently (`planner::shimtrace::convert_with`), half the time bound each: the
 /// folded model is what the shim carries out, the unfolded one takes the planner's search
 /// elsewhere, better at some budgets (ResNet-50 at 0.3 of its peak); the feasible plan with the
-/// shorter predicted iteration is kept.
+/// shorter predicted iteration is kept, each plan as the shim carries it out
+/// (`planner::shimtrace::carried_out`: no `Extend`, no recomputation from sources the program
+/// frees first).
 fn plan_now(
     policy: &str,
     budget: u64,
     records: &[Record],
 ) -> Result<(Converted, Plan, Outcome), String> {
-    let folded = convert(records)?;
-    if let Err(why) = &folded.iteration {
+    let fold = config().test_fold;
+    let first = convert_with(records, fold != Some(false))?;
+    if let Err(why) = &first.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }
-    let mut models = vec![folded];
-    if models[0].internal.iter().any(|v| !v.is_empty()) {
-        models.push(planner::shimtrace::convert_with(records, false)?);
+    let mut models = vec![first];
+    if fold.is_none() && models[0].internal.iter().any(|v| !v.is_empty()) {
+        models.push(convert_with(records, false)?);
     }
     let share = config().plan_deadline_ms as f64 / 1e3 / models.len() as f64;
     let mut best: Option<(Converted, Plan, Outcome)> = None;
@@ -361,6 +364,15 @@ fn plan_now(
         let (plan, outcome) =
             planner::policy::run_until(policy, &converted.trace, budget, link(records), &more)
                 .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
+        // What the shim will do of it, and what that costs (the prediction the plan record
+        // gives, and the one the models are compared by).
+        let done = planner::shimtrace::carried_out(&converted.trace, &plan);
+        let (plan, outcome) = if done.len() == plan.len() {
+            (plan, outcome)
+        } else {
+            let o = planner::timeline::simulate(&converted.trace, budget, link(records), &done);
+            (done, o)
+        };
         let better = best.as_ref().is_none_or(|(_, _, b)| {
             (outcome.feasible, -outcome.makespan) > (b.feasible, -b.makespan)
         });
