@@ -350,8 +350,11 @@ fn plan_now(
         return Err(format!("the model found no steady iteration: {why}"));
     }
     let mut models = vec![first];
-    if fold.is_none() && models[0].internal.iter().any(|v| !v.is_empty()) {
-        models.push(convert_with(records, false)?);
+    if fold.is_none()
+        && models[0].internal.iter().any(|v| !v.is_empty())
+        && let Ok(unfolded) = convert_with(records, false)
+    {
+        models.push(unfolded);
     }
     let share = config().plan_deadline_ms as f64 / 1e3 / models.len() as f64;
     let mut best: Option<(Converted, Plan, Outcome)> = None;
