@@ -34,6 +34,7 @@
 
 use crate::iteration::{self, Call, Effect, Region, Steady, TensorId};
 use crate::model::{Op, Step, Storage, Trace};
+use crate::timeline::{Decision, Plan};
 use crate::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 
@@ -118,6 +119,8 @@ struct Stream<'a> {
     life: HashMap<u64, (usize, usize, u64)>,
     /// Allocation id -> the calls that touch it, with their roles, in order.
     uses: HashMap<u64, Vec<(usize, Role)>>,
+    /// Allocation id -> (address, size).
+    allocs: HashMap<u64, (u64, u64)>,
 }
 
 impl<'a> Stream<'a> {
@@ -168,6 +171,7 @@ impl<'a> Stream<'a> {
             roles: all,
             life,
             uses,
+            allocs,
         }
     }
 
@@ -268,17 +272,100 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
 /// addresses, when every tensor of it is read or written whole (the workspace aside). Kernels
 /// are replayed too where the shim knew their roles exactly (every touch `r` or `w`, see the
 /// shim's `hooks::launch`): the recorded parameter buffer with each operand's pointer replaced
-/// by the current one. The rest (kernels whose roles are inferred, library calls whose
-/// descriptors the lineage does not carry, batch normalisation, which updates running
-/// statistics too; host-to-device copies, whose source the program may have changed) are never
-/// recomputed: their outputs are kept or swapped.
+/// by the current one. Batch normalisation's training forward pass is replayed for its `y` only
+/// (see `BN_REBUILT`), and with the exact in-place kernels right after it as one chain (see
+/// [`Converted::chains`]). The rest (kernels whose roles are inferred, library calls whose
+/// descriptors the lineage does not carry, host-to-device copies, whose source the program may
+/// have changed) are never recomputed: their outputs are kept or swapped.
 pub const REPLAYED: &[&str] = &[
     "cudnnActivationForward",
     "cudnnAddTensor",
     "cudnnSoftmaxForward",
     "cudnnConvolutionForward",
     "cudnnBackendExecute",
+    "cudnnBatchNormalizationForwardTraining",
+    "cudnnBatchNormalizationForwardTrainingEx",
 ];
+
+/// Batch normalisation's training forward pass, replayed with no running statistics and no
+/// saved statistics (cuDNN: both running pointers NULL, "not updated"; both saved pointers
+/// NULL, "not saved"): it rebuilds `y` from `x`, `scale` and `bias` and nothing else, so the
+/// running statistics it updates in place and the saved statistics it writes are neither
+/// rebuilt nor sources (see [`replay_scope`]).
+const BN_REBUILT: &[&str] = &["y"];
+const BN_READ: &[&str] = &["x", "scale", "bias"];
+
+fn is_batchnorm(api: &str) -> bool {
+    matches!(
+        api,
+        "cudnnBatchNormalizationForwardTraining" | "cudnnBatchNormalizationForwardTrainingEx"
+    )
+}
+
+/// What a replay of a replayable call covers, where that is less than the call: the
+/// allocations it rebuilds and those it reads (by the tensors' roles and `base`, each
+/// allocation's address when recorded). None: the replay rebuilds every write of the call and
+/// reads everything the call reads (every replayed call but batch normalisation).
+pub fn replay_scope(
+    event: &Event,
+    base: impl Fn(u64) -> Option<u64>,
+) -> Option<(Vec<u64>, Vec<u64>)> {
+    let Event::Cudnn {
+        api,
+        tensors,
+        touches,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    if !is_batchnorm(api) {
+        return None;
+    }
+    let allocs = |roles: &[&str]| -> Vec<u64> {
+        tensors
+            .iter()
+            .filter(|t| roles.contains(&t.role.as_str()))
+            .filter_map(|t| {
+                touches
+                    .iter()
+                    .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
+                    .map(|u| u.alloc)
+            })
+            .collect()
+    };
+    Some((allocs(BN_REBUILT), allocs(BN_READ)))
+}
+
+/// Whether a launch is an exact in-place update of one whole allocation (see the shim's
+/// `hooks::launch`: PyTorch's elementwise kernel whose output is also an input, starting its
+/// allocation and filling it exactly: `rw` with `bytes` the allocation's size), every other
+/// touch a read, with a recorded parameter buffer: its allocation, given each allocation's
+/// size. A conservative `rw` (bytes 0: extent unknown) is never exact.
+pub fn exact_update(
+    event: &Event,
+    replay: Option<&Replay>,
+    size: impl Fn(u64) -> Option<u64>,
+) -> Option<u64> {
+    let (
+        Event::Launch {
+            touches, result: 0, ..
+        },
+        Some(Replay::Kernel { .. }),
+    ) = (event, replay)
+    else {
+        return None;
+    };
+    let mut rw = touches.iter().filter(|t| t.access != Access::R);
+    let t = rw.next()?;
+    let exact = rw.next().is_none()
+        && t.access == Access::Rw
+        && t.offset == 0
+        && t.bytes > 0
+        && size(t.alloc) == Some(t.bytes)
+        && touches.iter().filter(|u| u.alloc == t.alloc).count() == 1;
+    exact.then_some(t.alloc)
+}
 
 /// Whether the shim can replay this call (see [`REPLAYED`]).
 pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
@@ -305,8 +392,13 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
     else {
         return false;
     };
-    // The workspace is scratch: a replay brings its own.
-    let operands = || tensors.iter().filter(|t| t.role != "workspace");
+    // The workspace (and batch normalisation's reserve space) is scratch: a replay brings its
+    // own.
+    let operands = || {
+        tensors
+            .iter()
+            .filter(|t| t.role != "workspace" && t.role != "reserve")
+    };
     let shaped = operands().all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
     if let Some(Replay::Backend { .. }) = replay {
         // Every operand read or written whole, by unique id (the beta of a convolution that
@@ -323,6 +415,7 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
         conv,
         activation,
         softmax,
+        batchnorm,
     }) = replay
     else {
         return false;
@@ -344,6 +437,16 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
                     && workspace.is_some()
                     && ["x", "w", "y"]
                         .iter()
+                        .all(|r| operands().filter(|t| t.role == *r).count() == 1)
+            }
+            // The plain operation only (no fused add or activation: `z` absent), x, y, scale
+            // and bias once each; the statistics' pointers are not replayed (see BN_REBUILT).
+            api if is_batchnorm(api) => {
+                batchnorm.as_ref().is_some_and(|b| b.ops == 0)
+                    && operands().all(|t| t.role != "z" || t.ptr == 0)
+                    && BN_REBUILT
+                        .iter()
+                        .chain(BN_READ)
                         .all(|r| operands().filter(|t| t.role == *r).count() == 1)
             }
             _ => false,
@@ -381,8 +484,45 @@ pub struct Converted {
     pub storages: Vec<Origin>,
     /// Each operation's lineage (what replaying its call needs), where the trace has it.
     pub replays: Vec<Option<Replay>>,
+    /// For each operation fused from a chain (a call whose replay rebuilds an allocation whole,
+    /// then exact in-place updates of that allocation right after it, such as a batch norm's
+    /// `y += identity` and ReLU; or a replayed call that reads the whole output of the one
+    /// before it, which dies with it, such as an out-of-place `y + identity` after a batch
+    /// norm): the calls after the first, in order; empty for every other operation. The
+    /// operation is all of them: it ends with its last member's call, and a recomputation
+    /// replays the first call and then each member.
+    pub chains: Vec<Vec<Member>>,
+    /// For each chain: the storages internal to it (the output of a call that only the next
+    /// member, an elementwise kernel, reads, freed by the program right after it), each with
+    /// the storage a recomputation rebuilds it in: that kernel's output, of the same size, the
+    /// kernel then running in place. Never recomputed on their own (no producer).
+    pub internal: Vec<Vec<(usize, usize)>>,
     /// Operations with no `timing` record (their time is 0).
     pub untimed: usize,
+}
+
+/// A call that joined the operation before it (see [`Converted::chains`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// Its offset within the iteration, and its `seq`.
+    pub call: usize,
+    pub seq: u64,
+    /// Its lineage (a kernel's parameter buffer).
+    pub replay: Option<Replay>,
+}
+
+impl Converted {
+    /// The offset within the iteration of operation `op`'s last call (its first call, unless
+    /// it is a chain): what happens after the operation happens after this call.
+    pub fn last_call(&self, op: usize) -> Option<usize> {
+        let first = self.ops.get(op)?.0;
+        Some(
+            self.chains
+                .get(op)
+                .and_then(|c| c.last())
+                .map_or(first, |m| m.call),
+        )
+    }
 }
 
 /// The cut with the fewest live bytes crossing it; on a tie, the fewest allocated bytes (after
@@ -395,8 +535,18 @@ fn choose_cut(live: &[u64], allocated: &[u64], region: Region) -> usize {
 }
 
 /// Builds the model of one steady iteration of a Marmoset trace (recorded with
-/// `MARMOSET_TRACE_TIMING=1`).
+/// `MARMOSET_TRACE_TIMING=1`), chains folded (see [`convert_with`]).
 pub fn convert(records: &[Record]) -> Result<Converted, String> {
+    convert_with(records, true)
+}
+
+/// [`convert`], with `fold` saying whether an elementwise kernel that reads a replayed call's
+/// whole output, which dies with it, joins that call's chain (see [`Converted::internal`]).
+/// Folded, the model is what the shim can carry out; unfolded, the kernel's output is rebuilt
+/// from the dead output, which the planner may keep past its free (`Extend`, which the shim
+/// does not do: such a recomputation stays resident), and the planner's search takes another
+/// path, better at some budgets (the shim plans both and keeps the faster).
+pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String> {
     let mut times: HashMap<u64, f64> = HashMap::new();
     for r in records {
         if let Event::Timing { of, device_ms } = r.event {
@@ -506,22 +656,66 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
     }
     let mut op_calls = Vec::new();
     let mut op_replays = Vec::new();
+    let mut chains: Vec<Vec<Member>> = Vec::new();
+    let mut internal: Vec<Vec<(usize, usize)>> = Vec::new();
     let mut untimed = 0;
     // Storages to free right after each operation.
     let mut scratch_of: Vec<Vec<usize>> = Vec::new();
+    let base = |a: u64| s.allocs.get(&a).map(|x| x.0);
+    let size_of = |a: u64| s.allocs.get(&a).map(|x| x.1);
+    // The last operation, when a replay rebuilds allocations of it whole (their contents its
+    // outputs): an exact in-place update of one of them right after it joins it (a chain).
+    let mut open: Option<(usize, Vec<u64>)> = None;
     for i in ws..we {
         if s.roles[i].is_empty() {
             continue;
         }
         let r = s.records[i];
-        let opi = t.ops.len();
-        let secs = match times.get(&r.seq) {
-            Some(&t) => t,
-            None => {
-                untimed += 1;
-                0.0
+        let secs = times.get(&r.seq).copied();
+        let lineage_of = replays.get(&r.seq).copied();
+        if let Some((opi, rebuilt)) = &open
+            && let Some(a) = exact_update(&r.event, lineage_of, size_of)
+            && rebuilt.contains(&a)
+        {
+            // W, U1..Uk as one operation: the intermediate versions of `a` never exist in the
+            // model; its content (W's output, produced by the chain) is the final one.
+            let opi = *opi;
+            t.ops[opi].time_s += secs.unwrap_or(0.0);
+            for &(b, role) in &s.roles[i] {
+                if b == a {
+                    if let Some(&c) = current.get(&a) {
+                        last_op[c] = Some(opi);
+                    }
+                    continue;
+                }
+                debug_assert_eq!(role, Role::Read);
+                let c = match current.get(&b) {
+                    Some(&c) => c,
+                    None => {
+                        let c =
+                            new_storage(&mut t, &mut origins, &mut last_op, b, true, None, None);
+                        current.insert(b, c);
+                        c
+                    }
+                };
+                if !t.ops[opi].inputs.contains(&c) && !t.ops[opi].outputs.contains(&c) {
+                    t.ops[opi].inputs.push(c);
+                }
+                last_op[c] = Some(opi);
             }
-        };
+            chains[opi].push(Member {
+                call: i - ws,
+                seq: r.seq,
+                replay: lineage_of.cloned(),
+            });
+            continue;
+        }
+        let opi = t.ops.len();
+        let secs_missing = secs.is_none();
+        let secs = secs.unwrap_or_else(|| {
+            untimed += 1;
+            0.0
+        });
         let name_of_op = match &r.event {
             Event::Launch { func, .. } => match kernel_names.get(func) {
                 Some(n) => format!("kernel {}", short_kernel_name(n)),
@@ -529,15 +723,29 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             },
             e => e.api().unwrap_or("?").to_string(),
         };
-        let replayable = replays_in_shim(&r.event, replays.get(&r.seq).copied());
+        let replayable = replays_in_shim(&r.event, lineage_of);
+        // What the replay rebuilds and reads (None: all the call writes and reads).
+        let scope = if replayable {
+            replay_scope(&r.event, base)
+        } else {
+            None
+        };
+        let rebuilds = |a: u64| replayable && scope.as_ref().is_none_or(|sc| sc.0.contains(&a));
+        let source = |a: u64| scope.as_ref().is_none_or(|sc| sc.1.contains(&a));
         let mut op = Op::new(&name_of_op, secs, vec![], vec![]);
         let mut scratch = Vec::new();
+        let mut whole = Vec::new();
         for &(a, role) in &s.roles[i] {
             let cur = current.get(&a).copied();
             match (role, cur) {
                 (Role::Read, Some(c)) => op.inputs.push(c),
                 (Role::Update, Some(c)) => {
-                    op.inputs.push(c);
+                    // What the replay does not read (batch normalisation's running
+                    // statistics) is no source of a recomputation; the operation still needs
+                    // it resident, as the timeline reads `mutates` too.
+                    if source(a) {
+                        op.inputs.push(c);
+                    }
                     op.mutates.push(c);
                 }
                 (Role::Read, None) => {
@@ -548,7 +756,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                     op.inputs.push(c);
                 }
                 (Role::Overwrite | Role::Update | Role::Scratch, _) => {
-                    let producer = (replayable && role != Role::Scratch).then_some(opi);
+                    let producer = (rebuilds(a) && role != Role::Scratch).then_some(opi);
                     let c = new_storage(
                         &mut t,
                         &mut origins,
@@ -567,6 +775,9 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                     } else {
                         current.insert(a, c);
                     }
+                    if role == Role::Overwrite && producer.is_some() {
+                        whole.push(a);
+                    }
                 }
             }
             if let Some(c) = cur
@@ -581,7 +792,9 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         }
         t.ops.push(op);
         op_calls.push((i - ws, r.seq));
-        op_replays.push(replays.get(&r.seq).map(|&x| x.clone()));
+        op_replays.push(lineage_of.cloned());
+        chains.push(Vec::new());
+        internal.push(Vec::new());
         let muts = t.ops[opi].mutates.clone();
         for old in muts {
             let Some(a) = s.roles[i]
@@ -597,7 +810,7 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
                 &mut last_op,
                 a,
                 false,
-                replayable.then_some(opi),
+                rebuilds(a).then_some(opi),
                 Some(i - ws),
             );
             last_op[new] = Some(opi);
@@ -605,9 +818,83 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
             current.insert(a, new);
         }
         scratch_of.push(scratch);
+        // An exact elementwise kernel right after a replayed call, reading the call's whole
+        // output, which dies with it, and writing an allocation of the same size whole (a batch
+        // norm's `y` into an out-of-place `y + identity`): both are one operation, and the dead
+        // output is internal to it. The program frees it, so a recomputation rebuilds it in the
+        // kernel's output instead, and the kernel runs in place there (elementwise: each output
+        // element from the inputs' elements at its index, as ATen's in-place kernels run).
+        if fold
+            && replayable
+            && matches!(r.event, Event::Launch { .. })
+            && scope.is_none()
+            && whole.len() == 1
+            && t.ops[opi].mutates.is_empty()
+            && let Some((p, pwhole)) = &open
+            && *p + 1 == opi
+            && chains[*p].is_empty()
+            && let Some(&(dead, sc)) = s.roles[i]
+                .iter()
+                .filter(|&&(a, role)| role == Role::Read && pwhole.contains(&a))
+                .filter_map(|&(a, _)| Some((a, *current.get(&a)?)))
+                .collect::<Vec<_>>()
+                .first()
+            && t.storages[sc].producer == Some(*p)
+            && s.uses.get(&dead).and_then(|u| u.last()).map(|u| u.0) == Some(i)
+            && s.life.get(&dead).is_some_and(|l| l.1 > i && l.1 < we)
+            && size_of(dead) == size_of(whole[0])
+            && let Some(&alias) = current.get(&whole[0])
+        {
+            let p = *p;
+            let w = t.ops.pop().expect("the operation just made");
+            op_calls.pop();
+            op_replays.pop();
+            chains.pop();
+            internal.pop();
+            let w_scratch = scratch_of.pop().unwrap_or_default();
+            if secs_missing {
+                untimed -= 1;
+            }
+            for &o in &w.outputs {
+                if t.storages[o].producer == Some(opi) {
+                    t.storages[o].producer = Some(p);
+                }
+            }
+            for lo in last_op.iter_mut() {
+                if *lo == Some(opi) {
+                    *lo = Some(p);
+                }
+            }
+            t.storages[sc].producer = None;
+            let op = &mut t.ops[p];
+            op.time_s += w.time_s;
+            for x in w.inputs {
+                if x != sc && !op.inputs.contains(&x) && !op.outputs.contains(&x) {
+                    op.inputs.push(x);
+                }
+            }
+            op.outputs.extend(w.outputs);
+            op.scratch += w.scratch;
+            scratch_of[p].extend(w_scratch);
+            chains[p].push(Member {
+                call: i - ws,
+                seq: r.seq,
+                replay: lineage_of.cloned(),
+            });
+            internal[p].push((sc, alias));
+            open = Some((p, whole));
+            continue;
+        }
+        open = (!whole.is_empty()).then_some((opi, whole));
     }
     if t.ops.is_empty() {
         return Err("the iteration has no operations".into());
+    }
+    // A chain says so in its name (`marmoset plan --explain`).
+    for (op, chain) in t.ops.iter_mut().zip(&chains) {
+        if !chain.is_empty() {
+            op.name = format!("{} + {} chained", op.name, chain.len());
+        }
     }
     if untimed == t.ops.len() {
         return Err(
@@ -660,8 +947,51 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
         ops: op_calls,
         storages: origins,
         replays: op_replays,
+        chains,
+        internal,
         untimed,
     })
+}
+
+/// The plan as the shim carries it out: the shim cannot keep a tensor past the program's free
+/// or overwrite of it, so it does no `Extend`, and a recomputation whose sources (its producer's
+/// inputs) are not all still there at its back-access, as the program frees and overwrites
+/// them, is not carried out (the tensor stays resident).
+pub fn carried_out(t: &Trace, plan: &Plan) -> Plan {
+    // Through which operation each content stays in its allocation: its last read (the
+    // program frees or overwrites it after), the operation that updates it in place, or for
+    // good.
+    let mut valid_until = vec![usize::MAX; t.storages.len()];
+    for (o, op) in t.ops.iter().enumerate() {
+        for &(old, _) in &op.inplace {
+            valid_until[old] = valid_until[old].min(o);
+        }
+    }
+    let mut at = None;
+    for step in &t.steps {
+        match (*step, at) {
+            (Step::Op(o), _) => at = Some(o),
+            (Step::Free(st), Some(o)) => valid_until[st] = valid_until[st].min(o),
+            _ => {}
+        }
+    }
+    plan.iter()
+        .copied()
+        .filter(|&(st, d)| match d {
+            Decision::Extend { .. } => false,
+            Decision::Recompute { back, .. } => t
+                .storages
+                .get(st)
+                .and_then(|s| s.producer)
+                .is_some_and(|p| {
+                    t.ops[p]
+                        .inputs
+                        .iter()
+                        .all(|&i| valid_until.get(i).is_some_and(|&u| u >= back))
+                }),
+            Decision::Swap { .. } => true,
+        })
+        .collect()
 }
 
 /// No call says where the backward pass begins (DTR's logs annotate it). Inferred: after the

@@ -93,6 +93,16 @@ pub struct ActivationParams {
     pub coef: f64,
 }
 
+/// A batch normalisation's parameters (`cudnnBatchNormalizationForwardTraining(Ex)`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchNormParams {
+    /// cudnnBatchNormMode_t.
+    pub mode: i32,
+    /// cudnnBatchNormOps_t (0, CUDNN_BATCHNORM_OPS_BN, for the plain call).
+    pub ops: i32,
+    pub epsilon: f64,
+}
+
 /// Lineage: what replaying a call needs beyond its own record (its tensors' shapes, pointers
 /// and algorithm are there): scalars by value and the parameters of descriptors the framework
 /// may destroy right after the call.
@@ -120,6 +130,9 @@ pub enum Replay {
         /// Softmax: (algorithm, mode).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         softmax: Option<(i32, i32)>,
+        /// Batch normalisation's training forward pass (optional: older traces lack it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        batchnorm: Option<BatchNormParams>,
     },
     /// A cuDNN backend execution: the execution plan handle it ran (the program's; a replay
     /// executes it again with a variant pack of its own) and `life`, which creation of that
@@ -509,10 +522,19 @@ mod tests {
                     }),
                     activation: None,
                     softmax: None,
+                    batchnorm: Some(BatchNormParams {
+                        mode: 1,
+                        ops: 0,
+                        epsilon: 1e-5,
+                    }),
                 },
             },
         };
         let line = serde_json::to_string(&r).unwrap();
+        assert!(
+            line.contains(r#""batchnorm":{"mode":1,"ops":0,"epsilon":1e-5}"#),
+            "{line}"
+        );
         assert!(
             line.contains(r#""kind":"lineage""#) && line.contains(r#""call":"cudnn""#),
             "{line}"

@@ -107,6 +107,9 @@ pub struct Config {
     pub verify: bool,
     /// Test facility: the Nth replay (from 1) computes with twice its alpha, a wrong replay.
     pub test_corrupt_replay: Option<u64>,
+    /// Test facility (MARMOSET_TEST_FOLD): plan only the model with chains folded (`1`) or
+    /// only the unfolded one (`0`), instead of both (see `runtime::bridge`).
+    pub test_fold: Option<bool>,
     /// MARMOSET_PLAN_DEADLINE_MS: the in-process planner's time bound (host time).
     pub plan_deadline_ms: u64,
     /// Benchmark facility: the program waits for the planning thread, so that on the simulated
@@ -142,6 +145,7 @@ impl Default for Config {
             test_skip_restore: None,
             verify: false,
             test_corrupt_replay: None,
+            test_fold: None,
             plan_wait: false,
             plan_deadline_ms: 1000,
         }
@@ -281,6 +285,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
                 "a replay number, at least 1",
             )),
         }
+    }
+    if let Some(v) = var("MARMOSET_TEST_FOLD") {
+        flag("MARMOSET_TEST_FOLD", &v)
+            .map(|b| c.test_fold = Some(b))
+            .unwrap_or_else(|e| errors.push(e));
     }
     c.test_panic = var("MARMOSET_TEST_PANIC");
     if let Some(v) = var("MARMOSET_TEST_MICROBATCH") {

@@ -8,8 +8,8 @@
  * and SGD with momentum (in place, state allocated lazily at the first step) are kernels.
  * Deterministic: it prints each iteration's loss and a checksum of the weights.
  *
- * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT] [CONV]
- *        (defaults 4, 4, 16, 8, 2, 3, relu, legacy)
+ * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT] [CONV] [NORM]
+ *        (defaults 4, 4, 16, 8, 2, 3, relu, legacy, none)
  * Network: conv(3->C, KxK) relu_, BLOCKS x [conv ACT conv (KxK), + skip, relu_], conv(C->10, WxW)
  * (the classifier), softmax. A KERNEL of 1 keeps data mode's arithmetic small per byte of
  * activation (tests that need tensors of the allocator's 2 MiB granularity). ACT relu: relu_ in
@@ -27,7 +27,17 @@
  * built again at its next use (a framework whose plan cache lets them go). Other than legacy,
  * the residual addition is ATen's out-of-place add kernel (named and laid out as in torch's
  * fatbins, output first), whose roles Marmoset reads exactly: the block's input stays as it
- * was, so its first convolution's output can be recomputed from it. */
+ * was, so its first convolution's output can be recomputed from it. NORM bn (ACT relu, CONV
+ * other than legacy): ResNet's batch normalisation as PyTorch runs it through cuDNN: every
+ * convolution but the classifier is followed by cudnnBatchNormalizationForwardTrainingEx
+ * (OPS_BN, running statistics updated, statistics saved for the backward pass, scale 1 and
+ * bias 0, not trained) into a new tensor, then ReLU in place as ATen's in-place kernel (named
+ * and laid out as ATen's contiguous elementwise kernels, output first: {y, y}); a block's
+ * second batch norm gets the skip added in place first (ATen's add kernel, {y, y, skip}), as
+ * torchvision's `out += identity`. The backward pass is cudnnBatchNormalizationBackwardEx from
+ * the convolution's output and the saved statistics. NORM bnsum: the same, but the skip is added
+ * out of place into a new tensor (ATen's add kernel, {out, y, skip}; y freed right after), then
+ * ReLU in place on it, as `relu(bn(...) + skip)` runs (examples/resnet50.py). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -159,13 +169,25 @@ static void sgd_(simgpuKernelCtx *ctx, void **p) {
   }
 }
 
-static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd, *k_aten_add;
+/* vectorized_elementwise_kernel<4, ClampMinFunctor<float>, std::array<char*, 2>>(int n, functor,
+ * {out, x}): out = max(x, 0) (NORM bn: relu_ in place, {y, y}; torch's launch_clamp_scalar) */
+static void aten_relu(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  char **data = (char **)p[2];
+  float *out = arg(ctx, &data[0], n, 1);
+  const float *x = arg(ctx, &data[1], n, 0);
+  if (!out || !x) return;
+  for (int i = 0; i < n; i++) out[i] = x[i] < 0 ? 0 : x[i];
+}
+
+static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd, *k_aten_add, *k_aten_relu;
 
 /* ATen's mangled names (c++filt: void at::native::vectorized_elementwise_kernel<4,
  * at::native::GeluFunctor<float>, std::array<char*, 2ul>, false>(int, ...) and the backward's). */
 #define GELU_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11GeluFunctorIfEESt5arrayIPcLm2EELb0EEEviT0_T1_"
 #define GELU_BWD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_19GeluBackwardFunctorIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
 #define ADD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
+#define RELU_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15ClampMinFunctorIfEESt5arrayIPcLm2EELb0EEEviT0_T1_"
 
 static void register_kernels(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -180,7 +202,7 @@ static void register_kernels(void) {
   /* (int N, an empty functor, K operand pointers): offsets 0, 4, 8 as torch's fatbins give. */
   size_t gs[] = {4, 1, 16}, ga[] = {4, 1, 8}, bs[] = {4, 1, 24}, ba[] = {4, 1, 8};
   if (reg(GELU_NAME, gelu, 3, gs, ga, &k_gelu) || reg(GELU_BWD_NAME, gelu_backward, 3, bs, ba, &k_gelu_bwd) ||
-      reg(ADD_NAME, aten_add, 3, bs, ba, &k_aten_add))
+      reg(ADD_NAME, aten_add, 3, bs, ba, &k_aten_add) || reg(RELU_NAME, aten_relu, 3, gs, ga, &k_aten_relu))
     exit(1);
 }
 
@@ -199,6 +221,19 @@ static void add_into(float *a, float *b, float *out, int n) {
   }
   unsigned char functor = 0;
   float *data[3] = {out, a, b};
+  void *v[] = {&n, &functor, data};
+  launch(k_aten_add, n, v);
+}
+/* ATen's in-place kernels (NORM bn): y = max(y, 0) and y += b, the output an input too. */
+static void aten_relu_(float *y, int n) {
+  unsigned char functor = 0;
+  float *data[2] = {y, y};
+  void *v[] = {&n, &functor, data};
+  launch(k_aten_relu, n, v);
+}
+static void aten_add_(float *y, float *b, int n) {
+  unsigned char functor = 0;
+  float *data[3] = {y, y, b};
   void *v[] = {&n, &functor, data};
   launch(k_aten_add, n, v);
 }
@@ -420,6 +455,52 @@ static void step(Conv *l, float lr, float mu) {
   }
 }
 
+/* A batch normalisation (NORM bn): its parameters and running statistics, and what one forward
+ * pass keeps for the backward pass (its input, the saved statistics). */
+typedef struct {
+  cudnnTensorDescriptor_t x, p;
+  float *scale, *bias, *rmean, *rvar;
+  float *in, *smean, *sinv;
+} Bn;
+
+static const double BN_EPS = 1e-5;
+
+static void bn_init(Bn *b, int n, int c, int h, int w) {
+  b->x = tdesc(n, c, h, w); b->p = tdesc(1, c, 1, 1);
+  float *ones = malloc((size_t)c * 4);
+  for (int i = 0; i < c; i++) ones[i] = 1.0f;
+  b->scale = talloc((size_t)c * 4); b->bias = talloc((size_t)c * 4);
+  b->rmean = talloc((size_t)c * 4); b->rvar = talloc((size_t)c * 4);
+  CU(cudaMemcpyAsync(b->scale, ones, (size_t)c * 4, cudaMemcpyHostToDevice, st));
+  CU(cudaMemcpyAsync(b->rvar, ones, (size_t)c * 4, cudaMemcpyHostToDevice, st));
+  CU(cudaMemsetAsync(b->bias, 0, (size_t)c * 4, st));
+  CU(cudaMemsetAsync(b->rmean, 0, (size_t)c * 4, st));
+  CU(cudaStreamSynchronize(st));
+  free(ones);
+}
+
+/* y = bn(x), a new tensor of `count` floats; x and the saved statistics kept for bn_bwd. */
+static float *bn_fwd(Bn *b, float *x, size_t count, int c) {
+  float *y = talloc(count * 4);
+  b->in = x;
+  b->smean = talloc((size_t)c * 4); b->sinv = talloc((size_t)c * 4);
+  DNN(cudnnBatchNormalizationForwardTrainingEx(dnn, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, &ONE, &ZERO,
+      b->x, x, NULL, NULL, b->x, y, b->p, b->scale, b->bias, 0.1, b->rmean, b->rvar, BN_EPS, b->smean, b->sinv,
+      NULL, NULL, 0, NULL, 0));
+  return y;
+}
+
+/* dx (a new tensor) from dy; the input and saved statistics are freed. */
+static float *bn_bwd(Bn *b, const float *dy, size_t count, int c) {
+  float *dx = talloc(count * 4), *ds = talloc((size_t)c * 4), *db = talloc((size_t)c * 4);
+  DNN(cudnnBatchNormalizationBackwardEx(dnn, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, &ONE, &ZERO, &ONE,
+      &ZERO, b->x, b->in, NULL, NULL, b->x, dy, NULL, NULL, b->x, dx, b->p, b->scale, b->bias, ds, db, BN_EPS,
+      b->smean, b->sinv, NULL, NULL, 0, NULL, 0));
+  tfree(ds); tfree(db);
+  tfree(b->in); tfree(b->smean); tfree(b->sinv);
+  return dx;
+}
+
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 4, n = argc > 2 ? atoi(argv[2]) : 4, hw = argc > 3 ? atoi(argv[3]) : 16;
   int ch = argc > 4 ? atoi(argv[4]) : 8, nblocks = argc > 5 ? atoi(argv[5]) : 2;
@@ -430,10 +511,14 @@ int main(int argc, char **argv) {
   const char *modes[4] = {"legacy", "nobias", "backend", "backend-rebuild"};
   conv_mode = -1;
   for (int i = 0; i < 4; i++) if (!strcmp(conv_name, modes[i])) conv_mode = i;
+  const char *norm_name = argc > 9 ? argv[9] : "none";
+  int bn_sum = strcmp(norm_name, "bnsum") == 0;
+  int use_bn = strcmp(norm_name, "bn") == 0 || bn_sum;
   const int classes = 10;
   if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw ||
-      (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild]\n");
+      (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0 || (!use_bn && strcmp(norm_name, "none") != 0) ||
+      (use_bn && (use_gelu || conv_mode == 0))) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)]\n");
     return 2;
   }
   register_kernels();
@@ -444,6 +529,9 @@ int main(int argc, char **argv) {
   conv_init(&stem, n, 3, ch, ks, ks / 2, hw, hw);
   for (int b = 0; b < 2 * nblocks; b++) conv_init(&blocks[b], n, ch, ch, ks, ks / 2, hw, hw);
   conv_init(&head, n, ch, classes, hw, 0, hw, hw);
+  Bn *bns = calloc(2 * (size_t)nblocks + 1, sizeof *bns); /* NORM bn: the stem's, then each block's two */
+  if (use_bn)
+    for (int b = 0; b <= 2 * nblocks; b++) bn_init(&bns[b], n, ch, hw, hw);
   cudnnTensorDescriptor_t lo = tdesc(n, classes, 1, 1);
 
   size_t in = (size_t)n * 3 * hw * hw, act = (size_t)n * ch * hw * hw, out = (size_t)n * classes;
@@ -464,9 +552,30 @@ int main(int argc, char **argv) {
   for (int it = 0; it < iters; it++) {
     cudaEventRecord(marks[it], st);
     /* forward: a[0] = relu_(stem(x)); a[b+1] = relu_(conv2(relu_(conv1(a[b]))) + a[b]) */
-    a[0] = conv_fwd(&stem, x, act);
-    relu_inplace(a[0], nact);
-    for (int b = 0; b < nblocks; b++) {
+    if (use_bn) {
+      /* a[0] = relu_(bn(stem(x))); a[b+1] = relu_(bn2(conv2(relu_(bn1(conv1(a[b]))))) += a[b]) */
+      a[0] = bn_fwd(&bns[0], conv_fwd(&stem, x, act), act, ch);
+      aten_relu_(a[0], nact);
+      for (int b = 0; b < nblocks; b++) {
+        h1[b] = bn_fwd(&bns[2 * b + 1], conv_fwd(&blocks[2 * b], a[b], act), act, ch);
+        aten_relu_(h1[b], nact);
+        float *y = bn_fwd(&bns[2 * b + 2], conv_fwd(&blocks[2 * b + 1], h1[b], act), act, ch);
+        if (bn_sum) {
+          a[b + 1] = talloc(act * 4);
+          add_into(y, a[b], a[b + 1], nact);
+          tfree(y);
+        } else {
+          a[b + 1] = y;
+          aten_add_(a[b + 1], a[b], nact);
+        }
+        aten_relu_(a[b + 1], nact);
+      }
+    }
+    if (!use_bn) {
+      a[0] = conv_fwd(&stem, x, act);
+      relu_inplace(a[0], nact);
+    }
+    for (int b = 0; b < nblocks && !use_bn; b++) {
       h1[b] = conv_fwd(&blocks[2 * b], a[b], act);
       if (use_gelu) {
         g1[b] = talloc(act * 4);
@@ -499,7 +608,30 @@ int main(int argc, char **argv) {
     /* backward */
     float *g = conv_bwd(&head, a[nblocks], dlogits, act);
     tfree(dlogits);
-    for (int b = nblocks - 1; b >= 0; b--) {
+    if (use_bn) {
+      for (int b = nblocks - 1; b >= 0; b--) {
+        relu_bwd_inplace(g, a[b + 1], nact);
+        tfree(a[b + 1]);
+        float *d2 = bn_bwd(&bns[2 * b + 2], g, act, ch);
+        float *dh1 = conv_bwd(&blocks[2 * b + 1], h1[b], d2, act);
+        tfree(d2);
+        relu_bwd_inplace(dh1, h1[b], nact);
+        tfree(h1[b]);
+        float *d1 = bn_bwd(&bns[2 * b + 1], dh1, act, ch);
+        tfree(dh1);
+        float *da = conv_bwd(&blocks[2 * b], a[b], d1, act);
+        tfree(d1);
+        add_inplace(da, g, nact);
+        tfree(g);
+        g = da;
+      }
+      relu_bwd_inplace(g, a[0], nact);
+      tfree(a[0]);
+      float *d0 = bn_bwd(&bns[0], g, act, ch);
+      tfree(g);
+      g = d0;
+    }
+    for (int b = nblocks - 1; b >= 0 && !use_bn; b--) {
       relu_bwd_inplace(g, a[b + 1], nact); /* through the block's last relu_ */
       tfree(a[b + 1]);
       float *dh1 = conv_bwd(&blocks[2 * b + 1], g1[b], g, act);
@@ -519,8 +651,10 @@ int main(int argc, char **argv) {
       tfree(g);
       g = da;
     }
-    relu_bwd_inplace(g, a[0], nact);
-    tfree(a[0]);
+    if (!use_bn) {
+      relu_bwd_inplace(g, a[0], nact);
+      tfree(a[0]);
+    }
     conv_bwd(&stem, x, g, 0);
     tfree(g);
     tfree(x); tfree(labels);
@@ -556,10 +690,14 @@ int main(int argc, char **argv) {
     tfree(l->W); tfree(l->B);
     if (l->vW) { tfree(l->vW); tfree(l->vB); }
   }
+  if (use_bn)
+    for (int b = 0; b <= 2 * nblocks; b++) {
+      tfree(bns[b].scale); tfree(bns[b].bias); tfree(bns[b].rmean); tfree(bns[b].rvar);
+    }
   CU(cudaStreamSynchronize(st));
   printf("checksum %016llx\n", (unsigned long long)hsum);
   cudnnDestroy(dnn);
   CU(cudaStreamDestroy(st));
-  free(hx); free(hl); free(a); free(h1); free(g1); free(blocks);
+  free(hx); free(hl); free(a); free(h1); free(g1); free(blocks); free(bns);
   return 0;
 }

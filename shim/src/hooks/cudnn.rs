@@ -5,7 +5,9 @@
 
 use super::{Pending, hooks, range};
 use crate::real::{CUDNN, resolve};
-use planner::trace::{Access, ActivationParams, ConvParams, Event, Replay, TensorArg, Touch};
+use planner::trace::{
+    Access, ActivationParams, BatchNormParams, ConvParams, Event, Replay, TensorArg, Touch,
+};
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -229,6 +231,31 @@ fn lineage(
             conv: conv.and_then(conv_params),
             activation: act.and_then(activation_params),
             softmax,
+            batchnorm: None,
+        })
+    })
+}
+
+/// Lineage of a batch normalisation's training forward pass: its scaling parameters, mode,
+/// operations and epsilon (the exponential-average factor is not needed: a replay updates no
+/// running statistics).
+fn bn_lineage(
+    p: Option<Pending>,
+    (alpha, beta, xd): (C, C, C),
+    mode: c_int,
+    ops: c_int,
+    epsilon: f64,
+) -> Option<Pending> {
+    super::runtime::with_lineage(p, || {
+        let dt = dtype(xd);
+        Some(Replay::Cudnn {
+            alpha: scalar(alpha, dt),
+            beta: scalar(beta, dt),
+            dtype: dt,
+            conv: None,
+            activation: None,
+            softmax: None,
+            batchnorm: Some(BatchNormParams { mode, ops, epsilon }),
         })
     })
 }
@@ -490,18 +517,20 @@ hooks! {
             (alpha, beta, ad), None, None, None);
     [""] fn cudnnBatchNormalizationForwardTraining(h: P, mode: c_int, alpha: C, beta: C, xd: C, x: C, yd: C, y: P, pd: C,
         scale: C, bias: C, factor: f64, rmean: P, rvar: P, eps: f64, smean: P, sinv: P) =>
-        call("cudnnBatchNormalizationForwardTraining", h, None, None,
+        bn_lineage(call("cudnnBatchNormalizationForwardTraining", h, None, None,
             &[("x", T, xd, x, R), ("y", T, yd, y, out_access(beta)), ("scale", T, pd, scale, R), ("bias", T, pd, bias, R),
               ("running_mean", T, pd, rmean, Rw), ("running_var", T, pd, rvar, Rw),
-              ("saved_mean", T, pd, smean, W), ("saved_inv_var", T, pd, sinv, W)], true);
+              ("saved_mean", T, pd, smean, W), ("saved_inv_var", T, pd, sinv, W)], true),
+            (alpha, beta, xd), mode, 0, eps);
     [""] fn cudnnBatchNormalizationForwardTrainingEx(h: P, mode: c_int, ops: c_int, alpha: C, beta: C, xd: C, x: C, zd: C,
         z: C, yd: C, y: P, pd: C, scale: C, bias: C, factor: f64, rmean: P, rvar: P, eps: f64, smean: P, sinv: P, ad: C,
         ws: P, wss: usize, rs: P, rss: usize) =>
-        raw(call("cudnnBatchNormalizationForwardTrainingEx", h, None, Some((ws, wss)),
+        bn_lineage(raw(call("cudnnBatchNormalizationForwardTrainingEx", h, None, Some((ws, wss)),
             &[("x", T, xd, x, R), ("z", T, zd, z, R), ("y", T, yd, y, out_access(beta)), ("scale", T, pd, scale, R),
               ("bias", T, pd, bias, R), ("running_mean", T, pd, rmean, Rw), ("running_var", T, pd, rvar, Rw),
               ("saved_mean", T, pd, smean, W), ("saved_inv_var", T, pd, sinv, W)], true),
-            "reserve", rs, rss);
+            "reserve", rs, rss),
+            (alpha, beta, xd), mode, ops, eps);
     [""] fn cudnnBatchNormalizationForwardInference(h: P, mode: c_int, alpha: C, beta: C, xd: C, x: C, yd: C, y: P, pd: C,
         scale: C, bias: C, mean: C, var: C, eps: f64) =>
         call("cudnnBatchNormalizationForwardInference", h, None, None,

@@ -279,9 +279,11 @@ fn words<'a>(
 /// operand 0 is written, N elements from its start, from the others, each read. The output's
 /// element size is taken as the first scalar type the name's template arguments give (the
 /// functor's): the write covers the allocation only where it starts it and N such elements fill
-/// it exactly, and only then is it `w` (written whole, so replaying the kernel rebuilds it);
-/// an output of another type, a view into a larger buffer or an output that is also an input is
-/// `rw`. Any other parameter word that points into an allocation (a functor holding a device
+/// it exactly, and only then is it `w` (written whole, so replaying the kernel rebuilds it).
+/// Such an output that is also an input at the same address (an in-place `relu_`, `add_`) is
+/// an exact read-modify-write of the whole allocation: `rw` with `bytes` the allocation's size.
+/// An output of another type, a view into a larger buffer, or one an input overlaps elsewhere
+/// is `rw` with `bytes` 0 (extent unknown). Any other parameter word that points into an allocation (a functor holding a device
 /// pointer) leaves the kernel to the conservative rule. None: not such a kernel.
 fn elementwise(
     (k, elem): Operands,
@@ -315,10 +317,16 @@ fn elementwise(
             });
             continue;
         }
-        // An input in the output's allocation (in place, or overlapping): read and written.
+        // An input in the output's allocation: read and written. Exactly in place (the same
+        // address as a whole output): an exact read-modify-write of the whole allocation, `rw`
+        // over all its bytes; overlapping otherwise: `rw` of unknown extent.
         if out[0].alloc == alloc {
+            // (An output's `bytes` is not 0 only where it is written whole.)
+            let exact = offset == out[0].offset && out[0].bytes > 0;
             out[0].access = Access::Rw;
-            out[0].bytes = 0;
+            if !exact {
+                out[0].bytes = 0;
+            }
         }
         // One touch per distinct address, so that a replay finds every operand's word.
         if !out.iter().any(|t| t.alloc == alloc && t.offset == offset) {
@@ -473,8 +481,8 @@ mod tests {
     }
 
     #[test]
-    fn what_is_not_provably_a_whole_write_stays_rw() {
-        // In place: the output is an input too.
+    fn an_exact_in_place_update_is_rw_over_the_whole_allocation() {
+        // relu_: the whole output is its own input, at the same address.
         let t = elementwise(
             parse(GELU).unwrap(),
             &LAYOUT,
@@ -482,7 +490,35 @@ mod tests {
             find(1024),
         )
         .unwrap();
+        assert_eq!(t, vec![touch(1, 1024, Access::Rw)]);
+        // add_: y += identity; y read and written whole, identity read.
+        let three = GELU.replace("(unsigned long)2", "(unsigned long)3");
+        let layout = [(0, 4), (4, 1), (8, 24)];
+        let mut b = vec![0u8; 32];
+        b[..4].copy_from_slice(&256i32.to_le_bytes());
+        for (i, w) in [0x1000u64, 0x1000, 0x2000].iter().enumerate() {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        let t = elementwise(parse(&three).unwrap(), &layout, &b, find(1024)).unwrap();
+        assert_eq!(t, vec![touch(1, 1024, Access::Rw), touch(2, 0, Access::R)]);
+        // The same address, but the output does not fill its allocation: extent unknown.
+        let t = elementwise(
+            parse(GELU).unwrap(),
+            &LAYOUT,
+            &params(200, 0x1000, 0x1000),
+            find(1024),
+        )
+        .unwrap();
         assert_eq!(t, vec![touch(1, 0, Access::Rw)]);
+        // An input elsewhere in the whole output's allocation: overlapping, extent unknown.
+        let mut b2 = b.clone();
+        b2[16..24].copy_from_slice(&0x1100u64.to_le_bytes());
+        let t = elementwise(parse(&three).unwrap(), &layout, &b2, find(1024)).unwrap();
+        assert_eq!(t[0], touch(1, 0, Access::Rw));
+    }
+
+    #[test]
+    fn what_is_not_provably_a_whole_write_stays_rw() {
         // 200 floats do not fill an allocation of 1024 bytes (a view into a larger buffer).
         let t = elementwise(
             parse(GELU).unwrap(),

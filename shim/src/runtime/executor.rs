@@ -51,7 +51,10 @@ struct Steps {
 impl Steps {
     fn of(r: &Ready) -> Steps {
         let c = &r.converted;
+        // Before an operation: before its first call; after it: after its last (a chain's
+        // last member).
         let offset = |op: usize| c.ops.get(op).map(|o| o.0);
+        let end = |op: usize| c.last_call(op);
         let mut s = Steps {
             period: r.found.period,
             prefetch: HashMap::new(),
@@ -92,8 +95,7 @@ impl Steps {
             match *step {
                 Step::Op(o) => last_op = Some(o),
                 Step::Free(st) => {
-                    if let (Some(a), Some(origin)) = (last_op.and_then(offset), c.storages.get(st))
-                    {
+                    if let (Some(a), Some(origin)) = (last_op.and_then(end), c.storages.get(st)) {
                         s.drop.entry(a).or_default().push(origin.tensor);
                     }
                 }
@@ -108,7 +110,7 @@ impl Steps {
                 trigger,
                 back,
             } = d
-                && let (Some(a), Some(t), Some(b)) = (offset(after), offset(trigger), offset(back))
+                && let (Some(a), Some(t), Some(b)) = (end(after), offset(trigger), offset(back))
                 && a < t
                 && t <= b
             {
@@ -121,16 +123,31 @@ impl Steps {
             // Only where every source still holds its contents at the back-access: the shim
             // cannot keep a source past the program's free or overwrite of it (the planner's
             // `Extend`).
-            if let Decision::Recompute { after, back } = d
-                && sourced(storage, back)
-                && let Some(recipe) = r.recipes.get(&storage)
-                && let (Some(a), Some(b)) = (offset(after), offset(back))
-                && a < b
-            {
-                let i = s.recipes.len();
-                s.recipes.push((origin.tensor, recipe.clone()));
-                s.dropped_at.entry(a).or_default().push((origin.tensor, i));
-                s.recompute.entry(b).or_default().push(i);
+            if let Decision::Recompute { after, back } = d {
+                let why = if !sourced(storage, back) {
+                    "a source is freed or overwritten before its back-access"
+                } else if !r.recipes.contains_key(&storage) {
+                    "its producing call cannot be replayed"
+                } else {
+                    "its drop would not come before its back-access"
+                };
+                if let Some(recipe) = r.recipes.get(&storage).filter(|_| sourced(storage, back))
+                    && let (Some(a), Some(b)) = (end(after), offset(back))
+                    && a < b
+                {
+                    let i = s.recipes.len();
+                    s.recipes.push((origin.tensor, recipe.clone()));
+                    s.dropped_at.entry(a).or_default().push((origin.tensor, i));
+                    s.recompute.entry(b).or_default().push(i);
+                } else if back != usize::MAX {
+                    log(
+                        Level::Debug,
+                        &format!(
+                            "executor: {:?} stays resident: its planned recomputation is not carried out ({why})",
+                            origin.tensor
+                        ),
+                    );
+                }
             }
         }
         s
@@ -452,6 +469,7 @@ fn recompute(i: usize, stream: u64, depth: usize) {
         };
         let sources: Vec<usize> = recipe
             .sources()
+            .into_iter()
             .filter_map(|src| e.dropped.iter().find(|d| d.0 == src).map(|d| d.1))
             .collect();
         (name, recipe, sources)
@@ -474,7 +492,7 @@ fn recompute(i: usize, stream: u64, depth: usize) {
                 alloc: id,
                 api: recipe.api().to_string(),
             });
-            verify(i, name, id, recipe.api());
+            verify(i, name, id, &recipe.api());
         }
         Err(why) => log(
             Level::Error,

@@ -3,7 +3,11 @@
 //! lineage: the descriptors rebuilt from the recorded shapes, the scalars by value, the pointers
 //! those of the current iteration's allocations (a plan names tensors by their place in the
 //! iteration, not by address). Only the calls `planner::shimtrace::REPLAYED` lists are replayed,
-//! and the planner plans recomputation of nothing else. The replay goes on the back-access's
+//! and the planner plans recomputation of nothing else. A batch norm is replayed without its
+//! statistics (NULL running and saved statistics: it rebuilds `y` and changes nothing else),
+//! and a chain (a replayed call, then the exact in-place kernels that followed it, such as
+//! `+= identity` and ReLU after a batch norm) is one recipe: the call, then each member in
+//! order, on the same stream. The replay goes on the back-access's
 //! stream, right before it, through Marmoset's own cuDNN handle; it is not one of the program's
 //! calls (the tracker never sees it).
 
@@ -42,6 +46,17 @@ pub struct Recipe {
     /// own workspace is scratch the program may have reused since).
     algo: Option<i32>,
     workspace: u64,
+    /// Batch normalisation's reserve space, bytes: a replay brings its own, after its
+    /// workspace (the program's holds what its backward pass reads).
+    reserve: u64,
+    /// A chain's members (exact in-place kernels on the output, `relu_` after a batch norm),
+    /// replayed in order after this call, on the same stream.
+    then: Vec<Recipe>,
+}
+
+/// Where a reserve space starts in a replay's scratch (after the workspace, aligned).
+fn reserve_at(workspace: u64) -> u64 {
+    workspace.div_ceil(256) * 256
 }
 
 /// A kernel launch to replay: the recorded parameter buffer, and where in it each argument's
@@ -159,6 +174,8 @@ impl Recipe {
                 kernel: Some(kernel),
                 algo: None,
                 workspace: 0,
+                reserve: 0,
+                then: Vec::new(),
             });
         }
         let Event::Cudnn {
@@ -172,8 +189,32 @@ impl Recipe {
         else {
             return None;
         };
+        // Batch normalisation is replayed without its statistics (see
+        // `planner::shimtrace::replay_scope`): only x, y, scale and bias are its tensors.
+        let bn = matches!(
+            replay,
+            Replay::Cudnn {
+                batchnorm: Some(_),
+                ..
+            }
+        );
+        let used = |role: &str| {
+            role != "workspace"
+                && role != "reserve"
+                && (!bn || ["x", "y", "scale", "bias"].contains(&role))
+        };
+        let reserve = tensors
+            .iter()
+            .filter(|t| t.role == "reserve")
+            .filter_map(|t| {
+                touches
+                    .iter()
+                    .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
+            })
+            .map(|u| u.bytes)
+            .sum();
         let mut args = Vec::new();
-        for t in tensors.iter().filter(|t| t.role != "workspace") {
+        for t in tensors.iter().filter(|t| used(&t.role)) {
             // The touch of this argument: the allocation it points into.
             let touch = touches
                 .iter()
@@ -196,7 +237,82 @@ impl Recipe {
             kernel: None,
             algo: *algo,
             workspace: workspace.unwrap_or(0),
+            reserve,
+            then: Vec::new(),
         })
+    }
+
+    /// A chain member: an exact in-place update of one whole allocation (see
+    /// `planner::shimtrace::exact_update`; `size`: an allocation's size when recorded), replayed
+    /// after the chain's first call. None when it is not one, or cannot be rebuilt.
+    pub fn member(
+        event: &Event,
+        replay: &Replay,
+        name: impl Fn(u64) -> Option<TensorId>,
+        base: impl Fn(u64) -> Option<u64>,
+        size: impl Fn(u64) -> Option<u64>,
+    ) -> Option<Recipe> {
+        planner::shimtrace::exact_update(event, Some(replay), size)?;
+        let (Event::Launch { api, touches, .. }, Replay::Kernel { params, shared }) =
+            (event, replay)
+        else {
+            return None;
+        };
+        let kernel = Kernel::of(event, params, *shared, &base)?;
+        let args = touches
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                Some(Arg {
+                    role: format!("operand {i}"),
+                    tensor: name(t.alloc)?,
+                    offset: t.offset,
+                    bytes: t.bytes,
+                    dims: Vec::new(),
+                    strides: Vec::new(),
+                    access: t.access,
+                    uid: None,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let kernel_name = crate::hooks::launch::name(kernel.func as usize, kernel.runtime)
+            .map(|n| planner::shimtrace::short_kernel_name(&n))
+            .unwrap_or_else(|| format!("kernel {:#x}", kernel.func));
+        Some(Recipe {
+            api: format!("{api} ({kernel_name})"),
+            args,
+            replay: replay.clone(),
+            kernel: Some(kernel),
+            algo: None,
+            workspace: 0,
+            reserve: 0,
+            then: Vec::new(),
+        })
+    }
+
+    /// This call followed by the members of its chain, in order; `aliases`: tensors internal
+    /// to the chain (the program freed them) with the tensor each is rebuilt in instead (the
+    /// output of the elementwise kernel that reads it, which then runs in place).
+    pub fn chain(mut self, members: Vec<Recipe>, aliases: &[(TensorId, TensorId)]) -> Recipe {
+        self.then = members;
+        let rename = |r: &mut Recipe| {
+            for a in &mut r.args {
+                if let Some(&(_, to)) = aliases.iter().find(|x| x.0 == a.tensor) {
+                    a.tensor = to;
+                }
+            }
+        };
+        rename(&mut self);
+        self.then.iter_mut().for_each(rename);
+        self
+    }
+
+    /// Scratch bytes a replay brings: the workspace, then the reserve space.
+    fn scratch(&self) -> u64 {
+        match self.reserve {
+            0 => self.workspace,
+            r => reserve_at(self.workspace) + r,
+        }
     }
 
     /// Whether a replay can be carried out now, asked before the tensor is dropped (a replay
@@ -205,6 +321,12 @@ impl Recipe {
     /// to hold the replay's operands and its workspace at once (everything else can be evicted
     /// to make room). Err says why not: the tensor is then kept, or swapped, never dropped.
     pub fn ready(&self) -> Result<(), String> {
+        // A chain is dropped only when every member can be replayed too (they run one after
+        // another: the largest needs the room).
+        for m in &self.then {
+            m.ready()
+                .map_err(|why| format!("its chain's {}: {why}", m.api))?;
+        }
         if let Replay::Backend { plan, life } = self.replay
             && crate::microbatch::backend::plan_life(plan as usize) != Some(life)
         {
@@ -224,13 +346,13 @@ impl Recipe {
             }
         }
         let mut bytes: Vec<u64> = held.iter().map(|h| h.1).collect();
-        if self.workspace > 0 {
-            bytes.push(self.workspace);
+        if self.scratch() > 0 {
+            bytes.push(self.scratch());
         }
         if !crate::memory::room_for(&bytes) {
             return Err(format!(
                 "its operands and a {} B workspace would not fit in the budget at once",
-                self.workspace
+                self.scratch()
             ));
         }
         Ok(())
@@ -246,20 +368,42 @@ impl Recipe {
             let (_, size) = crate::state::allocation(alloc)?;
             a.tensor = TensorId::Persistent { alloc, size };
         }
+        r.then = self
+            .then
+            .iter()
+            .map(Recipe::pinned)
+            .collect::<Option<Vec<_>>>()?;
         Some(r)
     }
 
-    /// The call it replays.
-    pub fn api(&self) -> &str {
-        &self.api
+    /// The call it replays (a chain: each call, joined by " then ").
+    pub fn api(&self) -> String {
+        std::iter::once(self.api.as_str())
+            .chain(self.then.iter().map(|m| m.api.as_str()))
+            .collect::<Vec<_>>()
+            .join(" then ")
     }
 
-    /// The tensors the call reads, by name.
-    pub fn sources(&self) -> impl Iterator<Item = TensorId> + '_ {
-        self.args
+    /// The tensors the replay reads, by name (a chain's members read the output the first call
+    /// rebuilds: not a source).
+    pub fn sources(&self) -> Vec<TensorId> {
+        let written: Vec<TensorId> = self
+            .args
             .iter()
-            .filter(|a| a.access != Access::W)
+            .filter(|a| a.access == Access::W)
             .map(|a| a.tensor)
+            .collect();
+        let mut out: Vec<TensorId> = Vec::new();
+        for a in self
+            .args
+            .iter()
+            .chain(self.then.iter().flat_map(|m| &m.args))
+        {
+            if a.access != Access::W && !written.contains(&a.tensor) && !out.contains(&a.tensor) {
+                out.push(a.tensor);
+            }
+        }
+        out
     }
 
     /// The call as it would be recorded now, on `stream`: current allocations and addresses.
@@ -468,14 +612,26 @@ impl Scalar {
 /// Replays the recipe on `stream` (its workspace obtained, then its sources made resident and
 /// its output mapped).
 pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
+    // MARMOSET_TEST_CORRUPT_REPLAY counts recomputations (a chain is one): its first call
+    // replays wrongly.
+    let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
+    let corrupt = crate::state::config().test_corrupt_replay == Some(n);
+    replay_one(r, stream, corrupt)?;
+    for m in &r.then {
+        replay_one(m, stream, false).map_err(|why| format!("its chain's {}: {why}", m.api))?;
+    }
+    Ok(())
+}
+
+fn replay_one(r: &Recipe, stream: u64, corrupt: bool) -> Result<(), String> {
     let event = r.now(stream)?;
     // The workspace first: obtaining it may evict, and what the replay touches must stay.
-    let ws = match r.workspace {
+    let ws = match r.scratch() {
         0 => 0,
         n => crate::memory::alloc_internal(n as usize)
             .ok_or_else(|| format!("no room for a {n} B workspace"))?,
     };
-    let done = replay_with(r, &event, stream, ws);
+    let done = replay_with(r, &event, stream, ws, corrupt);
     if ws != 0 {
         // Released once the replay, queued on `stream`, is done with it.
         crate::memory::free(ws, Some(stream));
@@ -483,11 +639,15 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     done
 }
 
-fn replay_with(r: &Recipe, event: &Event, stream: u64, ws: u64) -> Result<(), String> {
+fn replay_with(
+    r: &Recipe,
+    event: &Event,
+    stream: u64,
+    ws: u64,
+    corrupt: bool,
+) -> Result<(), String> {
     crate::memory::before(event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
-    let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
-    let corrupt = crate::state::config().test_corrupt_replay == Some(n);
     if let (Some(k), Event::Launch { touches, .. }) = (&r.kernel, event) {
         return launch(k, touches, stream, corrupt);
     }
@@ -504,6 +664,7 @@ fn replay_with(r: &Recipe, event: &Event, stream: u64, ws: u64) -> Result<(), St
         activation,
         softmax,
         conv,
+        batchnorm,
     } = &r.replay
     else {
         return Err("no lineage".into());
@@ -600,6 +761,88 @@ fn replay_with(r: &Recipe, event: &Event, stream: u64, ws: u64) -> Result<(), St
                 yd.0 as P,
                 y
             ))
+        }
+        "cudnnBatchNormalizationForwardTraining" | "cudnnBatchNormalizationForwardTrainingEx" => {
+            let p = batchnorm.as_ref().ok_or("no batch-norm parameters")?;
+            let ((xd, x), (yd, y)) = (arg("x")?, arg("y")?);
+            let scale = tensors
+                .iter()
+                .find(|t| t.role == "scale")
+                .ok_or("no scale argument")?;
+            let bias = tensors
+                .iter()
+                .find(|t| t.role == "bias")
+                .ok_or("no bias argument")?;
+            // The parameters are float for half and bfloat16 tensors (cuDNN's rule for the
+            // derived descriptor), else the tensors' type.
+            let ptype = if matches!(*dtype, 2 | 9) { 0 } else { *dtype };
+            let pd = Desc::tensor(ptype, &scale.dims, &scale.strides)?;
+            let null: P = std::ptr::null_mut();
+            // No running statistics (both NULL: not updated) and no saved statistics (both
+            // NULL: not saved): the replay rebuilds y and has no other effect. The
+            // exponential-average factor is then unused.
+            if r.api == "cudnnBatchNormalizationForwardTraining" {
+                dnn!(c"cudnnBatchNormalizationForwardTraining"(
+                    P, c_int, P, P, P, P, P, P, P, P, P, f64, P, P, f64, P, P
+                )(
+                    h as P,
+                    p.mode,
+                    a.ptr(),
+                    b.ptr(),
+                    xd.0 as P,
+                    x,
+                    yd.0 as P,
+                    y,
+                    pd.0 as P,
+                    scale.ptr as P,
+                    bias.ptr as P,
+                    0.0,
+                    null,
+                    null,
+                    p.epsilon,
+                    null,
+                    null
+                ))
+            } else {
+                let (res, res_size) = match r.reserve {
+                    0 => (null, 0usize),
+                    n => ((ws + reserve_at(r.workspace)) as P, n as usize),
+                };
+                let (wsp, wss) = match r.workspace {
+                    0 => (null, 0usize),
+                    n => (ws as P, n as usize),
+                };
+                dnn!(c"cudnnBatchNormalizationForwardTrainingEx"(
+                    P, c_int, c_int, P, P, P, P, P, P, P, P, P, P, P, f64, P, P, f64, P, P, P, P,
+                    usize, P, usize
+                )(
+                    h as P,
+                    p.mode,
+                    p.ops,
+                    a.ptr(),
+                    b.ptr(),
+                    xd.0 as P,
+                    x,
+                    null,
+                    null,
+                    yd.0 as P,
+                    y,
+                    pd.0 as P,
+                    scale.ptr as P,
+                    bias.ptr as P,
+                    0.0,
+                    null,
+                    null,
+                    p.epsilon,
+                    null,
+                    null,
+                    null,
+                    wsp,
+                    wss,
+                    res,
+                    res_size
+                ))
+            }
         }
         other => Err(format!("{other} is not replayed")),
     }
