@@ -75,6 +75,12 @@ pub struct Trace {
     pub storages: Vec<Storage>,
     pub ops: Vec<Op>,
     pub steps: Vec<Step>,
+    /// Recomputations replay into the dropped tensor's own memory and read their sources where
+    /// the program left them (the shim's executor): no source is kept past the program's free
+    /// of it, and no overwritten source's old version is rebuilt for them. False for DTR's
+    /// simulator, which can do both.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replay_in_place: bool,
 }
 
 impl Trace {

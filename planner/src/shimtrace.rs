@@ -618,7 +618,11 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         }
     };
 
-    let mut t = Trace::default();
+    // The shim replays a recomputation into the tensor's own memory, from sources in place.
+    let mut t = Trace {
+        replay_in_place: true,
+        ..Trace::default()
+    };
     let mut origins: Vec<Origin> = Vec::new();
     let mut current: HashMap<u64, usize> = HashMap::new();
     // Storages never freed (live at the end), and each storage's last operation.

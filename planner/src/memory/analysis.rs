@@ -164,10 +164,14 @@ impl Analysis {
             // Still there at `back` where it is overwritten only after it (a weight the
             // optimizer updates at the end of the step); else rebuilt from its own sources.
             return dead_after[i] >= back
-                && (self.freed_before[i] > back || self.sources_at(t, i, back, 1));
+                && (self.freed_before[i] > back
+                    || !t.replay_in_place && self.sources_at(t, i, back, 1));
         }
         if members.has(i) {
             return true;
+        }
+        if t.replay_in_place && self.freed_before[i] <= back {
+            return false;
         }
         // Dropped for good after its last use, before `back`: only a recomputation brings it
         // back (its memory is already gone).
@@ -241,7 +245,9 @@ impl Analysis {
             && t.ops[p].inputs.iter().all(|&i| {
                 i != s
                     && (self.freed_before[i] > back
-                        || self.overwritten[i] && self.sources_at(t, i, back, depth + 1))
+                        || !t.replay_in_place
+                            && self.overwritten[i]
+                            && self.sources_at(t, i, back, depth + 1))
             })
     }
 
@@ -362,5 +368,36 @@ mod tests {
         // Updated before it: the version is gone and has no producer to rebuild it.
         let t = weight_updated_at(1);
         assert!(!Analysis::new(&t).recomputable(&t, 1, 2));
+    }
+
+    #[test]
+    fn an_old_version_is_rebuilt_only_where_replays_may_leave_their_place() {
+        // c is a constant; op 0: x = f(c); op 1: a = g(x); op 2: x updated in place (x -> y);
+        // op 3 reads a back. Recomputing a then needs x's old version, which f can rebuild.
+        let st = |constant, producer| Storage {
+            size: 8,
+            constant,
+            producer,
+        };
+        let mut t = Trace {
+            storages: vec![
+                st(true, None),
+                st(false, Some(0)),
+                st(false, Some(1)),
+                st(false, Some(2)),
+            ],
+            ..Trace::default()
+        };
+        t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
+        t.ops.push(Op::new("g", 1.0, vec![1], vec![2]));
+        let mut update = Op::new("relu_", 1.0, vec![1], vec![3]);
+        update.inplace.push((1, 3));
+        t.ops.push(update);
+        t.ops.push(Op::new("h", 1.0, vec![2, 3], vec![]));
+        t.steps = (0..4).map(Step::Op).collect();
+        assert!(Analysis::new(&t).recomputable(&t, 2, 3));
+        // The shim replays into the tensor's own memory: x's old version has nowhere to be.
+        t.replay_in_place = true;
+        assert!(!Analysis::new(&t).recomputable(&t, 2, 3));
     }
 }
