@@ -544,8 +544,8 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
 /// whole output, which dies with it, joins that call's chain (see [`Converted::internal`]).
 /// Folded, the model is what the shim can carry out; unfolded, the kernel's output is rebuilt
 /// from the dead output, which the planner may keep past its free (`Extend`, which the shim
-/// does not do: such a recomputation stays resident), and the planner's search takes another
-/// path, better at some budgets (the shim plans both and keeps the faster).
+/// does not do: such a recomputation stays resident). The shim plans the folded model; the
+/// unfolded one's plans were predicted faster than they ran (MARMOSET_TEST_FOLD=0 plans it).
 pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String> {
     let mut times: HashMap<u64, f64> = HashMap::new();
     for r in records {

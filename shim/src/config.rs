@@ -107,8 +107,8 @@ pub struct Config {
     pub verify: bool,
     /// Test facility: the Nth replay (from 1) computes with twice its alpha, a wrong replay.
     pub test_corrupt_replay: Option<u64>,
-    /// Test facility (MARMOSET_TEST_FOLD): plan only the model with chains folded (`1`) or
-    /// only the unfolded one (`0`), instead of both (see `runtime::bridge`).
+    /// Test facility (MARMOSET_TEST_FOLD): plan the model with chains folded (`1`, the
+    /// default) or unfolded (`0`) (see `runtime::bridge`).
     pub test_fold: Option<bool>,
     /// MARMOSET_PLAN_DEADLINE_MS: the in-process planner's time bound (host time).
     pub plan_deadline_ms: u64,
