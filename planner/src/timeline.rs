@@ -348,6 +348,17 @@ impl Sim<'_> {
     fn take(&mut self, bytes: u64, mut at: f64, op: usize) -> f64 {
         self.release(at);
         while self.mem + bytes > self.budget {
+            // One operation's evictions can take longer than many steps (DTR's search, run
+            // after run): the caller's deadline is asked here too, and the run stops, not
+            // feasible, when time is up.
+            if self
+                .passive
+                .and_then(|p| p.more)
+                .is_some_and(|more| !more())
+            {
+                self.out.feasible = false;
+                break;
+            }
             if self.passive.is_some()
                 && self.mem - self.leaving_bytes() + bytes > self.budget
                 && self.evict(op, at)
