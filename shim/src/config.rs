@@ -107,6 +107,9 @@ pub struct Config {
     pub verify: bool,
     /// Test facility: the Nth replay (from 1) computes with twice its alpha, a wrong replay.
     pub test_corrupt_replay: Option<u64>,
+    /// Test facility (MARMOSET_TEST_REFUSE_REPLAY=N): the Nth recomputation finds no room
+    /// within the budget, as when nothing can be evicted for its workspace or operands.
+    pub test_refuse_replay: Option<u64>,
     /// Test facility (MARMOSET_TEST_FOLD): plan the model with chains folded (`1`, the
     /// default) or unfolded (`0`) (see `runtime::bridge`).
     pub test_fold: Option<bool>,
@@ -145,6 +148,7 @@ impl Default for Config {
             test_skip_restore: None,
             verify: false,
             test_corrupt_replay: None,
+            test_refuse_replay: None,
             test_fold: None,
             plan_wait: false,
             plan_deadline_ms: 1000,
@@ -281,6 +285,16 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             Ok(n) if n >= 1 => c.test_corrupt_replay = Some(n),
             _ => errors.push(bad(
                 "MARMOSET_TEST_CORRUPT_REPLAY",
+                &v,
+                "a replay number, at least 1",
+            )),
+        }
+    }
+    if let Some(v) = var("MARMOSET_TEST_REFUSE_REPLAY") {
+        match v.parse::<u64>() {
+            Ok(n) if n >= 1 => c.test_refuse_replay = Some(n),
+            _ => errors.push(bad(
+                "MARMOSET_TEST_REFUSE_REPLAY",
                 &v,
                 "a replay number, at least 1",
             )),

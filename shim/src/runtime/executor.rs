@@ -419,7 +419,7 @@ fn orphans(touches: &[u64], stream: u64) {
         if !crate::memory::is_dropped(id) {
             continue;
         }
-        match crate::runtime::recompute::replay(&recipe, stream) {
+        match rebuild(&recipe, stream, id) {
             Ok(()) => {
                 crate::trace::emit(planner::trace::Event::Recompute {
                     alloc: id,
@@ -440,6 +440,21 @@ fn orphans(touches: &[u64], stream: u64) {
             ),
         }
     }
+}
+
+/// Replays `recipe` to rebuild allocation `id`. A replay that fails (no room within the budget
+/// for its workspace or operands) runs once more beyond the budget: the dropped contents exist
+/// nowhere else, and the budget is Marmoset's, not the device's.
+fn rebuild(recipe: &Recipe, stream: u64, id: u64) -> Result<(), String> {
+    crate::runtime::recompute::replay(recipe, stream).or_else(|why| {
+        log(
+            Level::Warn,
+            &format!(
+                "executor: recomputing allocation {id} within the budget failed ({why}); rebuilding it beyond the budget"
+            ),
+        );
+        crate::memory::beyond_budget(|| crate::runtime::recompute::replay(recipe, stream))
+    })
 }
 
 /// The recipes to replay before the call at `offset`.
@@ -486,7 +501,7 @@ fn recompute(i: usize, stream: u64, depth: usize) {
             recompute(j, stream, depth + 1);
         }
     }
-    match crate::runtime::recompute::replay(&recipe, stream) {
+    match rebuild(&recipe, stream, id) {
         Ok(()) => {
             crate::trace::emit(planner::trace::Event::Recompute {
                 alloc: id,

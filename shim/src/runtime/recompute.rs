@@ -616,6 +616,9 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     // replays wrongly.
     let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
     let corrupt = crate::state::config().test_corrupt_replay == Some(n);
+    if crate::state::config().test_refuse_replay == Some(n) && !crate::memory::is_beyond_budget() {
+        return Err("no room within the budget (MARMOSET_TEST_REFUSE_REPLAY)".into());
+    }
     replay_one(r, stream, corrupt)?;
     for m in &r.then {
         replay_one(m, stream, false).map_err(|why| format!("its chain's {}: {why}", m.api))?;

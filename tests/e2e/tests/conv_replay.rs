@@ -139,3 +139,37 @@ fn a_destroyed_execution_plan_is_never_replayed() {
         assert!(rep["peak_bytes"].as_u64().unwrap() <= budget, "{rep}");
     }
 }
+
+/// A recomputation that finds no room within the budget (MARMOSET_TEST_REFUSE_REPLAY: the Nth
+/// replay is refused, as when nothing can be evicted for its workspace or operands) runs again
+/// beyond the budget: the dropped contents exist nowhere else. Results stay bit for bit.
+#[test]
+fn a_replay_refused_room_is_rebuilt_beyond_the_budget_and_loses_nothing() {
+    let (conv, api) = LEGACY;
+    let (peak, plain) = unlimited("torchlike", &args(conv));
+    let budget = (peak as f64 * 0.3) as u64;
+    let (o, records, _) = under(conv, "recompute", budget, &[]);
+    ok(&o);
+    // The first convolution's replay, and the last replay of the run.
+    let all = replays(&records, api);
+    let first = 1 + all.iter().position(|&c| c).expect("a convolution replayed");
+    for n in [first, all.len()] {
+        let n = n.to_string();
+        let refused = [("MARMOSET_TEST_REFUSE_REPLAY", n.as_str())];
+        let (o, records, rep) = under(conv, "recompute", budget, &refused);
+        ok(&o);
+        let err = stderr(&o);
+        assert!(
+            err.contains("within the budget failed") && err.contains("beyond the budget"),
+            "replay {n}: the log says the rebuild went beyond the budget: {err}"
+        );
+        assert!(!err.contains("lost"), "replay {n}: {err}");
+        assert_eq!(
+            stdout(&o),
+            plain,
+            "replay {n}: the same losses and checksum"
+        );
+        assert!(!of_kind(&records, "recompute").is_empty());
+        assert_eq!(rep["sticky_error"], Value::Null, "replay {n}: no trap");
+    }
+}

@@ -121,6 +121,27 @@ struct Manager {
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
 
+thread_local! {
+    /// Set while a dropped tensor is rebuilt after its replay failed within the budget
+    /// ([`beyond_budget`]).
+    static BEYOND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the budget lifted for this thread: room that cannot be made within the budget
+/// is taken beyond it (up to what the device gives). For the one case where keeping to the
+/// budget would lose bytes: rebuilding contents dropped for recomputation.
+pub fn beyond_budget<T>(f: impl FnOnce() -> T) -> T {
+    BEYOND.with(|b| b.set(true));
+    let r = f();
+    BEYOND.with(|b| b.set(false));
+    r
+}
+
+/// Whether this thread is inside [`beyond_budget`].
+pub fn is_beyond_budget() -> bool {
+    BEYOND.with(|b| b.get())
+}
+
 fn manager() -> Option<MutexGuard<'static, Option<Manager>>> {
     MANAGER.lock().ok()
 }
@@ -437,6 +458,17 @@ impl Manager {
             {
                 // The copies out in flight cover it, and no dead contents are left to drop.
                 break;
+            }
+            if victim.is_none() && is_beyond_budget() {
+                // Rebuilding dropped contents: over the budget rather than lose them.
+                log(
+                    Level::Warn,
+                    &format!(
+                        "memory: {bytes} B taken beyond the budget of {} B to rebuild dropped contents",
+                        self.budget
+                    ),
+                );
+                return Ok(());
             }
             let Some((v, dead)) = victim else {
                 // Say what stopped eviction: the host staging limit, failed copies, or no tensor.
