@@ -250,16 +250,6 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             }
         }
     }
-    if let Some(v) = var("MARMOSET_TEST_SKIP_RESTORE") {
-        match v.parse::<u64>() {
-            Ok(n) if n >= 1 => c.test_skip_restore = Some(n),
-            _ => errors.push(bad(
-                "MARMOSET_TEST_SKIP_RESTORE",
-                &v,
-                "a restore number, at least 1",
-            )),
-        }
-    }
     if let Some(v) = var("MARMOSET_VERIFY") {
         flag("MARMOSET_VERIFY", &v)
             .map(|b| c.verify = b)
@@ -280,40 +270,40 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             .map(|b| c.plan_wait = b)
             .unwrap_or_else(|e| errors.push(e));
     }
-    if let Some(v) = var("MARMOSET_TEST_CORRUPT_REPLAY") {
-        match v.parse::<u64>() {
-            Ok(n) if n >= 1 => c.test_corrupt_replay = Some(n),
-            _ => errors.push(bad(
-                "MARMOSET_TEST_CORRUPT_REPLAY",
-                &v,
-                "a replay number, at least 1",
-            )),
-        }
-    }
-    if let Some(v) = var("MARMOSET_TEST_REFUSE_REPLAY") {
-        match v.parse::<u64>() {
-            Ok(n) if n >= 1 => c.test_refuse_replay = Some(n),
-            _ => errors.push(bad(
-                "MARMOSET_TEST_REFUSE_REPLAY",
-                &v,
-                "a replay number, at least 1",
-            )),
-        }
-    }
     if let Some(v) = var("MARMOSET_TEST_FOLD") {
         flag("MARMOSET_TEST_FOLD", &v)
             .map(|b| c.test_fold = Some(b))
             .unwrap_or_else(|e| errors.push(e));
     }
     c.test_panic = var("MARMOSET_TEST_PANIC");
-    if let Some(v) = var("MARMOSET_TEST_MICROBATCH") {
-        match v.parse::<u64>() {
-            Ok(b) if b >= 1 => c.test_microbatch = Some(b),
-            _ => errors.push(bad(
-                "MARMOSET_TEST_MICROBATCH",
-                &v,
-                "a whole number of images, at least 1",
-            )),
+    // Test facilities that count: the Nth restore, replay, micro-batch size.
+    for (name, slot, what) in [
+        (
+            "MARMOSET_TEST_SKIP_RESTORE",
+            &mut c.test_skip_restore,
+            "a restore number, at least 1",
+        ),
+        (
+            "MARMOSET_TEST_CORRUPT_REPLAY",
+            &mut c.test_corrupt_replay,
+            "a replay number, at least 1",
+        ),
+        (
+            "MARMOSET_TEST_REFUSE_REPLAY",
+            &mut c.test_refuse_replay,
+            "a replay number, at least 1",
+        ),
+        (
+            "MARMOSET_TEST_MICROBATCH",
+            &mut c.test_microbatch,
+            "a whole number of images, at least 1",
+        ),
+    ] {
+        if let Some(v) = var(name) {
+            match v.parse::<u64>() {
+                Ok(n) if n >= 1 => *slot = Some(n),
+                _ => errors.push(bad(name, &v, what)),
+            }
         }
     }
     if errors.is_empty() {

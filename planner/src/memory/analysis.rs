@@ -326,12 +326,15 @@ mod tests {
 
     /// A weight w (a constant) is read by the op that makes a; a is read back at op 2; the
     /// optimizer writes w in place at `update` (op 1 before the back-access, op 3 after).
-    fn weight_updated_at(update: usize) -> Trace {
-        let st = |constant, producer| Storage {
+    fn st(constant: bool, producer: Option<usize>) -> Storage {
+        Storage {
             size: 8,
             constant,
             producer,
-        };
+        }
+    }
+
+    fn weight_updated_at(update: usize) -> Trace {
         let mut t = Trace {
             storages: vec![
                 st(true, None),
@@ -374,11 +377,6 @@ mod tests {
     fn an_old_version_is_rebuilt_only_where_replays_may_leave_their_place() {
         // c is a constant; op 0: x = f(c); op 1: a = g(x); op 2: x updated in place (x -> y);
         // op 3 reads a back. Recomputing a then needs x's old version, which f can rebuild.
-        let st = |constant, producer| Storage {
-            size: 8,
-            constant,
-            producer,
-        };
         let mut t = Trace {
             storages: vec![
                 st(true, None),
