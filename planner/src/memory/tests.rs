@@ -867,3 +867,54 @@ fn a_passive_run_asks_its_deadline_between_evictions() {
         asked.get()
     );
 }
+
+/// Where recomputations replay in place (the shim's traces), DTR's passive run evicts only what
+/// can be rebuilt from sources still there at its next use: b's source a is overwritten in
+/// place before b is read again, so b stays (its eviction made the plan read a version that no
+/// longer exists). DTR's own simulator may rebuild the old version, and evicts b.
+#[test]
+fn dtr_evicts_only_what_the_shim_can_rebuild_where_replays_stay_in_place() {
+    // 0: a = f(c); 1: b = g(a); 2: relu_(a) in place (a -> a2); 3: big = h(); 4: reads b, a2.
+    let st = |size, constant, producer| Storage {
+        size,
+        constant,
+        producer,
+    };
+    let mut t = crate::model::Trace {
+        storages: vec![
+            st(10, true, None),
+            st(10, false, Some(0)),
+            st(10, false, Some(1)),
+            st(10, false, Some(2)),
+            st(30, false, Some(3)),
+        ],
+        ..Default::default()
+    };
+    t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
+    t.ops.push(Op::new("g", 1.0, vec![1], vec![2]));
+    let mut relu = Op::new("relu_", 1.0, vec![1], vec![3]);
+    relu.inplace.push((1, 3));
+    t.ops.push(relu);
+    t.ops.push(Op::new("h", 1.0, vec![], vec![4]));
+    t.ops.push(Op::new("k", 1.0, vec![2, 3, 4], vec![]));
+    t.steps = (0..5).map(Step::Op).collect();
+    let recomputes_b = |t: &crate::model::Trace| {
+        let a = Analysis::new(t);
+        let (plan, _) = passive_run_by(
+            t,
+            &a,
+            50,
+            LINK,
+            Evict::Dtr,
+            &Vec::new(),
+            &|| true,
+            true,
+            f64::INFINITY,
+        );
+        plan.iter()
+            .any(|&(s, d)| s == 2 && matches!(d, Decision::Recompute { .. }))
+    };
+    assert!(recomputes_b(&t), "DTR's simulator rebuilds a's old version");
+    t.replay_in_place = true;
+    assert!(!recomputes_b(&t), "the shim cannot: b stays");
+}
