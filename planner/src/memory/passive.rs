@@ -71,11 +71,6 @@ pub(super) fn passive_run_by(
             None => Some(a.horizon[s]),
             Some(&back) => Some(back),
         }
-        // Where recomputations replay in place (the shim), only what can be rebuilt from
-        // sources still there when it is next needed goes.
-        .filter(|&back| {
-            swap || back == usize::MAX || !t.replay_in_place || a.recomputable(t, s, back)
-        })
     };
     // From which operation on `evictable` says `usize::MAX`: after the last access and the
     // horizon; weights never.
