@@ -108,16 +108,19 @@ static float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * k * x * x);
 }
 
-/* vectorized_elementwise_kernel<4, GeluFunctor<float>, std::array<char*, 2>>(int n, functor,
- * {out, x}): out = gelu(x) */
-static void gelu(simgpuKernelCtx *ctx, void **p) {
+/* A unary vectorized_elementwise_kernel<4, F, std::array<char*, 2>>(int n, functor, {out, x}):
+ * out[i] = f(x[i]). */
+static void unary(simgpuKernelCtx *ctx, void **p, float (*f)(float)) {
   int n = *(int *)p[0];
   char **data = (char **)p[2];
   float *out = arg(ctx, &data[0], n, 1);
   const float *x = arg(ctx, &data[1], n, 0);
   if (!out || !x) return;
-  for (int i = 0; i < n; i++) out[i] = gelu_of(x[i]);
+  for (int i = 0; i < n; i++) out[i] = f(x[i]);
 }
+
+/* GeluFunctor<float>: out = gelu(x) */
+static void gelu(simgpuKernelCtx *ctx, void **p) { unary(ctx, p, gelu_of); }
 
 /* vectorized_elementwise_kernel<4, GeluBackwardFunctor<float>, std::array<char*, 3>>(int n,
  * functor, {dx, dy, x}): dx = dy * gelu'(x) */
@@ -171,14 +174,8 @@ static void sgd_(simgpuKernelCtx *ctx, void **p) {
 
 /* vectorized_elementwise_kernel<4, ClampMinFunctor<float>, std::array<char*, 2>>(int n, functor,
  * {out, x}): out = max(x, 0) (NORM bn: relu_ in place, {y, y}; torch's launch_clamp_scalar) */
-static void aten_relu(simgpuKernelCtx *ctx, void **p) {
-  int n = *(int *)p[0];
-  char **data = (char **)p[2];
-  float *out = arg(ctx, &data[0], n, 1);
-  const float *x = arg(ctx, &data[1], n, 0);
-  if (!out || !x) return;
-  for (int i = 0; i < n; i++) out[i] = x[i] < 0 ? 0 : x[i];
-}
+static float relu_of(float x) { return x < 0 ? 0 : x; }
+static void aten_relu(simgpuKernelCtx *ctx, void **p) { unary(ctx, p, relu_of); }
 
 static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd, *k_aten_add, *k_aten_relu;
 

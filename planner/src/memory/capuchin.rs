@@ -386,37 +386,11 @@ pub(super) fn prune(
             let anyway = &made[lo..hi];
             sp.filter(move |q| anyway.binary_search(&(d.0, *q)).is_err())
         };
-        let fits = |curve: &[u64], d: &(usize, Decision)| {
-            let size = t.storages[d.0].size;
-            adds(*d, curve.len()).all(|q| curve[q].saturating_add(size) <= budget)
-        };
-        // Those with room in the replay's curve, in order, each counted against the room the
-        // earlier ones took, until one whose room only the next replay can tell. One without
-        // room at its turn is passed over, as its replay would be.
-        let mut room = out.usage.mem_at.clone();
-        let mut group = Vec::new();
-        while let Some(d) = order.front() {
-            if group.is_empty() && !fits(&room, d) {
-                order.pop_front();
-            } else if fits(&room, d) {
-                let size = t.storages[d.0].size;
-                for q in adds(*d, room.len()) {
-                    room[q] += size;
-                }
-                group.push(order.pop_front().unwrap());
-            } else {
-                break;
-            }
-        }
+        let group = with_room(t, budget, &out.usage.mem_at, &mut order, |d, len| {
+            adds(*d, len)
+        });
         in_groups(group.len(), more, |g| {
-            let cand = without(t, plan, &group[g]);
-            let o = simulate(t, budget, link, &cand);
-            let keep = o.feasible && o.makespan < out.makespan;
-            if keep {
-                *plan = cand;
-                *out = o;
-            }
-            keep
+            faster_without(t, budget, link, plan, out, &group[g])
         });
     }
     if !more() {
@@ -519,37 +493,64 @@ pub(super) fn prune_swaps(
     let replays = std::cell::Cell::new(0);
     let more = || more() && replays.get() < 32;
     while !order.is_empty() && more() {
-        let fits = |curve: &[u64], d: &(usize, Decision)| {
-            let size = t.storages[d.0].size;
-            span(d, curve.len()).all(|q| curve[q].saturating_add(size) <= budget)
-        };
-        let mut room = out.usage.mem_at.clone();
-        let mut group = Vec::new();
-        while let Some(d) = order.front() {
-            if group.is_empty() && !fits(&room, d) {
-                order.pop_front();
-            } else if fits(&room, d) {
-                let size = t.storages[d.0].size;
-                for q in span(d, room.len()) {
-                    room[q] += size;
-                }
-                group.push(order.pop_front().unwrap());
-            } else {
-                break;
-            }
-        }
+        let group = with_room(t, budget, &out.usage.mem_at, &mut order, span);
         in_groups(group.len(), &more, |g| {
             replays.set(replays.get() + 1);
-            let cand = without(t, plan, &group[g]);
-            let o = simulate(t, budget, link, &cand);
-            let keep = o.feasible && o.makespan < out.makespan;
-            if keep {
-                *plan = cand;
-                *out = o;
-            }
-            keep
+            faster_without(t, budget, link, plan, out, &group[g])
         });
     }
+}
+
+/// From the front of `order`, the removals with room in a replay's memory curve `curve`, in
+/// order, each counted against the room the earlier ones took (`adds`: the operations at which
+/// keeping it adds its bytes), until one whose room only the next replay can tell. One without
+/// room at its turn is passed over, as its replay would be.
+fn with_room<I: Iterator<Item = usize>>(
+    t: &Trace,
+    budget: u64,
+    curve: &[u64],
+    order: &mut std::collections::VecDeque<(usize, Decision)>,
+    adds: impl Fn(&(usize, Decision), usize) -> I,
+) -> Vec<(usize, Decision)> {
+    let mut room = curve.to_vec();
+    let fits = |room: &[u64], d: &(usize, Decision)| {
+        let size = t.storages[d.0].size;
+        adds(d, room.len()).all(|q| room[q].saturating_add(size) <= budget)
+    };
+    let mut group = Vec::new();
+    while let Some(d) = order.front() {
+        if group.is_empty() && !fits(&room, d) {
+            order.pop_front();
+        } else if fits(&room, d) {
+            let size = t.storages[d.0].size;
+            for q in adds(d, room.len()) {
+                room[q] += size;
+            }
+            group.push(order.pop_front().unwrap());
+        } else {
+            break;
+        }
+    }
+    group
+}
+
+/// Takes `plan` without `gone` where its replay stays feasible and gets faster.
+fn faster_without(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &mut Plan,
+    out: &mut Outcome,
+    gone: &[(usize, Decision)],
+) -> bool {
+    let cand = without(t, plan, gone);
+    let o = simulate(t, budget, link, &cand);
+    let keep = o.feasible && o.makespan < out.makespan;
+    if keep {
+        *plan = cand;
+        *out = o;
+    }
+    keep
 }
 
 /// `plan` without one occurrence of each decision in `gone`.

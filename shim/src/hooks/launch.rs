@@ -460,16 +460,22 @@ mod tests {
         );
     }
 
+    /// A three-operand elementwise kernel (output, two inputs): its name, its parameter layout
+    /// and a buffer with `n` elements and the operands' `words`.
+    fn three_operands(n: i32, words: [u64; 3]) -> (String, [(usize, usize); 3], Vec<u8>) {
+        let mut b = vec![0u8; 32];
+        b[..4].copy_from_slice(&n.to_le_bytes());
+        for (i, w) in words.iter().enumerate() {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        let three = GELU.replace("(unsigned long)2", "(unsigned long)3");
+        (three, [(0, 4), (4, 1), (8, 24)], b)
+    }
+
     #[test]
     fn inputs_at_two_places_of_one_allocation_are_two_touches() {
         // (out, a, b) with a and b two halves of allocation 1: the replay must find both words.
-        let three = GELU.replace("(unsigned long)2", "(unsigned long)3");
-        let layout = [(0, 4), (4, 1), (8, 24)];
-        let mut b = vec![0u8; 32];
-        b[..4].copy_from_slice(&64i32.to_le_bytes());
-        for (i, w) in [0x2000u64, 0x1000, 0x1100].iter().enumerate() {
-            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
-        }
+        let (three, layout, b) = three_operands(64, [0x2000, 0x1000, 0x1100]);
         let t = elementwise(parse(&three).unwrap(), &layout, &b, find(512)).unwrap();
         let mut second = touch(1, 0, Access::R);
         second.offset = 0x100;
@@ -492,13 +498,7 @@ mod tests {
         .unwrap();
         assert_eq!(t, vec![touch(1, 1024, Access::Rw)]);
         // add_: y += identity; y read and written whole, identity read.
-        let three = GELU.replace("(unsigned long)2", "(unsigned long)3");
-        let layout = [(0, 4), (4, 1), (8, 24)];
-        let mut b = vec![0u8; 32];
-        b[..4].copy_from_slice(&256i32.to_le_bytes());
-        for (i, w) in [0x1000u64, 0x1000, 0x2000].iter().enumerate() {
-            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
-        }
+        let (three, layout, b) = three_operands(256, [0x1000, 0x1000, 0x2000]);
         let t = elementwise(parse(&three).unwrap(), &layout, &b, find(1024)).unwrap();
         assert_eq!(t, vec![touch(1, 1024, Access::Rw), touch(2, 0, Access::R)]);
         // The same address, but the output does not fill its allocation: extent unknown.

@@ -143,40 +143,8 @@ impl Recipe {
         if !planner::shimtrace::replays_in_shim(event, Some(replay)) {
             return None;
         }
-        if let (Event::Launch { api, touches, .. }, Replay::Kernel { params, shared }) =
-            (event, replay)
-        {
-            let kernel = Kernel::of(event, params, *shared, &base)?;
-            let args = touches
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    Some(Arg {
-                        role: format!("operand {i}"),
-                        tensor: name(t.alloc)?,
-                        offset: t.offset,
-                        bytes: t.bytes,
-                        dims: Vec::new(),
-                        strides: Vec::new(),
-                        access: t.access,
-                        uid: None,
-                    })
-                })
-                .collect::<Option<Vec<_>>>()?;
-            // Named by the kernel, so that a log line says which one.
-            let kernel_name = crate::hooks::launch::name(kernel.func as usize, kernel.runtime)
-                .map(|n| planner::shimtrace::short_kernel_name(&n))
-                .unwrap_or_else(|| format!("kernel {:#x}", kernel.func));
-            return Some(Recipe {
-                api: format!("{api} ({kernel_name})"),
-                args,
-                replay: replay.clone(),
-                kernel: Some(kernel),
-                algo: None,
-                workspace: 0,
-                reserve: 0,
-                then: Vec::new(),
-            });
+        if let Replay::Kernel { .. } = replay {
+            return Recipe::launch(event, replay, &name, &base);
         }
         let Event::Cudnn {
             api,
@@ -253,12 +221,23 @@ impl Recipe {
         size: impl Fn(u64) -> Option<u64>,
     ) -> Option<Recipe> {
         planner::shimtrace::exact_update(event, Some(replay), size)?;
+        Recipe::launch(event, replay, &name, &base)
+    }
+
+    /// A kernel launch's recipe: its recorded parameters relaunched with each operand's
+    /// current address, named by the kernel so that a log line says which one.
+    fn launch(
+        event: &Event,
+        replay: &Replay,
+        name: &impl Fn(u64) -> Option<TensorId>,
+        base: &impl Fn(u64) -> Option<u64>,
+    ) -> Option<Recipe> {
         let (Event::Launch { api, touches, .. }, Replay::Kernel { params, shared }) =
             (event, replay)
         else {
             return None;
         };
-        let kernel = Kernel::of(event, params, *shared, &base)?;
+        let kernel = Kernel::of(event, params, *shared, base)?;
         let args = touches
             .iter()
             .enumerate()

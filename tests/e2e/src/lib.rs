@@ -246,6 +246,26 @@ pub fn ok(o: &Output) {
     );
 }
 
+/// Asserts a planned data-mode run (`planned`) kept everything: it succeeded with the
+/// unlimited run's output `plain`, MARMOSET_VERIFY found no replay that differed, nothing was
+/// lost, the simulator's peak stayed within `budget` and nothing trapped. `at` names the run.
+pub fn exact_within(at: &str, o: &Output, plain: &str, report: &serde_json::Value, budget: u64) {
+    ok(o);
+    let err = stderr(o);
+    assert_eq!(stdout(o), plain, "{at}: the same losses and checksum");
+    assert!(!err.contains("MARMOSET_VERIFY: replaying"), "{at}: {err}");
+    assert!(!err.contains("lost"), "{at}: {err}");
+    assert!(
+        report["peak_bytes"].as_u64().unwrap() <= budget,
+        "{at}: {report}"
+    );
+    assert_eq!(
+        report["sticky_error"],
+        serde_json::Value::Null,
+        "{at}: no trap"
+    );
+}
+
 /// Runs a PyTorch example (through `marmoset run`). Now and then, on a loaded machine, such a run
 /// aborts *after* its last line: "terminate called without an active exception". The cause is
 /// torch's and CPython's, not ours (scripts/torch-exit-race.py forces it under gdb): after

@@ -27,16 +27,6 @@ fn chains(records: &[Value]) -> Vec<usize> {
         .collect()
 }
 
-fn checked(at: &str, o: &std::process::Output, plain: &str, rep: &Value, budget: u64) {
-    ok(o);
-    let err = stderr(o);
-    assert_eq!(stdout(o), plain, "{at}: the same losses and checksum");
-    assert!(!err.contains("MARMOSET_VERIFY: replaying"), "{at}: {err}");
-    assert!(!err.contains("lost"), "{at}: {err}");
-    assert!(rep["peak_bytes"].as_u64().unwrap() <= budget, "{at}: {rep}");
-    assert_eq!(rep["sticky_error"], Value::Null, "{at}: no trap");
-}
-
 #[test]
 fn post_relu_batch_norm_outputs_are_recomputed_by_replaying_their_chain_bit_for_bit() {
     let (peak, plain) = unlimited("torchlike", &ARGS);
@@ -50,7 +40,7 @@ fn post_relu_batch_norm_outputs_are_recomputed_by_replaying_their_chain_bit_for_
             &ARGS,
         );
         let at = format!("{policy} at {fraction} P");
-        checked(&at, &o, &plain, &rep, budget);
+        exact_within(&at, &o, &plain, &rep, budget);
         let c = chains(&records);
         let plans = of_kind(&records, "plan");
         if policy == "recompute" {
@@ -70,7 +60,7 @@ fn a_wrong_chain_replay_is_caught_by_verify_and_visible_without_it() {
     let budget = (peak as f64 * 0.5) as u64;
     let verify = ("MARMOSET_VERIFY", "1");
     let (o, records, rep) = planned("recompute", budget, &[verify], "torchlike", &ARGS);
-    checked("recompute at 0.5 P", &o, &plain, &rep, budget);
+    exact_within("recompute at 0.5 P", &o, &plain, &rep, budget);
     // Which recomputation is the first chain's (convolutions are replayed too).
     let n = 1 + of_kind(&records, "recompute")
         .iter()
@@ -101,15 +91,14 @@ fn a_wrong_chain_replay_is_caught_by_verify_and_visible_without_it() {
 fn an_out_of_place_sum_after_a_batch_norm_is_recomputed_with_the_batch_norm_inside() {
     // NORM bnsum: relu_(bn2(..) + skip) with the sum out of place and the batch norm's output
     // freed right after it. The chain rebuilds the sum in its own memory: the batch norm
-    // writes it there, the sum then runs in place (MARMOSET_TEST_FOLD=1: the folded model
-    // only, so that these chains are planned).
+    // writes it there, the sum then runs in place (the folded model, the one the shim plans).
     let mut args = ARGS;
     args[8] = "bnsum";
     let (peak, plain) = unlimited("torchlike", &args);
     let budget = (peak as f64 * 0.3) as u64;
-    let env = [("MARMOSET_VERIFY", "1"), ("MARMOSET_TEST_FOLD", "1")];
+    let env = [("MARMOSET_VERIFY", "1")];
     let (o, records, rep) = planned("recompute", budget, &env, "torchlike", &args);
-    checked("bnsum, recompute at 0.3 P", &o, &plain, &rep, budget);
+    exact_within("bnsum, recompute at 0.3 P", &o, &plain, &rep, budget);
     let sums = of_kind(&records, "recompute")
         .iter()
         .filter_map(|r| r["api"].as_str())
