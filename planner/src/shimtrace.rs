@@ -962,40 +962,50 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
 /// inputs) are not all still there at its back-access, as the program frees and overwrites
 /// them, is not carried out (the tensor stays resident).
 pub fn carried_out(t: &Trace, plan: &Plan) -> Plan {
-    // Through which operation each content stays in its allocation: its last read (the
-    // program frees or overwrites it after), the operation that updates it in place, or for
-    // good.
-    let mut valid_until = vec![usize::MAX; t.storages.len()];
+    let until = valid_until(t);
+    plan.iter()
+        .copied()
+        .filter(|&(st, d)| match d {
+            Decision::Extend { .. } => false,
+            Decision::Recompute { back, .. } => sourced(t, &until, st, back),
+            Decision::Swap { .. } => true,
+        })
+        .collect()
+}
+
+/// Through which operation each content stays in its allocation: its last read (the program
+/// frees or overwrites it after), the operation that updates it in place, or for good
+/// (`usize::MAX`). A replay at a back-access after that would read what is there by then.
+pub fn valid_until(t: &Trace) -> Vec<usize> {
+    let mut until = vec![usize::MAX; t.storages.len()];
     for (o, op) in t.ops.iter().enumerate() {
         for &(old, _) in &op.inplace {
-            valid_until[old] = valid_until[old].min(o);
+            until[old] = until[old].min(o);
         }
     }
     let mut at = None;
     for step in &t.steps {
         match (*step, at) {
             (Step::Op(o), _) => at = Some(o),
-            (Step::Free(st), Some(o)) => valid_until[st] = valid_until[st].min(o),
+            (Step::Free(st), Some(o)) => until[st] = until[st].min(o),
             _ => {}
         }
     }
-    plan.iter()
-        .copied()
-        .filter(|&(st, d)| match d {
-            Decision::Extend { .. } => false,
-            Decision::Recompute { back, .. } => t
-                .storages
-                .get(st)
-                .and_then(|s| s.producer)
-                .is_some_and(|p| {
-                    t.ops[p]
-                        .inputs
-                        .iter()
-                        .all(|&i| valid_until.get(i).is_some_and(|&u| u >= back))
-                }),
-            Decision::Swap { .. } => true,
+    until
+}
+
+/// Whether every source of `s`'s producer still holds its contents at operation `back`
+/// (`until`: [`valid_until`]); false for a storage without a producer.
+pub fn sourced(t: &Trace, until: &[usize], s: usize, back: usize) -> bool {
+    t.storages
+        .get(s)
+        .and_then(|st| st.producer)
+        .is_some_and(|p| {
+            t.ops[p]
+                .inputs
+                .iter()
+                .all(|&i| until.get(i).is_some_and(|&u| u >= back))
         })
-        .collect()
 }
 
 /// No call says where the backward pass begins (DTR's logs annotate it). Inferred: after the

@@ -64,33 +64,11 @@ impl Steps {
             dropped_at: HashMap::new(),
             recipes: Vec::new(),
         };
-        // Through which operation each content stays in its allocation: its last read (the
-        // program frees or overwrites it after), the operation that updates it in place, or
-        // for good. A replay at a back-access after that would read what is there by then.
-        let mut valid_until = vec![usize::MAX; c.trace.storages.len()];
-        for (o, op) in c.trace.ops.iter().enumerate() {
-            for &(old, _) in &op.inplace {
-                valid_until[old] = valid_until[old].min(o);
-            }
-        }
-        let mut at = None;
-        for step in &c.trace.steps {
-            match (*step, at) {
-                (Step::Op(o), _) => at = Some(o),
-                (Step::Free(st), Some(o)) => valid_until[st] = valid_until[st].min(o),
-                _ => {}
-            }
-        }
-        let mut last_op = None;
-        let sourced = |storage: usize, back: usize| -> bool {
-            let Some(p) = c.trace.storages.get(storage).and_then(|s| s.producer) else {
-                return false;
-            };
-            c.trace.ops[p]
-                .inputs
-                .iter()
-                .all(|&i| valid_until.get(i).is_some_and(|&u| u >= back))
+        let valid_until = planner::shimtrace::valid_until(&c.trace);
+        let sourced = |storage: usize, back: usize| {
+            planner::shimtrace::sourced(&c.trace, &valid_until, storage, back)
         };
+        let mut last_op = None;
         for step in &c.trace.steps {
             match *step {
                 Step::Op(o) => last_op = Some(o),
