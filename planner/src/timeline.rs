@@ -10,11 +10,15 @@
 mod candidates;
 pub(crate) mod hash;
 mod neighbourhood;
+mod resume;
+mod run;
 
-use crate::model::{Step, Trace};
+use crate::model::Trace;
 use candidates::{Candidates, Verdict};
 use hash::{Map, Set};
 use neighbourhood::Walk;
+pub use resume::Resumable;
+use run::{ByOp, Resume};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -169,6 +173,7 @@ pub struct Passive<'a> {
     pub cutoff: f64,
 }
 
+#[derive(Clone)]
 struct Sim<'a> {
     t: &'a Trace,
     budget: u64,
@@ -205,7 +210,7 @@ struct Sim<'a> {
     evicted: Plan,
     prev_op: Option<usize>,
     /// The plan's moves by the operation after which they happen: (storage, swapped).
-    after: Vec<Vec<(usize, bool)>>,
+    after: ByOp<(usize, bool)>,
     /// Extensions: the operation until which each storage outlives the program's free of it.
     extended: Vec<Option<usize>>,
     /// Passive mode: the storages the program freed that stay as metadata (see
@@ -221,8 +226,9 @@ struct Sim<'a> {
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
     dead_planned: Set<(usize, usize)>,
-    /// The operations that read each storage.
-    consumers: Vec<Vec<usize>>,
+    /// The operations that read each storage (passive mode; empty otherwise, and shared by
+    /// the snapshots of a resumable replay).
+    consumers: std::rc::Rc<Vec<Vec<usize>>>,
     /// Passive mode with [`Passive::gone_from`]: the eviction candidates, and the walk that
     /// costs their neighbourhoods.
     index: Option<(Candidates, Walk)>,
@@ -800,7 +806,23 @@ impl Sim<'_> {
 
 /// Replays the trace under `budget` with `plan`.
 pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
-    replay(t, budget, link, plan, None).1
+    replay(t, budget, link, plan, None, f64::INFINITY).1
+}
+
+/// [`simulate`] for a search that keeps a plan only if it fits and ends by `bar` (its best so
+/// far): the outcome where the replay stays within the budget and may end by `bar`, else
+/// `None`, found as soon as it goes over the budget or its time so far and the compute left
+/// pass `bar` (by more than rounding), without replaying the rest. So a search gets the same
+/// answers as from `simulate`, and a rejected plan costs only the replay up to where it lost.
+pub fn simulate_within(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    plan: &Plan,
+    bar: f64,
+) -> Option<Outcome> {
+    let out = replay(t, budget, link, plan, None, bar).1;
+    out.feasible.then_some(out)
 }
 
 /// Replays the trace under `budget` with `plan` in passive mode: returns the evictions it made
@@ -812,7 +834,7 @@ pub fn simulate_passive(
     plan: &Plan,
     passive: &Passive,
 ) -> (Plan, Outcome) {
-    replay(t, budget, link, plan, Some(passive))
+    replay(t, budget, link, plan, Some(passive), f64::INFINITY)
 }
 
 fn replay(
@@ -821,264 +843,12 @@ fn replay(
     link: Link,
     plan: &Plan,
     passive: Option<&Passive>,
+    bar: f64,
 ) -> (Plan, Outcome) {
-    let n_ops = t.ops.len();
-    // By operation (one past the last: never happens).
-    let mut triggers: Vec<Vec<usize>> = vec![Vec::new(); n_ops];
-    let mut after: Vec<Vec<(usize, bool)>> = vec![Vec::new(); n_ops];
-    let mut extended: Vec<Option<usize>> = vec![None; t.storages.len()];
-    let mut early = Set::default();
-    let mut dead_planned = Set::default();
-    for &(s, d) in plan {
-        match d {
-            Decision::Swap {
-                after: a, trigger, ..
-            } => {
-                if let Some(v) = after.get_mut(a) {
-                    v.push((s, true));
-                }
-                if let Some(v) = triggers.get_mut(trigger) {
-                    v.push(s);
-                }
-            }
-            Decision::Recompute { after: a, back } => {
-                if let Some(v) = after.get_mut(a) {
-                    v.push((s, false));
-                }
-                early.insert((s, a));
-                if back == usize::MAX {
-                    dead_planned.insert((s, a));
-                }
-            }
-            Decision::Extend { until } => {
-                let u = &mut extended[s];
-                *u = Some(u.map_or(until, |u| u.max(until)));
-            }
-        }
-    }
-    for v in triggers.iter_mut() {
-        v.sort_unstable();
-    }
-    for v in after.iter_mut() {
-        v.sort_unstable();
-    }
-    let n = t.storages.len();
-    let mut sim = Sim {
-        t,
-        budget,
-        link,
-        now: 0.0,
-        d2h_free: 0.0,
-        h2d_free: 0.0,
-        mem: 0,
-        state: t
-            .storages
-            .iter()
-            .map(|s| {
-                if s.constant {
-                    State::Resident
-                } else {
-                    State::Freed
-                }
-            })
-            .collect(),
-        leaving: BinaryHeap::new(),
-        cancels: vec![0; n],
-        out: Outcome {
-            feasible: true,
-            usage: Usage {
-                mem_at: vec![0; n_ops],
-                read_late: vec![usize::MAX; n],
-            },
-            ..Outcome::default()
-        },
-        pinned: vec![false; n],
-        pins: Vec::new(),
-        made: Vec::new(),
-        is_made: vec![false; n],
-        uses: vec![0; n],
-        last_use: vec![0.0; n],
-        early,
-        passive,
-        evicted: Vec::new(),
-        prev_op: None,
-        after,
-        extended,
-        meta: Map::default(),
-        meta_used: Set::default(),
-        deferred: vec![Vec::new(); n_ops],
-        freed_late: vec![false; n],
-        dead: vec![false; n],
-        dead_planned,
-        consumers: vec![Vec::new(); n],
-        index: None,
-    };
-    if let Some(p) = passive {
-        for (i, op) in t.ops.iter().enumerate() {
-            for &s in &op.inputs {
-                sim.consumers[s].push(i);
-            }
-        }
-        if let Some(gone_from) = p.gone_from {
-            let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
-            let own: Vec<f64> = t
-                .storages
-                .iter()
-                .map(|s| s.producer.map_or(f64::INFINITY, |p| t.ops[p].time_s))
-                .collect();
-            sim.index = Some((
-                Candidates::new(&sizes, &own, gone_from.to_vec()),
-                Walk::new(t),
-            ));
-            for s in 0..n {
-                if sim.state[s] == State::Resident {
-                    sim.enter(s);
-                }
-            }
-        }
-    }
-    sim.take(t.constant_bytes(), 0.0, 0);
-    // The next operation to run.
-    let mut next = 0;
-    // Passive mode gives up once it has recomputed for four times the program's own compute
-    // time (it thrashes; DTR's slowdowns stay below 2x where it fits at all).
-    let give_up = 4.0 * t.ops.iter().map(|o| o.time_s).sum::<f64>();
-    // The compute left from each step on (for a passive run's cutoff).
-    let left: Vec<f64> = match passive {
-        Some(p) if p.cutoff.is_finite() => {
-            let mut v = vec![0.0; t.steps.len() + 1];
-            for (k, step) in t.steps.iter().enumerate().rev() {
-                v[k] = v[k + 1]
-                    + match *step {
-                        Step::Op(i) => t.ops[i].time_s,
-                        Step::Free(_) => 0.0,
-                    };
-            }
-            v
-        }
-        _ => Vec::new(),
-    };
-    for (k, step) in t.steps.iter().enumerate() {
-        if let Some(p) = passive
-            && (sim.out.stall_s > give_up
-                || p.more.is_some_and(|more| !more())
-                || left.get(k).is_some_and(|l| sim.now + l >= p.cutoff))
-        {
-            sim.out.feasible = false;
-            break;
-        }
-        match *step {
-            Step::Free(s) => match sim.extended[s] {
-                Some(u) if u >= next => {
-                    sim.freed_late[s] = true;
-                    sim.defer(s, u);
-                }
-                _ => sim.free_or_keep(s, next),
-            },
-            Step::Op(i) => {
-                next = i + 1;
-                let op = &t.ops[i];
-                if !triggers[i].is_empty() {
-                    for &s in &triggers[i] {
-                        sim.release(sim.now);
-                        match sim.state[s] {
-                            // Wanted back before its swap-out ended: it stays (the copy's
-                            // engine time is spent all the same). Releasing its memory at
-                            // the copy's end, before this operation allocates, would count
-                            // memory the device does not have yet.
-                            State::Leaving(_) => {
-                                sim.set(s, State::Resident);
-                                sim.enter(s);
-                            }
-                            State::Out => {
-                                sim.swap_in(s, sim.now, i);
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                sim.gather(i);
-                let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
-                sim.now = sim.take(bytes, sim.now, i);
-                for &s in &op.outputs {
-                    sim.set(s, State::Resident);
-                }
-                // In-place writes: the new version takes over the old one's memory; the old
-                // version is gone and can only come back by recomputation.
-                for &(old, new) in &op.inplace {
-                    sim.set(new, State::Resident);
-                    sim.set(old, State::Dropped);
-                }
-                sim.now += op.time_s;
-                for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
-                    sim.last_use[s] = sim.now;
-                    sim.enter(s);
-                }
-                for &(_, new) in &op.inplace {
-                    sim.last_use[new] = sim.now;
-                    sim.enter(new);
-                }
-                for k in 0..sim.pins.len() {
-                    let s = sim.pins[k];
-                    sim.pinned[s] = false;
-                }
-                sim.pins.clear();
-                for k in 0..sim.made.len() {
-                    let s = sim.made[k];
-                    sim.is_made[s] = false;
-                }
-                sim.made.clear();
-                sim.prev_op = Some(i);
-                if !sim.after[i].is_empty() {
-                    for (s, swap) in std::mem::take(&mut sim.after[i]) {
-                        if sim.state[s] != State::Resident {
-                            continue;
-                        }
-                        let size = t.storages[s].size;
-                        if swap {
-                            let start = sim.now.max(sim.d2h_free);
-                            let end = start + size as f64 / link.d2h;
-                            sim.d2h_free = end;
-                            sim.out.swapped_out += size;
-                            sim.leave(s, end);
-                        } else {
-                            sim.mem -= size;
-                            sim.set(s, State::Dropped);
-                            sim.dead[s] = sim.dead_planned.contains(&(s, i));
-                            sim.touch(s);
-                        }
-                    }
-                }
-                for s in std::mem::take(&mut sim.deferred[i]) {
-                    // Extended again since (passive mode): later.
-                    match sim.extended[s] {
-                        Some(u) if u > i => sim.defer(s, u),
-                        _ => sim.free_or_keep(s, i + 1),
-                    }
-                }
-            }
-        }
-    }
-    sim.out.makespan = sim.now;
-    sim.out
-        .overs
-        .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    if sim.out.invalid {
-        sim.out.feasible = false;
-    }
-    // Metadata no recomputation needed: as well freed.
-    let mut evicted = sim.evicted;
-    let mut kept: Vec<_> = sim
-        .meta
-        .into_iter()
-        .filter(|m| sim.meta_used.contains(&m.0))
-        .collect();
-    kept.sort_unstable_by_key(|m| m.0);
-    evicted.extend(
-        kept.into_iter()
-            .flat_map(|(s, d)| d.into_iter().map(move |d| (s, d))),
-    );
-    (evicted, sim.out)
+    let (mut sim, triggers) = Sim::new(t, budget, link, plan, passive);
+    let mut at = Resume::START;
+    sim.run(&mut at, &triggers, bar, &mut |_, _| {});
+    sim.finish()
 }
 
 #[cfg(test)]

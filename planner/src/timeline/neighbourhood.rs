@@ -17,6 +17,7 @@
 
 use crate::model::Trace;
 
+#[derive(Clone)]
 pub(super) struct Walk {
     /// `seen[s] == stamp`: seen by the walk in progress.
     seen: Vec<u32>,

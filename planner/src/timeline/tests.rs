@@ -1,7 +1,7 @@
 //! The simulator against hand-computed timelines.
 
 use super::*;
-use crate::model::{Op, Storage};
+use crate::model::{Op, Step, Storage};
 
 /// A trace of 1-second operations, operation i making storage i (of `sizes[i]` bytes) from
 /// the storages listed for it.

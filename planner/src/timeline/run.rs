@@ -1,0 +1,357 @@
+//! The replay itself: a plan read into per-operation moves, the steps run in order (from the
+//! start, or resumed from a snapshot), and the outcome. The mechanisms each step uses (taking
+//! memory, evicting, recomputing, swapping) are [`Sim`]'s, in the module above.
+
+use super::{
+    Candidates, Decision, Link, Map, Outcome, Passive, Plan, Set, Sim, State, Usage, Walk,
+};
+use crate::model::{Step, Trace};
+use std::collections::BinaryHeap;
+
+/// Items by operation, each operation's in order (one array: a replay builds these per plan,
+/// and a resumed one per candidate).
+#[derive(Clone, Default)]
+pub(super) struct ByOp<T> {
+    /// Operation `i`'s items are `items[start[i]..start[i + 1]]`.
+    start: Vec<usize>,
+    items: Vec<T>,
+}
+
+impl<T: Ord + Copy> ByOp<T> {
+    /// From (operation, item) pairs; those past the last operation never happen.
+    pub(super) fn new(n_ops: usize, mut pairs: Vec<(usize, T)>) -> ByOp<T> {
+        pairs.retain(|p| p.0 < n_ops);
+        pairs.sort_unstable();
+        let mut start = vec![0; n_ops + 1];
+        for p in &pairs {
+            start[p.0 + 1] += 1;
+        }
+        for i in 0..n_ops {
+            start[i + 1] += start[i];
+        }
+        ByOp {
+            start,
+            items: pairs.into_iter().map(|p| p.1).collect(),
+        }
+    }
+
+    pub(super) fn range(&self, op: usize) -> std::ops::Range<usize> {
+        self.start[op]..self.start[op + 1]
+    }
+
+    pub(super) fn of(&self, op: usize) -> &[T] {
+        &self.items[self.range(op)]
+    }
+}
+
+/// Where a replay stands between two steps: the next step, and the next operation to run.
+#[derive(Clone, Copy)]
+pub(super) struct Resume {
+    pub(super) step: usize,
+    next: usize,
+}
+
+impl Resume {
+    pub(super) const START: Resume = Resume { step: 0, next: 0 };
+}
+
+impl<'a> Sim<'a> {
+    /// A replay of `plan` about to run its first step (the constants taken); with the plan's
+    /// swap-ins by the operation that triggers them.
+    pub(super) fn new(
+        t: &'a Trace,
+        budget: u64,
+        link: Link,
+        plan: &Plan,
+        passive: Option<&'a Passive<'a>>,
+    ) -> (Sim<'a>, ByOp<usize>) {
+        let n_ops = t.ops.len();
+        let n = t.storages.len();
+        let mut consumers = Vec::new();
+        if passive.is_some() {
+            consumers = vec![Vec::new(); n];
+            for (i, op) in t.ops.iter().enumerate() {
+                for &s in &op.inputs {
+                    consumers[s].push(i);
+                }
+            }
+        }
+        let mut sim = Sim {
+            t,
+            budget,
+            link,
+            now: 0.0,
+            d2h_free: 0.0,
+            h2d_free: 0.0,
+            mem: 0,
+            state: t
+                .storages
+                .iter()
+                .map(|s| {
+                    if s.constant {
+                        State::Resident
+                    } else {
+                        State::Freed
+                    }
+                })
+                .collect(),
+            leaving: BinaryHeap::new(),
+            cancels: vec![0; n],
+            out: Outcome {
+                feasible: true,
+                usage: Usage {
+                    mem_at: vec![0; n_ops],
+                    read_late: vec![usize::MAX; n],
+                },
+                ..Outcome::default()
+            },
+            pinned: vec![false; n],
+            pins: Vec::new(),
+            made: Vec::new(),
+            is_made: vec![false; n],
+            uses: vec![0; n],
+            last_use: vec![0.0; n],
+            early: Set::default(),
+            passive,
+            evicted: Vec::new(),
+            prev_op: None,
+            after: ByOp::default(),
+            extended: Vec::new(),
+            meta: Map::default(),
+            meta_used: Set::default(),
+            deferred: vec![Vec::new(); n_ops],
+            freed_late: vec![false; n],
+            dead: vec![false; n],
+            dead_planned: Set::default(),
+            consumers: std::rc::Rc::new(consumers),
+            index: None,
+        };
+        let triggers = sim.set_plan(plan);
+        if let Some(gone_from) = passive.and_then(|p| p.gone_from) {
+            let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
+            let own: Vec<f64> = t
+                .storages
+                .iter()
+                .map(|s| s.producer.map_or(f64::INFINITY, |p| t.ops[p].time_s))
+                .collect();
+            sim.index = Some((
+                Candidates::new(&sizes, &own, gone_from.to_vec()),
+                Walk::new(t),
+            ));
+            for s in 0..n {
+                if sim.state[s] == State::Resident {
+                    sim.enter(s);
+                }
+            }
+        }
+        sim.take(t.constant_bytes(), 0.0, 0);
+        (sim, triggers)
+    }
+
+    /// What the replay reads of `plan` (all of it: a replay resumed with another plan keeps
+    /// nothing of the last one's), and the swap-ins by the operation that triggers them.
+    pub(super) fn set_plan(&mut self, plan: &Plan) -> ByOp<usize> {
+        let n_ops = self.t.ops.len();
+        // By operation (one past the last: never happens).
+        let mut triggers = Vec::new();
+        let mut after = Vec::new();
+        let mut extended: Vec<Option<usize>> = vec![None; self.t.storages.len()];
+        let mut early = Set::default();
+        let mut dead_planned = Set::default();
+        for &(s, d) in plan {
+            match d {
+                Decision::Swap {
+                    after: a, trigger, ..
+                } => {
+                    after.push((a, (s, true)));
+                    triggers.push((trigger, s));
+                }
+                Decision::Recompute { after: a, back } => {
+                    after.push((a, (s, false)));
+                    early.insert((s, a));
+                    if back == usize::MAX {
+                        dead_planned.insert((s, a));
+                    }
+                }
+                Decision::Extend { until } => {
+                    let u = &mut extended[s];
+                    *u = Some(u.map_or(until, |u| u.max(until)));
+                }
+            }
+        }
+        self.after = ByOp::new(n_ops, after);
+        self.extended = extended;
+        self.early = early;
+        self.dead_planned = dead_planned;
+        ByOp::new(n_ops, triggers)
+    }
+
+    /// Runs the steps from `at` to the end, or until it stops: in passive mode (see
+    /// [`Passive`]), or once it cannot fit or end by `bar` (see [`simulate_within`]; `bar`
+    /// infinite: never). `before(at, sim)` is called before each step (to keep snapshots).
+    pub(super) fn run(
+        &mut self,
+        at: &mut Resume,
+        triggers: &ByOp<usize>,
+        bar: f64,
+        before: &mut dyn FnMut(Resume, &Sim<'a>),
+    ) {
+        let t = self.t;
+        let link = self.link;
+        let passive = self.passive;
+        // Passive mode gives up once it has recomputed for four times the program's own
+        // compute time (it thrashes; DTR's slowdowns stay below 2x where it fits at all).
+        let give_up = 4.0 * t.ops.iter().map(|o| o.time_s).sum::<f64>();
+        // The compute left from each step on (for a passive run's cutoff, and the bar).
+        // Summed in another order than the replay's clock: the bar allows for rounding.
+        let bar = bar * (1.0 + 1e-9);
+        let left: Vec<f64> = if bar.is_finite() || passive.is_some_and(|p| p.cutoff.is_finite()) {
+            let mut v = vec![0.0; t.steps.len() + 1];
+            for (k, step) in t.steps.iter().enumerate().rev() {
+                v[k] = v[k + 1]
+                    + match *step {
+                        Step::Op(i) => t.ops[i].time_s,
+                        Step::Free(_) => 0.0,
+                    };
+            }
+            v
+        } else {
+            Vec::new()
+        };
+        let sim = self;
+        while let Some(step) = t.steps.get(at.step) {
+            let k = at.step;
+            before(*at, sim);
+            if let Some(p) = passive
+                && (sim.out.stall_s > give_up
+                    || p.more.is_some_and(|more| !more())
+                    || left.get(k).is_some_and(|l| sim.now + l >= p.cutoff))
+            {
+                sim.out.feasible = false;
+                break;
+            }
+            if bar.is_finite() && (!sim.out.feasible || sim.out.invalid || sim.now + left[k] >= bar)
+            {
+                sim.out.feasible = false;
+                break;
+            }
+            at.step += 1;
+            match *step {
+                Step::Free(s) => match sim.extended[s] {
+                    Some(u) if u >= at.next => {
+                        sim.freed_late[s] = true;
+                        sim.defer(s, u);
+                    }
+                    _ => sim.free_or_keep(s, at.next),
+                },
+                Step::Op(i) => {
+                    at.next = i + 1;
+                    let op = &t.ops[i];
+                    if !triggers.of(i).is_empty() {
+                        for &s in triggers.of(i) {
+                            sim.release(sim.now);
+                            match sim.state[s] {
+                                // Wanted back before its swap-out ended: it stays (the
+                                // copy's engine time is spent all the same). Releasing its
+                                // memory at the copy's end, before this operation allocates,
+                                // would count memory the device does not have yet.
+                                State::Leaving(_) => {
+                                    sim.set(s, State::Resident);
+                                    sim.enter(s);
+                                }
+                                State::Out => {
+                                    sim.swap_in(s, sim.now, i);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    sim.gather(i);
+                    let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
+                    sim.now = sim.take(bytes, sim.now, i);
+                    for &s in &op.outputs {
+                        sim.set(s, State::Resident);
+                    }
+                    // In-place writes: the new version takes over the old one's memory; the
+                    // old version is gone and can only come back by recomputation.
+                    for &(old, new) in &op.inplace {
+                        sim.set(new, State::Resident);
+                        sim.set(old, State::Dropped);
+                    }
+                    sim.now += op.time_s;
+                    for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
+                        sim.last_use[s] = sim.now;
+                        sim.enter(s);
+                    }
+                    for &(_, new) in &op.inplace {
+                        sim.last_use[new] = sim.now;
+                        sim.enter(new);
+                    }
+                    for k in 0..sim.pins.len() {
+                        let s = sim.pins[k];
+                        sim.pinned[s] = false;
+                    }
+                    sim.pins.clear();
+                    for k in 0..sim.made.len() {
+                        let s = sim.made[k];
+                        sim.is_made[s] = false;
+                    }
+                    sim.made.clear();
+                    sim.prev_op = Some(i);
+                    for k in sim.after.range(i) {
+                        let (s, swap) = sim.after.items[k];
+                        if sim.state[s] != State::Resident {
+                            continue;
+                        }
+                        let size = t.storages[s].size;
+                        if swap {
+                            let start = sim.now.max(sim.d2h_free);
+                            let end = start + size as f64 / link.d2h;
+                            sim.d2h_free = end;
+                            sim.out.swapped_out += size;
+                            sim.leave(s, end);
+                        } else {
+                            sim.mem -= size;
+                            sim.set(s, State::Dropped);
+                            sim.dead[s] = sim.dead_planned.contains(&(s, i));
+                            sim.touch(s);
+                        }
+                    }
+                    for s in std::mem::take(&mut sim.deferred[i]) {
+                        // Extended again since (passive mode): later.
+                        match sim.extended[s] {
+                            Some(u) if u > i => sim.defer(s, u),
+                            _ => sim.free_or_keep(s, i + 1),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The evictions a passive run made (with the metadata a recomputation needed), and the
+    /// outcome.
+    pub(super) fn finish(self) -> (Plan, Outcome) {
+        let mut sim = self;
+        sim.out.makespan = sim.now;
+        sim.out
+            .overs
+            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if sim.out.invalid {
+            sim.out.feasible = false;
+        }
+        // Metadata no recomputation needed: as well freed.
+        let mut evicted = sim.evicted;
+        let mut kept: Vec<_> = sim
+            .meta
+            .into_iter()
+            .filter(|m| sim.meta_used.contains(&m.0))
+            .collect();
+        kept.sort_unstable_by_key(|m| m.0);
+        evicted.extend(
+            kept.into_iter()
+                .flat_map(|(s, d)| d.into_iter().map(move |d| (s, d))),
+        );
+        (evicted, sim.out)
+    }
+}
