@@ -9,7 +9,9 @@ use super::passive::online;
 use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
 use crate::timeline::hash::Map;
-use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate};
+use crate::timeline::{
+    Decision, Evict, Link, Outcome, Plan, Resumable, Stall, simulate, simulate_within,
+};
 
 /// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
 /// [`candidates`].
@@ -431,8 +433,9 @@ pub(super) fn prune(
     if gone.is_empty() {
         return;
     }
-    let o = simulate(t, budget, link, &cand);
-    if o.feasible && o.makespan <= out.makespan {
+    if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
+        && o.makespan <= out.makespan
+    {
         *plan = cand;
         *out = o;
         return;
@@ -440,13 +443,14 @@ pub(super) fn prune(
     // The replay disagrees (it can where swaps move in time): a group at a time.
     in_groups(gone.len(), more, |group| {
         let cand = without(t, plan, &gone[group]);
-        let o = simulate(t, budget, link, &cand);
-        let keep = o.feasible && o.makespan <= out.makespan;
-        if keep {
-            *plan = cand;
-            *out = o;
+        match simulate_within(t, budget, link, &cand, out.makespan) {
+            Some(o) if o.makespan <= out.makespan => {
+                *plan = cand;
+                *out = o;
+                true
+            }
+            _ => false,
         }
-        keep
     });
 }
 
@@ -544,13 +548,14 @@ fn faster_without(
     gone: &[(usize, Decision)],
 ) -> bool {
     let cand = without(t, plan, gone);
-    let o = simulate(t, budget, link, &cand);
-    let keep = o.feasible && o.makespan < out.makespan;
-    if keep {
-        *plan = cand;
-        *out = o;
+    match simulate_within(t, budget, link, &cand, out.makespan) {
+        Some(o) if o.makespan < out.makespan => {
+            *plan = cand;
+            *out = o;
+            true
+        }
+        _ => false,
     }
-    keep
 }
 
 /// `plan` without one occurrence of each decision in `gone`.
@@ -817,8 +822,9 @@ fn adjust_triggers(
             let Some(moved) = moved_triggers(a, plan, out, group) else {
                 continue;
             };
-            let o = simulate(t, budget, link, &moved);
-            if o.feasible && o.makespan < out.makespan {
+            if let Some(o) = simulate_within(t, budget, link, &moved, out.makespan)
+                && o.makespan < out.makespan
+            {
                 *plan = moved;
                 *out = o;
                 improved = true;
@@ -921,20 +927,21 @@ pub(super) fn refine_swaps(
         }
     }
     tries.sort_by(|x, y| x.0.total_cmp(&y.0));
+    if tries.is_empty() {
+        return;
+    }
+    let mut best = Resumable::new(t, budget, link, std::mem::take(plan));
     let (mut i, mut k) = (0, 1);
     let most = tries.len().div_ceil(16);
     while i < tries.len() && more() {
         let group = &tries[i..(i + k.min(most)).min(tries.len())];
-        let mut cand = plan.clone();
+        let mut cand = best.plan().clone();
         for &(_, j) in group {
             if let (s, Decision::Swap { after, back, .. }) = cand[j] {
                 cand[j] = (s, Decision::Recompute { after, back });
             }
         }
-        let o = simulate(t, budget, link, &cand);
-        if o.feasible && o.makespan < out.makespan {
-            *plan = cand;
-            *out = o;
+        if best.improves(cand, false) {
             i += group.len();
             k = 2 * group.len();
         } else if group.len() > 1 {
@@ -943,6 +950,7 @@ pub(super) fn refine_swaps(
             i += 1;
         }
     }
+    (*plan, *out) = best.into_parts();
 }
 
 /// Capuchin's selection with both mechanisms (MSPS ranking, FreeTime first, in-trigger

@@ -21,7 +21,7 @@
 use super::Deadline;
 use super::analysis::Analysis;
 use crate::model::Trace;
-use crate::timeline::{Decision, Link, Outcome, Plan, Stall, simulate};
+use crate::timeline::{Decision, Link, Outcome, Plan, Resumable, Stall};
 
 /// Passes over the plan's decisions at most (each later one tries what an accepted move may
 /// have made worth it).
@@ -29,6 +29,12 @@ const PASSES: usize = 3;
 
 /// Replays per binary digit of the trace's length, in all: the search costs O(log n) replays.
 const REPLAYS_PER_DIGIT: usize = 8;
+
+/// The replays a local search may spend on `t`: O(log n).
+pub(super) fn replays_for(t: &Trace) -> usize {
+    let digits = (usize::BITS - t.ops.len().leading_zeros()) as usize;
+    REPLAYS_PER_DIGIT * digits.max(1)
+}
 
 /// The descent from `start` (a feasible plan and its replay); `start` itself when no move helps
 /// or it does not fit.
@@ -40,40 +46,36 @@ pub(super) fn descend(
     more: Deadline,
     start: (Plan, Outcome),
 ) -> (Plan, Outcome) {
-    let (mut plan, mut out) = start;
-    if !out.feasible {
-        return (plan, out);
+    if !start.1.feasible {
+        return start;
     }
-    let digits = (usize::BITS - t.ops.len().leading_zeros()) as usize;
-    let mut left = REPLAYS_PER_DIGIT * digits.max(1);
+    let mut left = replays_for(t);
     // Moves tried and not kept: not tried again.
     let mut rejected: Vec<(usize, Decision)> = Vec::new();
-    for _ in 0..PASSES {
-        let before = out.makespan;
-        for (_, k, d) in moves(t, a, link, &plan, &out) {
-            let s = plan[k].0;
+    // Each move changes one decision: its replay resumes from there.
+    let mut best = Resumable::new(t, budget, link, start.0);
+    'passes: for _ in 0..PASSES {
+        let before = best.outcome().makespan;
+        for (_, k, d) in moves(t, a, link, best.plan(), best.outcome()) {
+            let s = best.plan()[k].0;
             if rejected.contains(&(s, d)) {
                 continue;
             }
             if left == 0 || !more() {
-                return (plan, out);
+                break 'passes;
             }
             left -= 1;
-            let mut cand = plan.clone();
+            let mut cand = best.plan().clone();
             cand[k].1 = d;
-            let o = simulate(t, budget, link, &cand);
-            if o.feasible && o.makespan < out.makespan {
-                plan = cand;
-                out = o;
-            } else {
+            if !best.improves(cand, false) {
                 rejected.push((s, d));
             }
         }
-        if out.makespan >= before {
+        if best.outcome().makespan >= before {
             break;
         }
     }
-    (plan, out)
+    best.into_parts()
 }
 
 /// The moves worth a replay: (the seconds it may save, the decision's index, its new form),
@@ -162,6 +164,7 @@ mod tests {
     use super::super::{POLICIES, run};
     use super::*;
     use crate::model::Step;
+    use crate::timeline::simulate;
     use crate::timeline::tests::unit_trace;
 
     /// Hand-computed (each operation 1 s, 200 B/s each way): a (100 B) is read by b, then

@@ -4,9 +4,10 @@
 
 use super::analysis::Analysis;
 use super::capuchin::{both_selection, recompute_only, refine_swaps, swap_only};
+use super::descent::replays_for;
 use super::{Deadline, best};
 use crate::model::Trace;
-use crate::timeline::{Decision, Link, Outcome, Plan, simulate};
+use crate::timeline::{Decision, Link, Outcome, Plan, Resumable};
 
 /// The search: from each of the one-mechanism plans (Capuchin's selection restricted to
 /// swapping, to recomputing) and the combined selection, move tensors between mechanisms while
@@ -50,7 +51,8 @@ pub(super) fn hybrid_from(
 /// swaps where the copy engines have room (the costliest recomputation first, in halving
 /// groups), and stalled swaps move to recomputations where recomputing is cheaper. Every move
 /// is kept only if the replay stays within the budget and gets faster. (What neither pays for
-/// is kept already: the selections undo what they took beyond need.)
+/// is kept already: the selections undo what they took beyond need.) The moves to swaps share
+/// the descent's budget of replays over the passes, O(log n).
 fn mix(
     t: &Trace,
     a: &Analysis,
@@ -60,9 +62,10 @@ fn mix(
     mut plan: Plan,
     mut out: Outcome,
 ) -> (Plan, Outcome) {
+    let mut left = replays_for(t);
     for _ in 0..3 {
         let before = out.makespan;
-        to_swaps(t, a, budget, link, more, &mut plan, &mut out);
+        to_swaps(t, a, budget, link, more, &mut left, &mut plan, &mut out);
         refine_swaps(t, a, budget, link, &mut plan, &mut out, more);
         if out.makespan >= before || !more() {
             break;
@@ -73,13 +76,15 @@ fn mix(
 
 /// Recomputations whose absence leaves the copy engines room to swap the tensor out and back
 /// (in the baseline's times), the costliest first, turned into swaps: a group at a time,
-/// halved when the replay does not improve, one try per group.
+/// halved when the replay does not improve, one try (of the `left`) per group.
+#[allow(clippy::too_many_arguments)]
 fn to_swaps(
     t: &Trace,
     a: &Analysis,
     budget: u64,
     link: Link,
     more: Deadline,
+    left: &mut usize,
     plan: &mut Plan,
     out: &mut Outcome,
 ) {
@@ -105,11 +110,15 @@ fn to_swaps(
         }
     }
     cands.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-    let (mut i, mut k, mut tries) = (0, cands.len().max(1), 0);
-    while i < cands.len() && tries < 64 && more() {
-        tries += 1;
+    if cands.is_empty() {
+        return;
+    }
+    let mut best = Resumable::new(t, budget, link, std::mem::take(plan));
+    let (mut i, mut k) = (0, cands.len());
+    while i < cands.len() && *left > 0 && more() {
+        *left -= 1;
         let group = &cands[i..(i + k).min(cands.len())];
-        let mut cand = plan.clone();
+        let mut cand = best.plan().clone();
         for &(_, s, d, at) in group {
             let Decision::Recompute { after, back } = d else {
                 continue;
@@ -121,10 +130,7 @@ fn to_swaps(
                 back,
             };
         }
-        let o = simulate(t, budget, link, &cand);
-        if o.feasible && o.makespan < out.makespan {
-            *plan = cand;
-            *out = o;
+        if best.improves(cand, false) {
             i += group.len();
         } else if k > 1 {
             k /= 2;
@@ -132,4 +138,5 @@ fn to_swaps(
             i += 1;
         }
     }
+    (*plan, *out) = best.into_parts();
 }
