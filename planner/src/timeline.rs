@@ -10,15 +10,13 @@
 mod candidates;
 pub(crate) mod hash;
 mod neighbourhood;
-mod resume;
 mod run;
 
 use crate::model::Trace;
 use candidates::{Candidates, Verdict};
 use hash::{Map, Set};
 use neighbourhood::Walk;
-pub use resume::Resumable;
-use run::{ByOp, Resume};
+use run::ByOp;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -173,7 +171,6 @@ pub struct Passive<'a> {
     pub cutoff: f64,
 }
 
-#[derive(Clone)]
 struct Sim<'a> {
     t: &'a Trace,
     budget: u64,
@@ -226,9 +223,8 @@ struct Sim<'a> {
     dead: Vec<bool>,
     /// The plan's drops for good, as (storage, after).
     dead_planned: Set<(usize, usize)>,
-    /// The operations that read each storage (passive mode; empty otherwise, and shared by
-    /// the snapshots of a resumable replay).
-    consumers: std::rc::Rc<Vec<Vec<usize>>>,
+    /// The operations that read each storage (passive mode; empty otherwise).
+    consumers: Vec<Vec<usize>>,
     /// Passive mode with [`Passive::gone_from`]: the eviction candidates, and the walk that
     /// costs their neighbourhoods.
     index: Option<(Candidates, Walk)>,
@@ -846,8 +842,7 @@ fn replay(
     bar: f64,
 ) -> (Plan, Outcome) {
     let (mut sim, triggers) = Sim::new(t, budget, link, plan, passive);
-    let mut at = Resume::START;
-    sim.run(&mut at, &triggers, bar, &mut |_, _| {});
+    sim.run(&triggers, bar);
     sim.finish()
 }
 

@@ -9,9 +9,7 @@ use super::passive::online;
 use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
 use crate::model::Trace;
 use crate::timeline::hash::Map;
-use crate::timeline::{
-    Decision, Evict, Link, Outcome, Plan, Resumable, Stall, simulate, simulate_within,
-};
+use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate, simulate_within};
 
 /// A candidate move: (tier, rank key, storage, decision, sources to keep alive for it); see
 /// [`candidates`].
@@ -927,21 +925,21 @@ pub(super) fn refine_swaps(
         }
     }
     tries.sort_by(|x, y| x.0.total_cmp(&y.0));
-    if tries.is_empty() {
-        return;
-    }
-    let mut best = Resumable::new(t, budget, link, std::mem::take(plan));
     let (mut i, mut k) = (0, 1);
     let most = tries.len().div_ceil(16);
     while i < tries.len() && more() {
         let group = &tries[i..(i + k.min(most)).min(tries.len())];
-        let mut cand = best.plan().clone();
+        let mut cand = plan.clone();
         for &(_, j) in group {
             if let (s, Decision::Swap { after, back, .. }) = cand[j] {
                 cand[j] = (s, Decision::Recompute { after, back });
             }
         }
-        if best.improves(cand, false) {
+        if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
+            && o.makespan < out.makespan
+        {
+            *plan = cand;
+            *out = o;
             i += group.len();
             k = 2 * group.len();
         } else if group.len() > 1 {
@@ -950,7 +948,6 @@ pub(super) fn refine_swaps(
             i += 1;
         }
     }
-    (*plan, *out) = best.into_parts();
 }
 
 /// Capuchin's selection with both mechanisms (MSPS ranking, FreeTime first, in-trigger

@@ -21,7 +21,7 @@
 use super::Deadline;
 use super::analysis::Analysis;
 use crate::model::Trace;
-use crate::timeline::{Decision, Link, Outcome, Plan, Resumable, Stall};
+use crate::timeline::{Decision, Link, Outcome, Plan, Stall, simulate_within};
 
 /// Passes over the plan's decisions at most (each later one tries what an accepted move may
 /// have made worth it).
@@ -46,36 +46,40 @@ pub(super) fn descend(
     more: Deadline,
     start: (Plan, Outcome),
 ) -> (Plan, Outcome) {
-    if !start.1.feasible {
-        return start;
+    let (mut plan, mut out) = start;
+    if !out.feasible {
+        return (plan, out);
     }
     let mut left = replays_for(t);
     // Moves tried and not kept: not tried again.
     let mut rejected: Vec<(usize, Decision)> = Vec::new();
-    // Each move changes one decision: its replay resumes from there.
-    let mut best = Resumable::new(t, budget, link, start.0);
-    'passes: for _ in 0..PASSES {
-        let before = best.outcome().makespan;
-        for (_, k, d) in moves(t, a, link, best.plan(), best.outcome()) {
-            let s = best.plan()[k].0;
+    for _ in 0..PASSES {
+        let before = out.makespan;
+        for (_, k, d) in moves(t, a, link, &plan, &out) {
+            let s = plan[k].0;
             if rejected.contains(&(s, d)) {
                 continue;
             }
             if left == 0 || !more() {
-                break 'passes;
+                return (plan, out);
             }
             left -= 1;
-            let mut cand = best.plan().clone();
+            let mut cand = plan.clone();
             cand[k].1 = d;
-            if !best.improves(cand, false) {
+            if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
+                && o.makespan < out.makespan
+            {
+                plan = cand;
+                out = o;
+            } else {
                 rejected.push((s, d));
             }
         }
-        if best.outcome().makespan >= before {
+        if out.makespan >= before {
             break;
         }
     }
-    best.into_parts()
+    (plan, out)
 }
 
 /// The moves worth a replay: (the seconds it may save, the decision's index, its new form),

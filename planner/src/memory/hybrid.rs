@@ -7,7 +7,7 @@ use super::capuchin::{both_selection, recompute_only, refine_swaps, swap_only};
 use super::descent::replays_for;
 use super::{Deadline, best};
 use crate::model::Trace;
-use crate::timeline::{Decision, Link, Outcome, Plan, Resumable};
+use crate::timeline::{Decision, Link, Outcome, Plan, simulate_within};
 
 /// The search: from each of the one-mechanism plans (Capuchin's selection restricted to
 /// swapping, to recomputing) and the combined selection, move tensors between mechanisms while
@@ -110,15 +110,11 @@ fn to_swaps(
         }
     }
     cands.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-    if cands.is_empty() {
-        return;
-    }
-    let mut best = Resumable::new(t, budget, link, std::mem::take(plan));
-    let (mut i, mut k) = (0, cands.len());
+    let (mut i, mut k) = (0, cands.len().max(1));
     while i < cands.len() && *left > 0 && more() {
         *left -= 1;
         let group = &cands[i..(i + k).min(cands.len())];
-        let mut cand = best.plan().clone();
+        let mut cand = plan.clone();
         for &(_, s, d, at) in group {
             let Decision::Recompute { after, back } = d else {
                 continue;
@@ -130,7 +126,11 @@ fn to_swaps(
                 back,
             };
         }
-        if best.improves(cand, false) {
+        if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
+            && o.makespan < out.makespan
+        {
+            *plan = cand;
+            *out = o;
             i += group.len();
         } else if k > 1 {
             k /= 2;
@@ -138,5 +138,4 @@ fn to_swaps(
             i += 1;
         }
     }
-    (*plan, *out) = best.into_parts();
 }

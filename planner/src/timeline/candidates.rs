@@ -38,7 +38,6 @@ fn class_top(class: i32) -> f64 {
     }
 }
 
-#[derive(Clone)]
 pub(super) struct Candidates {
     /// Per storage: its size, and its own producer's time (`inf` without a producer).
     size: Vec<f64>,

@@ -17,7 +17,6 @@
 
 use crate::model::Trace;
 
-#[derive(Clone)]
 pub(super) struct Walk {
     /// `seen[s] == stamp`: seen by the walk in progress.
     seen: Vec<u32>,

@@ -1,5 +1,5 @@
-//! The replay itself: a plan read into per-operation moves, the steps run in order (from the
-//! start, or resumed from a snapshot), and the outcome. The mechanisms each step uses (taking
+//! The replay itself: a plan read into per-operation moves, the steps run in order, and the
+//! outcome. The mechanisms each step uses (taking
 //! memory, evicting, recomputing, swapping) are [`Sim`]'s, in the module above.
 
 use super::{
@@ -8,9 +8,8 @@ use super::{
 use crate::model::{Step, Trace};
 use std::collections::BinaryHeap;
 
-/// Items by operation, each operation's in order (one array: a replay builds these per plan,
-/// and a resumed one per candidate).
-#[derive(Clone, Default)]
+/// Items by operation, each operation's in order (one array: a replay builds these per plan).
+#[derive(Default)]
 pub(super) struct ByOp<T> {
     /// Operation `i`'s items are `items[start[i]..start[i + 1]]`.
     start: Vec<usize>,
@@ -42,17 +41,6 @@ impl<T: Ord + Copy> ByOp<T> {
     pub(super) fn of(&self, op: usize) -> &[T] {
         &self.items[self.range(op)]
     }
-}
-
-/// Where a replay stands between two steps: the next step, and the next operation to run.
-#[derive(Clone, Copy)]
-pub(super) struct Resume {
-    pub(super) step: usize,
-    next: usize,
-}
-
-impl Resume {
-    pub(super) const START: Resume = Resume { step: 0, next: 0 };
 }
 
 impl<'a> Sim<'a> {
@@ -123,7 +111,7 @@ impl<'a> Sim<'a> {
             freed_late: vec![false; n],
             dead: vec![false; n],
             dead_planned: Set::default(),
-            consumers: std::rc::Rc::new(consumers),
+            consumers,
             index: None,
         };
         let triggers = sim.set_plan(plan);
@@ -148,8 +136,7 @@ impl<'a> Sim<'a> {
         (sim, triggers)
     }
 
-    /// What the replay reads of `plan` (all of it: a replay resumed with another plan keeps
-    /// nothing of the last one's), and the swap-ins by the operation that triggers them.
+    /// What the replay reads of `plan`, and the swap-ins by the operation that triggers them.
     pub(super) fn set_plan(&mut self, plan: &Plan) -> ByOp<usize> {
         let n_ops = self.t.ops.len();
         // By operation (one past the last: never happens).
@@ -188,14 +175,8 @@ impl<'a> Sim<'a> {
 
     /// Runs the steps from `at` to the end, or until it stops: in passive mode (see
     /// [`Passive`]), or once it cannot fit or end by `bar` (see [`simulate_within`]; `bar`
-    /// infinite: never). `before(at, sim)` is called before each step (to keep snapshots).
-    pub(super) fn run(
-        &mut self,
-        at: &mut Resume,
-        triggers: &ByOp<usize>,
-        bar: f64,
-        before: &mut dyn FnMut(Resume, &Sim<'a>),
-    ) {
+    /// infinite: never).
+    pub(super) fn run(&mut self, triggers: &ByOp<usize>, bar: f64) {
         let t = self.t;
         let link = self.link;
         let passive = self.passive;
@@ -219,9 +200,9 @@ impl<'a> Sim<'a> {
             Vec::new()
         };
         let sim = self;
-        while let Some(step) = t.steps.get(at.step) {
-            let k = at.step;
-            before(*at, sim);
+        // The next operation to run.
+        let mut next = 0;
+        for (k, step) in t.steps.iter().enumerate() {
             if let Some(p) = passive
                 && (sim.out.stall_s > give_up
                     || p.more.is_some_and(|more| !more())
@@ -235,17 +216,16 @@ impl<'a> Sim<'a> {
                 sim.out.feasible = false;
                 break;
             }
-            at.step += 1;
             match *step {
                 Step::Free(s) => match sim.extended[s] {
-                    Some(u) if u >= at.next => {
+                    Some(u) if u >= next => {
                         sim.freed_late[s] = true;
                         sim.defer(s, u);
                     }
-                    _ => sim.free_or_keep(s, at.next),
+                    _ => sim.free_or_keep(s, next),
                 },
                 Step::Op(i) => {
-                    at.next = i + 1;
+                    next = i + 1;
                     let op = &t.ops[i];
                     if !triggers.of(i).is_empty() {
                         for &s in triggers.of(i) {
