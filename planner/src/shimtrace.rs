@@ -1033,5 +1033,8 @@ fn mark_backward(t: &mut Trace) {
     }
 }
 
+mod held;
+pub use held::{as_held, held};
+
 #[cfg(test)]
 mod tests;

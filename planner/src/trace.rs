@@ -106,6 +106,16 @@ pub struct BatchNormParams {
 /// Lineage: what replaying a call needs beyond its own record (its tensors' shapes, pointers
 /// and algorithm are there): scalars by value and the parameters of descriptors the framework
 /// may destroy right after the call.
+/// How the shim's allocator holds memory: tensors from `min_tensor` bytes take whole pages of
+/// `gran` bytes each; smaller ones share a pool that never moves (`pool` bytes when it
+/// planned), which comes off the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub gran: u64,
+    pub min_tensor: u64,
+    pub pool: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum Replay {
@@ -282,6 +292,15 @@ pub enum Event {
         swap_bytes: u64,
         #[serde(default)]
         recompute_ms: f64,
+        /// How the allocator held memory when it planned: the model it planned is the trace
+        /// as held (see `shimtrace::as_held`), so `marmoset plan` plans it too. (Absent in
+        /// traces from before it was recorded.)
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held: Option<Held>,
+        /// The PCIe bandwidths the plan assumed, bytes per second each way (the run's
+        /// evictions measured them), so that `marmoset plan` assumes them too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pcie_bps: Option<(f64, f64)>,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

@@ -9,10 +9,9 @@ use crate::runtime::recompute::Recipe;
 use crate::runtime::tracker::Found;
 use crate::state::{config, log};
 use planner::iteration::TensorId;
-use planner::model::Trace;
-use planner::shimtrace::{Converted, convert_with};
+use planner::shimtrace::{Converted, as_held, convert_with};
 use planner::timeline::{Decision, Link, Outcome, Plan};
-use planner::trace::{Event, Record, Replay};
+use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
@@ -232,7 +231,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
     let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
     match got {
-        Ok(Ok((converted, plan, outcome))) => {
+        Ok(Ok((converted, plan, outcome, held))) => {
+            let link = link(&records);
             let (swaps, recomputes) = plan.iter().fold((0, 0), |(s, r), (_, d)| match d {
                 Decision::Swap { .. } => (s + 1, r),
                 Decision::Recompute { .. } => (s, r + 1),
@@ -257,6 +257,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                     .map(|op| converted.trace.ops[op].time_s * 1e3)
                     // (from +0: an empty sum of floats is -0)
                     .fold(0.0, |a, b| a + b),
+                held,
+                pcie_bps: Some((link.h2d, link.d2h)),
             });
             log(
                 Level::Info,
@@ -311,27 +313,6 @@ fn no_plan(policy: &str, why: String, planning_ms: f64) {
     });
 }
 
-/// The model as the allocator holds its tensors: one from the allocator's minimum size takes
-/// whole pages, so it costs its pages; a smaller one sits in a pool that never moves, so it
-/// frees nothing a plan could count on, and the pool comes off the budget instead.
-fn as_held(t: &mut Trace, budget: u64) -> u64 {
-    let Some(h) = crate::memory::holding() else {
-        return budget;
-    };
-    for s in &mut t.storages {
-        s.size = if s.size >= h.min_tensor {
-            s.size.div_ceil(h.gran) * h.gran
-        } else {
-            0
-        };
-    }
-    // A replay's workspace is Marmoset's own: whole pages, whatever its size.
-    for o in &mut t.ops {
-        o.scratch = o.scratch.div_ceil(h.gran) * h.gran;
-    }
-    budget.saturating_sub(h.pool)
-}
-
 /// The model of the records' steady iteration and the policy's plan for it. The model folds
 /// chains (`planner::shimtrace::convert_with`) as the shim carries them out: a plan made on the
 /// unfolded model predicted ResNet-50 at 0.3 of its peak 9% faster than the folded one and ran
@@ -342,12 +323,19 @@ fn plan_now(
     policy: &str,
     budget: u64,
     records: &[Record],
-) -> Result<(Converted, Plan, Outcome), String> {
+) -> Result<(Converted, Plan, Outcome, Option<Held>), String> {
     let mut converted = convert_with(records, config().test_fold != Some(false))?;
     if let Err(why) = &converted.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }
-    let budget = as_held(&mut converted.trace, budget);
+    // The model as the allocator holds its tensors (planner::shimtrace::as_held): pages, and
+    // a pool of small tensors off the budget; the plan record says how, for `marmoset plan`.
+    let held = crate::memory::holding().map(|h| Held {
+        gran: h.gran,
+        min_tensor: h.min_tensor,
+        pool: h.pool,
+    });
+    let budget = held.map_or(budget, |h| as_held(&mut converted.trace, budget, &h));
     // A time bound: the best plan found so far when it is up (the planner's anytime search).
     let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);
     let t0 = Instant::now();
@@ -358,8 +346,8 @@ fn plan_now(
     // What the shim will do of it, and what that costs (the prediction the plan record gives).
     let done = planner::shimtrace::carried_out(&converted.trace, &plan);
     if done.len() == plan.len() {
-        return Ok((converted, plan, outcome));
+        return Ok((converted, plan, outcome, held));
     }
     let o = planner::timeline::simulate(&converted.trace, budget, link(records), &done);
-    Ok((converted, done, o))
+    Ok((converted, done, o, held))
 }

@@ -82,9 +82,10 @@ enum Cmd {
         /// Stop the search after this many milliseconds of host time, with the best plan so far.
         #[arg(long)]
         deadline_ms: Option<u64>,
-        /// Device profile for the PCIe links: h100, p100 or a profile .json.
-        #[arg(long, default_value = "h100")]
-        profile: String,
+        /// Device profile for the PCIe links: h100, p100 or a profile .json. Default: h100; for
+        /// a Marmoset trace whose run planned, the links the shim's plan assumed.
+        #[arg(long)]
+        profile: Option<String>,
         /// Every policy at 0.9 ... 0.2 of the peak.
         #[arg(long)]
         sweep: bool,
@@ -214,7 +215,7 @@ fn main() -> ExitCode {
             &trace,
             budget.as_deref(),
             &policy,
-            &profile,
+            profile.as_deref(),
             deadline_ms,
             sweep,
             explain,
@@ -406,17 +407,22 @@ fn read_trace(path: &Path, text: &str) -> Result<Vec<planner::trace::Record>> {
     Ok(records)
 }
 
-fn load_model(path: &Path) -> Result<planner::model::Trace> {
+/// A trace to plan, and (a Marmoset trace whose run planned) how the shim's allocator held
+/// memory then and the PCIe bandwidths its plan assumed.
+type Planned = (Option<planner::trace::Held>, Option<(f64, f64)>);
+fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.contains("\"kind\":\"header\"") {
         let records = read_trace(path, &text)?;
-        return planner::model::from_marmoset(&records)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+        let t = planner::model::from_marmoset(&records)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return Ok((t, planner::shimtrace::held(&records)));
     }
     if first.contains("\"INSTRUCTION\"") {
         return planner::model::import_dtr(&text)
+            .map(|t| (t, (None, None)))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
     }
     let t: planner::model::Trace = serde_json::from_str(&text).map_err(|e| {
@@ -427,7 +433,7 @@ fn load_model(path: &Path) -> Result<planner::model::Trace> {
     })?;
     t.validate()
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(t)
+    Ok((t, (None, None)))
 }
 
 fn import(format: &str, log: &Path, output: &Path) -> Result<ExitCode> {
@@ -485,7 +491,7 @@ fn plan(
     path: &Path,
     budget: Option<&str>,
     policy: &str,
-    profile: &str,
+    profile: Option<&str>,
     deadline_ms: Option<u64>,
     sweep: bool,
     explain: bool,
@@ -493,11 +499,28 @@ fn plan(
 ) -> Result<ExitCode> {
     use planner::memory::{POLICIES, lower_bound, run_until};
     use planner::timeline::{Decision, Link};
-    let t = load_model(path)?;
-    let (prof, _) =
-        simgpu_model::Profile::load(profile).map_err(|e| anyhow::anyhow!("--profile: {e}"))?;
-    let link = Link::from_profile(&prof);
+    let (mut t, (held, pcie)) = load_model(path)?;
+    let (mut prof, _) = simgpu_model::Profile::load(profile.unwrap_or("h100"))
+        .map_err(|e| anyhow::anyhow!("--profile: {e}"))?;
+    let mut link = Link::from_profile(&prof);
+    // A shim's trace, no profile named: the links its plan assumed (its evictions measured).
+    if let (None, Some((h2d, d2h))) = (profile, pcie) {
+        prof.name = "the run's measured".into();
+        prof.pcie_h2d_gbs = h2d / 1e9;
+        prof.pcie_d2h_gbs = d2h / 1e9;
+        link = Link { h2d, d2h };
+    }
+    // Budgets are the device's, fractions of the peak as recorded. The trace of a run the
+    // shim planned is planned as the shim planned it: the model as its allocator held memory
+    // (pages; the pool of small tensors off every budget), and each plan as the shim carries
+    // it out. Any other trace: the model as recorded, each plan as planned.
     let peak = t.peak();
+    let pool = held.map_or(0, |h| {
+        planner::shimtrace::as_held(&mut t, 0, &h);
+        h.pool
+    });
+    let t = t;
+    let held_budget = |device: u64| device.saturating_sub(pool);
     let base = t.compute_time();
     // Slowdowns and fractions of the peak are ratios: an empty trace has none to give.
     if t.ops.is_empty() || peak == 0 {
@@ -531,12 +554,25 @@ fn plan(
             pace.as_ref()
                 .is_none_or(|p| p.more(began.elapsed().as_secs_f64()))
         };
-        run_until(policy, &t, budget_bytes, link, &more).map(|r| (r, began.elapsed().as_secs_f64()))
+        let budget = held_budget(budget_bytes);
+        let (plan, o) = run_until(policy, &t, budget, link, &more)?;
+        let done = if held.is_some() {
+            planner::shimtrace::carried_out(&t, &plan)
+        } else {
+            plan.clone()
+        };
+        let planned = if done.len() == plan.len() {
+            (plan, o)
+        } else {
+            let o = planner::timeline::simulate(&t, budget, link, &done);
+            (done, o)
+        };
+        Some((planned, began.elapsed().as_secs_f64()))
     };
     // One plan's figures, as `--json` prints them.
     let summary =
         |policy: &str, budget_bytes: u64, o: &planner::timeline::Outcome, secs: Option<f64>| {
-            let bound = lower_bound(&t, budget_bytes, link).makespan;
+            let bound = lower_bound(&t, held_budget(budget_bytes), link).makespan;
             serde_json::json!({
                 "policy": policy,
                 "profile": prof.name,
@@ -554,6 +590,7 @@ fn plan(
                 "lower_bound_overhead": bound.is_finite().then_some(bound / base),
                 "gap": (o.feasible && bound.is_finite()).then_some(o.makespan / bound - 1.0),
                 "planning_time_s": secs,
+                "held": held,
                 "simulated": true,
             })
         };
@@ -572,7 +609,8 @@ fn plan(
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&f) = fractions.get(i) else { break };
                         let began = std::time::Instant::now();
-                        let all = planner::memory::run_all(&t, (peak as f64 * f) as u64, link);
+                        let budget = held_budget((peak as f64 * f) as u64);
+                        let all = planner::memory::run_all(&t, budget, link);
                         let secs = began.elapsed().as_secs_f64();
                         done.lock().unwrap()[i] = Some((all, secs));
                         bar.inc(1);
@@ -596,7 +634,7 @@ fn plan(
         let secs = |pi: usize, fi: usize| (POLICIES[pi] == "auto").then_some(runs[fi].1);
         let bounds: Vec<f64> = fractions
             .iter()
-            .map(|f| lower_bound(&t, (peak as f64 * f) as u64, link).makespan)
+            .map(|f| lower_bound(&t, held_budget((peak as f64 * f) as u64), link).makespan)
             .collect();
         if json {
             let mut results = Vec::new();
@@ -733,7 +771,7 @@ fn plan(
             o.recomputed_ops,
             o.stall_s
         );
-        let bound = lower_bound(&t, budget_bytes, link).makespan;
+        let bound = lower_bound(&t, held_budget(budget_bytes), link).makespan;
         if bound.is_finite() {
             println!(
                 "  lower bound {:.6} s ({:.3}x): no plan is faster{}",
@@ -749,6 +787,12 @@ fn plan(
             println!("  lower bound: no plan can keep within the budget");
         }
         println!("  planned in {:.1} ms of host time", secs * 1e3);
+        if let Some(h) = held {
+            println!(
+                "  planned as the shim held memory (its plan record): {} B pages from {} B tensors, smaller ones in a {} B pool off the budget; the plan as the shim carries it out",
+                h.gran, h.min_tensor, h.pool
+            );
+        }
         // Where an infeasible plan gives up, so the user sees how far it is.
         if let Some((op, over)) = o.worst {
             println!(

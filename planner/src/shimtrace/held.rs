@@ -1,0 +1,70 @@
+//! The model as the shim's allocator holds memory. The shim plans it, not the trace's byte
+//! counts: a tensor from the allocator's minimum size takes whole pages, a smaller one sits in
+//! a pool that never moves (nothing to plan: its bytes come off the budget), and a replay's
+//! workspace is Marmoset's own, whole pages too. The `plan` record says how memory was held,
+//! so that `marmoset plan` on the run's trace plans the same model.
+
+use crate::model::Trace;
+use crate::trace::{Event, Held, Record};
+
+/// Makes `t` the model as held by `h`; returns what is left of `budget` for it.
+pub fn as_held(t: &mut Trace, budget: u64, h: &Held) -> u64 {
+    let gran = h.gran.max(1);
+    for s in &mut t.storages {
+        s.size = if s.size >= h.min_tensor {
+            s.size.div_ceil(gran) * gran
+        } else {
+            0
+        };
+    }
+    for o in &mut t.ops {
+        o.scratch = o.scratch.div_ceil(gran) * gran;
+    }
+    budget.saturating_sub(h.pool)
+}
+
+/// How the run's last plan held memory, and the PCIe bandwidths it assumed (host to device,
+/// device to host, bytes per second); None where no plan record says.
+pub fn held(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {
+    records
+        .iter()
+        .rev()
+        .find_map(|r| match &r.event {
+            Event::Plan { held, pcie_bps, .. } => Some((*held, *pcie_bps)),
+            _ => None,
+        })
+        .unwrap_or((None, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Op, Storage};
+
+    #[test]
+    fn a_held_model_rounds_to_pages_and_leaves_small_tensors_to_the_pool() {
+        let mut t = Trace::default();
+        for size in [100, 4096, 4097, 10_000] {
+            t.storages.push(Storage {
+                size,
+                constant: false,
+                producer: None,
+            });
+        }
+        t.ops.push(Op {
+            scratch: 1,
+            ..Op::new("conv", 1.0, vec![], vec![])
+        });
+        let h = Held {
+            gran: 4096,
+            min_tensor: 4096,
+            pool: 1000,
+        };
+        assert_eq!(as_held(&mut t, 50_000, &h), 49_000);
+        let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
+        assert_eq!(sizes, [0, 4096, 8192, 12_288]);
+        assert_eq!(t.ops[0].scratch, 4096);
+        // The pool outgrows the budget: nothing left, not an underflow.
+        assert_eq!(as_held(&mut t, 10, &h), 0);
+    }
+}
