@@ -230,6 +230,34 @@ fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
+/// `marmoset plan` on the trace of a guided run (before [`take_trace`] removes it), at the run's
+/// budget and policy: it plans what the shim planned (the model as held, the links its plan
+/// assumed, the plan as carried out).
+pub fn plan_offline(trace: &Path, budget: &str, policy: &str) -> serde_json::Value {
+    let o = Command::new(marmoset())
+        .arg("plan")
+        .arg(trace)
+        .args(["--budget", budget, "--policy", policy, "--json"])
+        .output()
+        .expect("run marmoset plan");
+    ok(&o);
+    serde_json::from_slice(&o.stdout).expect("marmoset plan --json")
+}
+
+/// Asserts the shim's `plan` record says how memory was held, and that [`plan_offline`]'s plan
+/// fits and is predicted within 2% of the shim's plan; returns the offline prediction (ms).
+pub fn agrees_offline(what: &str, offline: &serde_json::Value, plan: &serde_json::Value) -> f64 {
+    assert!(plan["held"].is_object(), "{what}: {plan}");
+    assert_eq!(offline["held"], plan["held"], "{what}");
+    let predicted = plan["predicted_ms"].as_f64().unwrap();
+    let again = offline["planned_time_s"].as_f64().unwrap() * 1e3;
+    assert!(
+        offline["feasible"] == true && (again / predicted - 1.0).abs() < 0.02,
+        "{what}: marmoset plan on the trace predicts {again:.2} ms, the shim's plan {predicted:.2} ms: {offline}"
+    );
+    again
+}
+
 /// Records of a kind.
 pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
     records.iter().filter(|r| r["kind"] == kind).collect()

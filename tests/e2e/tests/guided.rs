@@ -589,22 +589,7 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
             .and_then(|l| l.split_whitespace().last())
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("{what}: no iteration times in\n{err}"));
-        // `marmoset plan` on the run's trace plans what the shim planned: the model as its
-        // allocator held memory, the plan as the shim carries it out.
-        let offline = std::process::Command::new(marmoset())
-            .arg("plan")
-            .arg(&trace)
-            .args([
-                "--budget",
-                &budget.to_string(),
-                "--policy",
-                policy,
-                "--json",
-            ])
-            .output()
-            .expect("run marmoset plan");
-        ok(&offline);
-        let offline: serde_json::Value = serde_json::from_slice(&offline.stdout).unwrap();
+        let offline = plan_offline(&trace, &budget.to_string(), policy);
         let records = take_trace(&trace);
         let plan = *of_kind(&records, "plan").last().expect("a plan");
         assert_eq!(plan["feasible"], true, "{what}: {plan}");
@@ -614,12 +599,6 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
             (0.9..=1.1).contains(&ratio),
             "{what}: the last iteration took {last:.2} ms (simulated), {ratio:.2}x the {predicted:.2} ms predicted"
         );
-        assert!(plan["held"].is_object(), "{what}: {plan}");
-        assert_eq!(offline["held"], plan["held"], "{what}");
-        let again = offline["planned_time_s"].as_f64().unwrap() * 1e3;
-        assert!(
-            offline["feasible"] == true && (again / predicted - 1.0).abs() < 0.02,
-            "{what}: marmoset plan on the trace predicts {again:.2} ms, the shim's plan {predicted:.2}"
-        );
+        agrees_offline(&what, &offline, plan);
     }
 }

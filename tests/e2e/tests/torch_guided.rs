@@ -58,16 +58,7 @@ fn guided(script: &str, batch: &str, name: &str) {
     for policy in ["capuchin", "auto"] {
         let trace = temp_path(&format!("torch-guided-{name}-{policy}.jsonl"));
         let (out, times) = under(policy, Some(&trace));
-        // `marmoset plan` on the run's trace plans the model the shim planned (as its allocator
-        // held memory) and the plan as the shim carries it out.
-        let offline = std::process::Command::new(marmoset())
-            .arg("plan")
-            .arg(&trace)
-            .args(["--budget", &limit, "--policy", policy, "--json"])
-            .output()
-            .expect("run marmoset plan");
-        ok(&offline);
-        let offline: serde_json::Value = serde_json::from_slice(&offline.stdout).unwrap();
+        let offline = plan_offline(&trace, &limit, policy);
         let records = take_trace(&trace);
         let err = stderr(&out);
         assert!(
@@ -104,13 +95,7 @@ fn guided(script: &str, batch: &str, name: &str) {
                 "{name}: auto {last:.2} ms, not below lru's {last_lru:.2} ms (simulated)"
             );
         }
-        assert!(plan["held"].is_object(), "{policy}: {plan}");
-        assert_eq!(offline["held"], plan["held"], "{policy}");
-        let again = offline["planned_time_s"].as_f64().unwrap() * 1e3;
-        assert!(
-            offline["feasible"] == true && (again / predicted - 1.0).abs() < 0.02,
-            "{name} under {policy}: marmoset plan on the trace predicts {again:.2} ms, the shim's plan {predicted:.2} ms: {offline}"
-        );
+        let again = agrees_offline(&format!("{name} under {policy}"), &offline, plan);
         report += &format!(
             ", {policy} {last:.2} ms (predicted {predicted:.2} ms; {again:.2} ms offline)"
         );
