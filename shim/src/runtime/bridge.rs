@@ -263,8 +263,9 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
             log(
                 Level::Info,
                 &format!(
-                    "bridge: {policy} planned {} operations in {planning_ms:.1} ms: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
+                    "bridge: {policy} planned {} operations ({} without a duration) in {planning_ms:.1} ms: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
                     converted.trace.ops.len(),
+                    converted.untimed,
                     outcome.makespan * 1e3,
                     if outcome.feasible {
                         ""
