@@ -16,7 +16,6 @@ use crate::model::Trace;
 use candidates::{Candidates, Verdict};
 use hash::{Map, Set};
 use neighbourhood::Walk;
-use run::ByOp;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -169,6 +168,41 @@ pub struct Passive<'a> {
     /// A makespan the caller already has: the run stops there, not feasible, once its time so
     /// far and the compute left reach it (it cannot win). Infinite: never.
     pub cutoff: f64,
+}
+
+/// Items by operation, each operation's in order (one array: a replay builds these per plan).
+#[derive(Default)]
+struct ByOp<T> {
+    /// Operation `i`'s items are `items[start[i]..start[i + 1]]`.
+    start: Vec<usize>,
+    items: Vec<T>,
+}
+
+impl<T: Ord + Copy> ByOp<T> {
+    /// From (operation, item) pairs; those past the last operation never happen.
+    fn new(n_ops: usize, mut pairs: Vec<(usize, T)>) -> ByOp<T> {
+        pairs.retain(|p| p.0 < n_ops);
+        pairs.sort_unstable();
+        let mut start = vec![0; n_ops + 1];
+        for p in &pairs {
+            start[p.0 + 1] += 1;
+        }
+        for i in 0..n_ops {
+            start[i + 1] += start[i];
+        }
+        ByOp {
+            start,
+            items: pairs.into_iter().map(|p| p.1).collect(),
+        }
+    }
+
+    fn range(&self, op: usize) -> std::ops::Range<usize> {
+        self.start[op]..self.start[op + 1]
+    }
+
+    fn of(&self, op: usize) -> &[T] {
+        &self.items[self.range(op)]
+    }
 }
 
 struct Sim<'a> {

@@ -1,47 +1,12 @@
 //! The replay itself: a plan read into per-operation moves, the steps run in order, and the
-//! outcome. The mechanisms each step uses (taking
-//! memory, evicting, recomputing, swapping) are [`Sim`]'s, in the module above.
+//! outcome. The mechanisms each step uses (taking memory, evicting, recomputing, swapping) are
+//! [`Sim`]'s, in the module above.
 
 use super::{
-    Candidates, Decision, Link, Map, Outcome, Passive, Plan, Set, Sim, State, Usage, Walk,
+    ByOp, Candidates, Decision, Link, Map, Outcome, Passive, Plan, Set, Sim, State, Usage, Walk,
 };
 use crate::model::{Step, Trace};
 use std::collections::BinaryHeap;
-
-/// Items by operation, each operation's in order (one array: a replay builds these per plan).
-#[derive(Default)]
-pub(super) struct ByOp<T> {
-    /// Operation `i`'s items are `items[start[i]..start[i + 1]]`.
-    start: Vec<usize>,
-    items: Vec<T>,
-}
-
-impl<T: Ord + Copy> ByOp<T> {
-    /// From (operation, item) pairs; those past the last operation never happen.
-    pub(super) fn new(n_ops: usize, mut pairs: Vec<(usize, T)>) -> ByOp<T> {
-        pairs.retain(|p| p.0 < n_ops);
-        pairs.sort_unstable();
-        let mut start = vec![0; n_ops + 1];
-        for p in &pairs {
-            start[p.0 + 1] += 1;
-        }
-        for i in 0..n_ops {
-            start[i + 1] += start[i];
-        }
-        ByOp {
-            start,
-            items: pairs.into_iter().map(|p| p.1).collect(),
-        }
-    }
-
-    pub(super) fn range(&self, op: usize) -> std::ops::Range<usize> {
-        self.start[op]..self.start[op + 1]
-    }
-
-    pub(super) fn of(&self, op: usize) -> &[T] {
-        &self.items[self.range(op)]
-    }
-}
 
 impl<'a> Sim<'a> {
     /// A replay of `plan` about to run its first step (the constants taken); with the plan's
