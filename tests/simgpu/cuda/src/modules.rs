@@ -446,8 +446,17 @@ mod tests {
     use super::*;
     use crate::fatbin::fixture;
 
+    /// The tests that launch kernels on the one simulated device take turns: its compute engine
+    /// is shared, so a kernel of one test queues behind another's, and a launch timed while
+    /// another test launches takes longer on the virtual clock.
+    fn launching() -> MutexGuard<'static, ()> {
+        static LAUNCHING: Mutex<()> = Mutex::new(());
+        LAUNCHING.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn register_then_ask_lazily() {
+        let _turn = launching();
         let elf = fixture::elf(&[(".nv.info._Z1kiPf", fixture::nv_info(&[(0, 4), (8, 8)], 16))]);
         let fb = fixture::fatbin(&[(90, elf)], true);
         #[repr(C)]
@@ -601,6 +610,7 @@ mod tests {
 
     #[test]
     fn launch_time_follows_the_bytes_its_pointers_reach() {
+        let _turn = launching();
         // copy(float* dst, float const* src, long n): a plain memory-bound kernel.
         let elf = fixture::elf(&[(
             ".nv.info._Z4copyPfPKfl",
