@@ -839,20 +839,21 @@ pub fn simulate(t: &Trace, budget: u64, link: Link, plan: &Plan) -> Outcome {
     replay(t, budget, link, plan, None, f64::INFINITY).1
 }
 
-/// [`simulate`] for a search that keeps a plan only if it fits and ends by `bar` (its best so
-/// far): the outcome where the replay stays within the budget and may end by `bar`, else
-/// `None`, found as soon as it goes over the budget or its time so far and the compute left
-/// pass `bar` (by more than rounding), without replaying the rest. So a search gets the same
-/// answers as from `simulate`, and a rejected plan costs only the replay up to where it lost.
+/// [`simulate`] for a search that keeps a plan only if it fits and ends before `bar` (its best
+/// so far; `ties`: or at it): the outcome of such a plan, else `None`. A replay that goes over
+/// the budget, or whose time so far and the compute left pass `bar` (by more than rounding),
+/// stops there. So a search keeps what it would keep with `simulate`, and a rejected plan
+/// costs only the replay up to where it lost.
 pub fn simulate_within(
     t: &Trace,
     budget: u64,
     link: Link,
     plan: &Plan,
     bar: f64,
+    ties: bool,
 ) -> Option<Outcome> {
     let out = replay(t, budget, link, plan, None, bar).1;
-    out.feasible.then_some(out)
+    (out.feasible && (out.makespan < bar || ties && out.makespan == bar)).then_some(out)
 }
 
 /// Replays the trace under `budget` with `plan` in passive mode: returns the evictions it made

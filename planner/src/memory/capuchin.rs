@@ -431,9 +431,7 @@ pub(super) fn prune(
     if gone.is_empty() {
         return;
     }
-    if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
-        && o.makespan <= out.makespan
-    {
+    if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan, true) {
         *plan = cand;
         *out = o;
         return;
@@ -441,8 +439,8 @@ pub(super) fn prune(
     // The replay disagrees (it can where swaps move in time): a group at a time.
     in_groups(gone.len(), more, |group| {
         let cand = without(t, plan, &gone[group]);
-        match simulate_within(t, budget, link, &cand, out.makespan) {
-            Some(o) if o.makespan <= out.makespan => {
+        match simulate_within(t, budget, link, &cand, out.makespan, true) {
+            Some(o) => {
                 *plan = cand;
                 *out = o;
                 true
@@ -546,8 +544,8 @@ fn faster_without(
     gone: &[(usize, Decision)],
 ) -> bool {
     let cand = without(t, plan, gone);
-    match simulate_within(t, budget, link, &cand, out.makespan) {
-        Some(o) if o.makespan < out.makespan => {
+    match simulate_within(t, budget, link, &cand, out.makespan, false) {
+        Some(o) => {
             *plan = cand;
             *out = o;
             true
@@ -820,9 +818,7 @@ fn adjust_triggers(
             let Some(moved) = moved_triggers(a, plan, out, group) else {
                 continue;
             };
-            if let Some(o) = simulate_within(t, budget, link, &moved, out.makespan)
-                && o.makespan < out.makespan
-            {
+            if let Some(o) = simulate_within(t, budget, link, &moved, out.makespan, false) {
                 *plan = moved;
                 *out = o;
                 improved = true;
@@ -935,9 +931,7 @@ pub(super) fn refine_swaps(
                 cand[j] = (s, Decision::Recompute { after, back });
             }
         }
-        if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
-            && o.makespan < out.makespan
-        {
+        if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan, false) {
             *plan = cand;
             *out = o;
             i += group.len();

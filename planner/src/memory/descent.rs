@@ -66,9 +66,7 @@ pub(super) fn descend(
             left -= 1;
             let mut cand = plan.clone();
             cand[k].1 = d;
-            if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
-                && o.makespan < out.makespan
-            {
+            if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan, false) {
                 plan = cand;
                 out = o;
             } else {

@@ -126,9 +126,7 @@ fn to_swaps(
                 back,
             };
         }
-        if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan)
-            && o.makespan < out.makespan
-        {
+        if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan, false) {
             *plan = cand;
             *out = o;
             i += group.len();

@@ -221,15 +221,16 @@ fn a_passive_run_and_the_replay_of_its_evictions_agree() {
     eprintln!("{runs} passive runs fit their budget, none replays worse");
 }
 
-/// A replay stopped at a bar (`simulate_within`) gives what a whole replay gives, to the bit,
-/// where it does not stop, and stops only where the whole replay does not fit or does not end
-/// below the bar: on random traces, for plans from several policies and edits of them
+/// A replay at a bar (`simulate_within`) keeps exactly the plans a whole replay would keep
+/// (those that fit and end before the bar, or at it with `ties`), with the whole replay's
+/// outcome to the bit: on random traces, for plans from several policies and edits of them
 /// (decisions changed, dropped or added), with the bar at the plan's own makespan and around.
 #[test]
 fn a_replay_stopped_at_a_bar_answers_as_a_whole_replay() {
     use crate::timeline::simulate_within;
     let mut r = Rng(2027);
     let (mut tried, mut stopped, mut whole) = (0, 0, 0);
+    // (`stopped`: plans not kept; `whole`: plans kept, replayed to the end.)
     for case in 0..150 {
         let t = random_trace_with(&mut r, 20 + case % 40, case % 2 == 0);
         let budget = (t.peak() as f64 * [0.8, 0.6, 0.4][case % 3]) as u64;
@@ -256,15 +257,20 @@ fn a_replay_stopped_at_a_bar_answers_as_a_whole_replay() {
                 _ => cand.push(other[r.below(other.len() as u64) as usize]),
             }
             let o = simulate(&t, budget, LINK, &cand);
-            for bar in [bar, bar * 0.97, bar * 1.03, f64::INFINITY] {
+            for (bar, ties) in [
+                (bar, true),
+                (bar, false),
+                (bar * 0.97, false),
+                (bar * 1.03, true),
+            ] {
                 tried += 1;
-                match simulate_within(&t, budget, LINK, &cand, bar) {
+                let keep = o.feasible && (o.makespan < bar || ties && o.makespan == bar);
+                match simulate_within(&t, budget, LINK, &cand, bar, ties) {
                     Some(x) => {
                         whole += 1;
                         assert!(
-                            o.feasible
-                                && (x.makespan.to_bits(), x.peak, x.stall_s.to_bits())
-                                    == (o.makespan.to_bits(), o.peak, o.stall_s.to_bits())
+                            keep && (x.makespan.to_bits(), x.peak, x.stall_s.to_bits())
+                                == (o.makespan.to_bits(), o.peak, o.stall_s.to_bits())
                                 && (x.swapped_out, x.recomputed_ops)
                                     == (o.swapped_out, o.recomputed_ops)
                                 && x.usage.mem_at == o.usage.mem_at,
@@ -273,17 +279,17 @@ fn a_replay_stopped_at_a_bar_answers_as_a_whole_replay() {
                     }
                     None => {
                         stopped += 1;
-                        assert!(!o.feasible || o.makespan >= bar, "case {case}: {o:?}");
+                        assert!(!keep, "case {case}: {o:?}");
                     }
                 }
             }
         }
     }
     assert!(
-        stopped > 500 && whole > 500,
+        stopped > 500 && whole > 300,
         "{tried}: {stopped} stopped, {whole} whole"
     );
-    eprintln!("{tried} replays at a bar: {stopped} stopped, {whole} as whole replays");
+    eprintln!("{tried} replays at a bar: {whole} kept, {stopped} not");
 }
 
 /// The simulator's index of eviction candidates chooses exactly as a scan of every storage
