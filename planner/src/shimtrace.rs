@@ -34,7 +34,7 @@
 
 use crate::iteration::{self, Call, Effect, Region, Steady, TensorId};
 use crate::model::{Op, Step, Storage, Trace};
-use crate::timeline::{Decision, Plan};
+use crate::timeline::{Decision, Link, Outcome, Plan};
 use crate::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 
@@ -973,6 +973,23 @@ pub fn carried_out(t: &Trace, plan: &Plan) -> Plan {
         .collect()
 }
 
+/// A policy's plan and its replay as the shim carries them out ([`carried_out`]), replayed
+/// again where that left decisions out: the prediction the shim's plan record gives, and the
+/// one `marmoset plan` gives on the trace of a planned run.
+pub fn as_carried_out(
+    t: &Trace,
+    budget: u64,
+    link: Link,
+    (plan, outcome): (Plan, Outcome),
+) -> (Plan, Outcome) {
+    let done = carried_out(t, &plan);
+    if done.len() == plan.len() {
+        return (plan, outcome);
+    }
+    let o = crate::timeline::simulate(t, budget, link, &done);
+    (done, o)
+}
+
 /// Through which operation each content stays in its allocation: its last read (the program
 /// frees or overwrites it after), the operation that updates it in place, or for good
 /// (`usize::MAX`). A replay at a back-access after that would read what is there by then.
@@ -1034,7 +1051,7 @@ fn mark_backward(t: &mut Trace) {
 }
 
 mod held;
-pub use held::{as_held, held};
+pub use held::{as_held, held_and_links};
 
 #[cfg(test)]
 mod tests;

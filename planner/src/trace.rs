@@ -103,9 +103,6 @@ pub struct BatchNormParams {
     pub epsilon: f64,
 }
 
-/// Lineage: what replaying a call needs beyond its own record (its tensors' shapes, pointers
-/// and algorithm are there): scalars by value and the parameters of descriptors the framework
-/// may destroy right after the call.
 /// How the shim's allocator holds memory: tensors from `min_tensor` bytes take whole pages of
 /// `gran` bytes each; smaller ones share a pool that never moves (`pool` bytes when it
 /// planned), which comes off the budget.
@@ -116,6 +113,9 @@ pub struct Held {
     pub pool: u64,
 }
 
+/// Lineage: what replaying a call needs beyond its own record (its tensors' shapes, pointers
+/// and algorithm are there): scalars by value and the parameters of descriptors the framework
+/// may destroy right after the call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum Replay {

@@ -25,7 +25,7 @@ pub fn as_held(t: &mut Trace, budget: u64, h: &Held) -> u64 {
 
 /// How the run's last plan held memory, and the PCIe bandwidths it assumed (host to device,
 /// device to host, bytes per second); None where no plan record says.
-pub fn held(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {
+pub fn held_and_links(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {
     records
         .iter()
         .rev()

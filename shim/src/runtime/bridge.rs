@@ -9,7 +9,7 @@ use crate::runtime::recompute::Recipe;
 use crate::runtime::tracker::Found;
 use crate::state::{config, log};
 use planner::iteration::TensorId;
-use planner::shimtrace::{Converted, as_held, convert_with};
+use planner::shimtrace::{Converted, as_carried_out, as_held, convert_with};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
@@ -231,8 +231,13 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
     let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
     match got {
-        Ok(Ok((converted, plan, outcome, held))) => {
-            let link = link(&records);
+        Ok(Ok(Planned {
+            converted,
+            plan,
+            outcome,
+            held,
+            link,
+        })) => {
             let (swaps, recomputes) = plan.iter().fold((0, 0), |(s, r), (_, d)| match d {
                 Decision::Swap { .. } => (s + 1, r),
                 Decision::Recompute { .. } => (s, r + 1),
@@ -318,37 +323,40 @@ fn no_plan(policy: &str, why: String, planning_ms: f64) {
 /// chains (`planner::shimtrace::convert_with`) as the shim carries them out: a plan made on the
 /// unfolded model predicted ResNet-50 at 0.3 of its peak 9% faster than the folded one and ran
 /// 3% slower (simulated H100), so only MARMOSET_TEST_FOLD=0 plans it. The plan is the one the
-/// shim carries out (`planner::shimtrace::carried_out`: no `Extend`, no recomputation from
+/// shim carries out (`planner::shimtrace::as_carried_out`: no `Extend`, no recomputation from
 /// sources the program frees first), and so is its prediction.
-fn plan_now(
-    policy: &str,
-    budget: u64,
-    records: &[Record],
-) -> Result<(Converted, Plan, Outcome, Option<Held>), String> {
+fn plan_now(policy: &str, budget: u64, records: &[Record]) -> Result<Planned, String> {
     let mut converted = convert_with(records, config().test_fold != Some(false))?;
     if let Err(why) = &converted.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }
     // The model as the allocator holds its tensors (planner::shimtrace::as_held): pages, and
     // a pool of small tensors off the budget; the plan record says how, for `marmoset plan`.
-    let held = crate::memory::holding().map(|h| Held {
-        gran: h.gran,
-        min_tensor: h.min_tensor,
-        pool: h.pool,
-    });
+    let held = crate::memory::holding();
     let budget = held.map_or(budget, |h| as_held(&mut converted.trace, budget, &h));
+    let link = link(records);
     // A time bound: the best plan found so far when it is up (the planner's anytime search).
     let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);
     let t0 = Instant::now();
     let more = || pace.more(t0.elapsed().as_secs_f64());
-    let (plan, outcome) =
-        planner::policy::run_until(policy, &converted.trace, budget, link(records), &more)
-            .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
-    // What the shim will do of it, and what that costs (the prediction the plan record gives).
-    let done = planner::shimtrace::carried_out(&converted.trace, &plan);
-    if done.len() == plan.len() {
-        return Ok((converted, plan, outcome, held));
-    }
-    let o = planner::timeline::simulate(&converted.trace, budget, link(records), &done);
-    Ok((converted, done, o, held))
+    let planned = planner::policy::run_until(policy, &converted.trace, budget, link, &more)
+        .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
+    let (plan, outcome) = as_carried_out(&converted.trace, budget, link, planned);
+    Ok(Planned {
+        converted,
+        plan,
+        outcome,
+        held,
+        link,
+    })
+}
+
+/// What [`plan_now`] gives: the model, the plan and its prediction as the shim carries it out,
+/// how memory was held and the PCIe links the plan assumed.
+struct Planned {
+    converted: Converted,
+    plan: Plan,
+    outcome: Outcome,
+    held: Option<Held>,
+    link: Link,
 }

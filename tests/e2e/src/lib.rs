@@ -255,6 +255,10 @@ pub fn agrees_offline(what: &str, offline: &serde_json::Value, plan: &serde_json
         offline["feasible"] == true && (again / predicted - 1.0).abs() < 0.02,
         "{what}: marmoset plan on the trace predicts {again:.2} ms, the shim's plan {predicted:.2} ms: {offline}"
     );
+    eprintln!(
+        "{what}: marmoset plan on the trace {again:.3} ms, the shim's plan {predicted:.3} ms ({:+.2}%, simulated)",
+        100.0 * (again / predicted - 1.0)
+    );
     again
 }
 

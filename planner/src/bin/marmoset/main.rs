@@ -418,7 +418,7 @@ fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)> {
         let records = read_trace(path, &text)?;
         let t = planner::model::from_marmoset(&records)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        return Ok((t, planner::shimtrace::held(&records)));
+        return Ok((t, planner::shimtrace::held_and_links(&records)));
     }
     if first.contains("\"INSTRUCTION\"") {
         return planner::model::import_dtr(&text)
@@ -555,18 +555,10 @@ fn plan(
                 .is_none_or(|p| p.more(began.elapsed().as_secs_f64()))
         };
         let budget = held_budget(budget_bytes);
-        let (plan, o) = run_until(policy, &t, budget, link, &more)?;
-        let done = if held.is_some() {
-            planner::shimtrace::carried_out(&t, &plan)
-        } else {
-            plan.clone()
-        };
-        let planned = if done.len() == plan.len() {
-            (plan, o)
-        } else {
-            let o = planner::timeline::simulate(&t, budget, link, &done);
-            (done, o)
-        };
+        let mut planned = run_until(policy, &t, budget, link, &more)?;
+        if held.is_some() {
+            planned = planner::shimtrace::as_carried_out(&t, budget, link, planned);
+        }
         Some((planned, began.elapsed().as_secs_f64()))
     };
     // One plan's figures, as `--json` prints them.

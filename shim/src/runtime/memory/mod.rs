@@ -887,21 +887,13 @@ pub fn budget() -> Option<u64> {
     with(|m| m.budget.saturating_sub(m.preexisting))
 }
 
-/// How the allocator holds what the program allocates, as the planner's model must see it.
-pub struct Holding {
-    /// Tensors from `min_tensor` bytes take whole pages of `gran` bytes each.
-    pub gran: u64,
-    pub min_tensor: u64,
-    /// Bytes held now by the pool of smaller tensors, which never moves.
-    pub pool: u64,
-}
-
-/// [`Holding`] now (None: not managed).
-pub fn holding() -> Option<Holding> {
+/// How the allocator holds what the program allocates now, as the planner's model must see it
+/// (None: not managed); `pool`: the bytes the pool of smaller tensors holds now.
+pub fn holding() -> Option<planner::trace::Held> {
     if !active() {
         return None;
     }
-    with(|m| Holding {
+    with(|m| planner::trace::Held {
         gran: m.gran,
         min_tensor: m.min_tensor,
         pool: m.small_live.values().sum::<u64>()
