@@ -13,7 +13,9 @@
 //! them changes (a storage counted in it is dropped, comes back, is freed or goes for good; the
 //! simulator says which storages it touched, and only those whose droppedness changed count).
 //! Most of the hundreds of candidates an eviction weighs were weighed, unchanged, at the one
-//! before: DTR's choice is the same, only its neighbourhood costs are not walked again.
+//! before: DTR's choice is the same, only its neighbourhood costs are not walked again. Each
+//! list knows the costs that read it, as a chain through one arena (a walk appends to it, not
+//! to lists scattered over memory); a change forgets them.
 
 use crate::model::Trace;
 
@@ -36,11 +38,12 @@ pub(super) struct Walk {
     /// read stays as it was: the walk is a function of those lists.
     cost: Vec<Option<(f64, bool)>>,
     /// Per storage: bumped whenever its cost is forgotten or walked again, so that older
-    /// entries in the lists' dependants below are recognised as spent.
+    /// readers in the chains below are recognised as spent.
     version: Vec<u32>,
-    /// Per operation: the (storage, version) costs that read its `ins` (`outs`) list.
-    ins_readers: Vec<Vec<(usize, u32)>>,
-    outs_readers: Vec<Vec<(usize, u32)>>,
+    /// Per list (`2 op` its `ins`, `2 op + 1` its `outs`): the first of the costs that read
+    /// it, chained through `readers_of` (`NONE`: none).
+    first: Vec<u32>,
+    readers_of: Vec<Reader>,
     /// Per storage: whether the lists count it as dropped, and the storages whose state may
     /// have changed since the last eviction.
     in_lists: Vec<bool>,
@@ -52,6 +55,21 @@ pub(super) struct Walk {
     readers: Vec<usize>,
 }
 
+/// A cost that read a list: its storage, the storage's version then, the next reader.
+#[derive(Clone, Copy)]
+struct Reader {
+    s: u32,
+    version: u32,
+    next: u32,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The chains are cleared (and every kept cost forgotten) once they hold this many readers:
+/// kept costs are a cache, and spent readers are only dropped by a change to their list. (Small
+/// in tests, so that the index's comparison with the scan crosses many clearings.)
+const READERS_CAP: usize = if cfg!(test) { 64 } else { 1 << 21 };
+
 /// The next stamp of a mark array (cleared when the stamps wrap).
 fn next(marks: &mut [u32], stamp: &mut u32) -> u32 {
     *stamp = stamp.wrapping_add(1);
@@ -60,16 +78,6 @@ fn next(marks: &mut [u32], stamp: &mut u32) -> u32 {
         *stamp = 1;
     }
     *stamp
-}
-
-/// Forgets the costs that read a list (its readers, where still current).
-fn forget(readers: &mut Vec<(usize, u32)>, cost: &mut [Option<(f64, bool)>], version: &mut [u32]) {
-    for (s, v) in readers.drain(..) {
-        if version[s] == v {
-            cost[s] = None;
-            version[s] = v.wrapping_add(1);
-        }
-    }
 }
 
 impl Walk {
@@ -93,8 +101,8 @@ impl Walk {
             outs_ok: vec![false; ops],
             cost: vec![None; n],
             version: vec![0; n],
-            ins_readers: vec![Vec::new(); ops],
-            outs_readers: vec![Vec::new(); ops],
+            first: vec![NONE; 2 * ops],
+            readers_of: Vec::new(),
             in_lists: vec![false; n],
             touched: Vec::new(),
             makers,
@@ -120,13 +128,38 @@ impl Walk {
             self.in_lists[s] = d;
             for &c in &consumers[s] {
                 self.ins_ok[c] = false;
-                forget(&mut self.ins_readers[c], &mut self.cost, &mut self.version);
+                self.forget(2 * c);
             }
-            for &o in &self.makers[s] {
+            for i in 0..self.makers[s].len() {
+                let o = self.makers[s][i];
                 self.outs_ok[o] = false;
-                forget(&mut self.outs_readers[o], &mut self.cost, &mut self.version);
+                self.forget(2 * o + 1);
             }
         }
+    }
+
+    /// Forgets the costs that read list `l` (its readers, where still current).
+    fn forget(&mut self, l: usize) {
+        let mut r = std::mem::replace(&mut self.first[l], NONE);
+        while r != NONE {
+            let Reader { s, version, next } = self.readers_of[r as usize];
+            let s = s as usize;
+            if self.version[s] == version {
+                self.cost[s] = None;
+                self.version[s] = version.wrapping_add(1);
+            }
+            r = next;
+        }
+    }
+
+    /// The cost of storage `s` read list `l`.
+    fn reads(&mut self, s: usize, l: usize) {
+        self.readers_of.push(Reader {
+            s: s as u32,
+            version: self.version[s],
+            next: self.first[l],
+        });
+        self.first[l] = (self.readers_of.len() - 1) as u32;
     }
 
     /// First occurrences of `it`'s items that `dropped` accepts, in order.
@@ -166,6 +199,11 @@ impl Walk {
             Some((c, whole)) if whole || loses(c) => return c,
             part => part.is_some(),
         };
+        if self.readers_of.len() >= READERS_CAP {
+            self.readers_of.clear();
+            self.first.iter_mut().for_each(|r| *r = NONE);
+            self.cost.iter_mut().for_each(|c| *c = None);
+        }
         self.version[s] = self.version[s].wrapping_add(1);
         // Asked again for a part that no longer loses: the whole, so as not to walk it a third
         // time.
@@ -192,7 +230,6 @@ impl Walk {
                 .producer
                 .map_or(f64::INFINITY, |p| t.ops[p].time_s)
         };
-        let reader = (s, self.version[s]);
         let stamp = next(&mut self.seen, &mut self.stamp);
         self.seen[s] = stamp;
         let mut cost = 0.0;
@@ -223,7 +260,7 @@ impl Walk {
                         dropped,
                     );
                 }
-                self.ins_readers[p].push(reader);
+                self.reads(s, 2 * p);
                 // The readers of `x` (an operation reading it twice is listed twice, in a
                 // row: its second listing adds nothing).
                 readers.clear();
@@ -248,7 +285,7 @@ impl Walk {
                         self.outs[o] =
                             Self::list(&mut self.listed, &mut self.list_stamp, made, dropped);
                     }
-                    self.outs_readers[o].push(reader);
+                    self.reads(s, 2 * o + 1);
                 }
                 // This step's storages in the scan's order: the producer's inputs, then what
                 // each reader makes. Distinct in a trace in execution order (each storage has
