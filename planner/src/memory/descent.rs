@@ -28,7 +28,7 @@ use crate::timeline::{Decision, Link, Outcome, Plan, Stall, simulate_within};
 const PASSES: usize = 3;
 
 /// Replays per binary digit of the trace's length, in all: the search costs O(log n) replays.
-const REPLAYS_PER_DIGIT: usize = 8;
+const REPLAYS_PER_DIGIT: usize = 6;
 
 /// The replays a local search may spend on `t`: O(log n).
 pub(super) fn replays_for(t: &Trace) -> usize {
