@@ -113,6 +113,13 @@ pub struct Held {
     pub pool: u64,
 }
 
+impl Held {
+    /// What is left of a device budget for the held model: the pool comes off it.
+    pub fn left_of(&self, budget: u64) -> u64 {
+        budget.saturating_sub(self.pool)
+    }
+}
+
 /// Lineage: what replaying a call needs beyond its own record (its tensors' shapes, pointers
 /// and algorithm are there): scalars by value and the parameters of descriptors the framework
 /// may destroy right after the call.

@@ -390,7 +390,7 @@ pub(super) fn prune(
             adds(*d, len)
         });
         in_groups(group.len(), more, |g| {
-            faster_without(t, budget, link, plan, out, &group[g])
+            faster_without(t, budget, link, plan, out, &group[g], false)
         });
     }
     if !more() {
@@ -438,15 +438,7 @@ pub(super) fn prune(
     }
     // The replay disagrees (it can where swaps move in time): a group at a time.
     in_groups(gone.len(), more, |group| {
-        let cand = without(t, plan, &gone[group]);
-        match simulate_within(t, budget, link, &cand, out.makespan, true) {
-            Some(o) => {
-                *plan = cand;
-                *out = o;
-                true
-            }
-            _ => false,
-        }
+        faster_without(t, budget, link, plan, out, &gone[group], true)
     });
 }
 
@@ -496,7 +488,7 @@ pub(super) fn prune_swaps(
         let group = with_room(t, budget, &out.usage.mem_at, &mut order, span);
         in_groups(group.len(), &more, |g| {
             replays.set(replays.get() + 1);
-            faster_without(t, budget, link, plan, out, &group[g])
+            faster_without(t, budget, link, plan, out, &group[g], false)
         });
     }
 }
@@ -534,7 +526,8 @@ fn with_room<I: Iterator<Item = usize>>(
     group
 }
 
-/// Takes `plan` without `gone` where its replay stays feasible and gets faster.
+/// Takes `plan` without `gone` where its replay stays feasible and gets faster (`ties`: or
+/// as fast).
 fn faster_without(
     t: &Trace,
     budget: u64,
@@ -542,9 +535,10 @@ fn faster_without(
     plan: &mut Plan,
     out: &mut Outcome,
     gone: &[(usize, Decision)],
+    ties: bool,
 ) -> bool {
     let cand = without(t, plan, gone);
-    match simulate_within(t, budget, link, &cand, out.makespan, false) {
+    match simulate_within(t, budget, link, &cand, out.makespan, ties) {
         Some(o) => {
             *plan = cand;
             *out = o;

@@ -106,7 +106,7 @@ pub(super) fn online(
 
 /// [`online`] until `more` says time is up, or until it cannot end below `cutoff` (a cut run's
 /// plan does not fit): the portfolio's best so far, which such a run could not beat (on a
-/// recurrent network DTR's runtime thrashes for half a second to a 3x plan, where the
+/// recurrent network DTR's runtime thrashes for a third of a second to a 3.3x plan, where the
 /// recomputation selection's first run found 1.15x).
 pub(super) fn online_below(
     t: &Trace,

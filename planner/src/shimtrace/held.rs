@@ -7,8 +7,8 @@
 use crate::model::Trace;
 use crate::trace::{Event, Held, Record};
 
-/// Makes `t` the model as held by `h`; returns what is left of `budget` for it.
-pub fn as_held(t: &mut Trace, budget: u64, h: &Held) -> u64 {
+/// Makes `t` the model as held by `h` (its budget: [`Held::left_of`]).
+pub fn as_held(t: &mut Trace, h: &Held) {
     let gran = h.gran.max(1);
     for s in &mut t.storages {
         s.size = if s.size >= h.min_tensor {
@@ -20,7 +20,6 @@ pub fn as_held(t: &mut Trace, budget: u64, h: &Held) -> u64 {
     for o in &mut t.ops {
         o.scratch = o.scratch.div_ceil(gran) * gran;
     }
-    budget.saturating_sub(h.pool)
 }
 
 /// How the run's last plan held memory, and the PCIe bandwidths it assumed (host to device,
@@ -60,11 +59,12 @@ mod tests {
             min_tensor: 4096,
             pool: 1000,
         };
-        assert_eq!(as_held(&mut t, 50_000, &h), 49_000);
+        as_held(&mut t, &h);
+        assert_eq!(h.left_of(50_000), 49_000);
         let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
         assert_eq!(sizes, [0, 4096, 8192, 12_288]);
         assert_eq!(t.ops[0].scratch, 4096);
         // The pool outgrows the budget: nothing left, not an underflow.
-        assert_eq!(as_held(&mut t, 10, &h), 0);
+        assert_eq!(h.left_of(10), 0);
     }
 }

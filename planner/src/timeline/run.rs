@@ -145,26 +145,22 @@ impl<'a> Sim<'a> {
         let t = self.t;
         let link = self.link;
         let passive = self.passive;
+        // The program's compute time, and the compute left from each step on (for a passive
+        // run's cutoff, and the bar): the whole less what the steps before took. Summed in
+        // another order than the replay's clock: the bar allows for rounding.
+        let whole: f64 = t
+            .steps
+            .iter()
+            .map(|step| match *step {
+                Step::Op(i) => t.ops[i].time_s,
+                Step::Free(_) => 0.0,
+            })
+            .sum();
+        let mut before = 0.0;
         // Passive mode gives up once it has recomputed for four times the program's own
         // compute time (it thrashes; DTR's slowdowns stay below 2x where it fits at all).
-        let give_up = 4.0 * t.ops.iter().map(|o| o.time_s).sum::<f64>();
-        // The compute left from each step on (for a passive run's cutoff, and the bar): the
-        // whole less what the steps before took (no vector of 20,000 sums per replay).
-        // Summed in another order than the replay's clock: the bar allows for rounding.
+        let give_up = 4.0 * whole;
         let bar = bar * (1.0 + 1e-9);
-        let bounded = bar.is_finite() || passive.is_some_and(|p| p.cutoff.is_finite());
-        let whole: f64 = if bounded {
-            t.steps
-                .iter()
-                .map(|step| match *step {
-                    Step::Op(i) => t.ops[i].time_s,
-                    Step::Free(_) => 0.0,
-                })
-                .sum()
-        } else {
-            0.0
-        };
-        let mut before = 0.0;
         let sim = self;
         // The next operation to run.
         let mut next = 0;
@@ -176,7 +172,7 @@ impl<'a> Sim<'a> {
             if let Some(p) = passive
                 && (sim.out.stall_s > give_up
                     || p.more.is_some_and(|more| !more())
-                    || bounded && sim.now + left >= p.cutoff)
+                    || sim.now + left >= p.cutoff)
             {
                 sim.out.feasible = false;
                 break;

@@ -333,7 +333,10 @@ fn plan_now(policy: &str, budget: u64, records: &[Record]) -> Result<Planned, St
     // The model as the allocator holds its tensors (planner::shimtrace::as_held): pages, and
     // a pool of small tensors off the budget; the plan record says how, for `marmoset plan`.
     let held = crate::memory::holding();
-    let budget = held.map_or(budget, |h| as_held(&mut converted.trace, budget, &h));
+    let budget = held.map_or(budget, |h| {
+        as_held(&mut converted.trace, &h);
+        h.left_of(budget)
+    });
     let link = link(records);
     // A time bound: the best plan found so far when it is up (the planner's anytime search).
     let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);

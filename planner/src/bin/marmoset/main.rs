@@ -515,12 +515,11 @@ fn plan(
     // (pages; the pool of small tensors off every budget), and each plan as the shim carries
     // it out. Any other trace: the model as recorded, each plan as planned.
     let peak = t.peak();
-    let pool = held.map_or(0, |h| {
-        planner::shimtrace::as_held(&mut t, 0, &h);
-        h.pool
-    });
+    if let Some(h) = &held {
+        planner::shimtrace::as_held(&mut t, h);
+    }
     let t = t;
-    let held_budget = |device: u64| device.saturating_sub(pool);
+    let held_budget = |device: u64| held.map_or(device, |h| h.left_of(device));
     let base = t.compute_time();
     // Slowdowns and fractions of the peak are ratios: an empty trace has none to give.
     if t.ops.is_empty() || peak == 0 {
