@@ -9,6 +9,10 @@ use super::{Deadline, best};
 use crate::model::Trace;
 use crate::timeline::{Decision, Link, Outcome, Plan, simulate_within};
 
+/// Replays per binary digit of the trace's length for each mix: fewer than the descent's 8, as
+/// the hybrid runs up to three such searches, one per start.
+const MIX_REPLAYS_PER_DIGIT: usize = 6;
+
 /// The search: from each of the one-mechanism plans (Capuchin's selection restricted to
 /// swapping, to recomputing) and the combined selection, move tensors between mechanisms while
 /// the replay gets faster ([`mix`]); the best replay wins, so the result is never above the
@@ -52,7 +56,7 @@ pub(super) fn hybrid_from(
 /// groups), and stalled swaps move to recomputations where recomputing is cheaper. Every move
 /// is kept only if the replay stays within the budget and gets faster. (What neither pays for
 /// is kept already: the selections undo what they took beyond need.) The moves to swaps share
-/// the descent's budget of replays over the passes, O(log n).
+/// one budget of replays over the passes, O(log n).
 fn mix(
     t: &Trace,
     a: &Analysis,
@@ -62,7 +66,7 @@ fn mix(
     mut plan: Plan,
     mut out: Outcome,
 ) -> (Plan, Outcome) {
-    let mut left = replays_for(t);
+    let mut left = replays_for(t, MIX_REPLAYS_PER_DIGIT);
     for _ in 0..3 {
         let before = out.makespan;
         to_swaps(t, a, budget, link, more, &mut left, &mut plan, &mut out);
