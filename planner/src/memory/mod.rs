@@ -142,7 +142,10 @@ pub type Deadline<'a> = &'a dyn Fn() -> bool;
 /// A deadline kept, not overrun by one step: asked with the time now, it says whether another
 /// step fits before the end, a step taking as long as the longest interval between two askings
 /// so far (the search's steps between two askings vary little, and a loaded host stretches
-/// them all). Plain `now < end` lets the step in flight finish past the end.
+/// them all). Plain `now < end` lets the step in flight finish past the end. It also keeps back
+/// [`RESERVE`] of the time for what follows the last asking (a search's closing replay of its
+/// best plan): `auto` on a 1,257-operation trace under 100 ms returned at up to 100.4 ms
+/// without it.
 #[derive(Debug)]
 pub struct Pace {
     end: f64,
@@ -166,9 +169,12 @@ impl Pace {
             self.longest.set(self.longest.get().max(now - last));
         }
         self.last.set(Some(now));
-        now + self.longest.get() < self.end
+        now + self.longest.get() < self.end * (1.0 - RESERVE)
     }
 }
+
+/// The fraction of a [`Pace`]'s time kept back for returning.
+pub const RESERVE: f64 = 0.01;
 
 /// Policies' results by name.
 pub type Named = Vec<(&'static str, (Plan, Outcome))>;
