@@ -960,13 +960,18 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
 /// The plan as the shim carries it out: the shim cannot keep a tensor past the program's free
 /// or overwrite of it, so it does no `Extend`, and a recomputation whose sources (its producer's
 /// inputs) are not all still there at its back-access, as the program frees and overwrites
-/// them, is not carried out (the tensor stays resident).
+/// them, is not carried out (the tensor stays resident). Nor is a drop for good (`back` never):
+/// the shim drops dead contents at the program's free of them (the model's `Free`), and a
+/// tensor the program still holds may be read in the next iteration.
 pub fn carried_out(t: &Trace, plan: &Plan) -> Plan {
     let until = valid_until(t);
     plan.iter()
         .copied()
         .filter(|&(st, d)| match d {
             Decision::Extend { .. } => false,
+            Decision::Recompute {
+                back: usize::MAX, ..
+            } => false,
             Decision::Recompute { back, .. } => sourced(t, &until, st, back),
             Decision::Swap { .. } => true,
         })

@@ -21,6 +21,10 @@ use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
 /// The best plan so far, when to stop looking, and (for [`super::run_all`]) what each other
 /// policy gave on the way.
 struct Anytime<'a> {
+    /// What a plan is judged on: for a trace the shim replays in place, the plan as the shim
+    /// carries it out (a plan may hold decisions it would leave out, and be slower or not fit
+    /// without them).
+    judged: (&'a Trace, u64, Link),
     best: (Plan, Outcome),
     /// The compute time: a feasible plan that takes no more is optimal.
     bound: f64,
@@ -32,6 +36,12 @@ struct Anytime<'a> {
 
 impl Anytime<'_> {
     fn offer(&mut self, x: (Plan, Outcome)) {
+        let (t, budget, link) = self.judged;
+        let x = if t.replay_in_place {
+            crate::shimtrace::as_carried_out(t, budget, link, x)
+        } else {
+            x
+        };
         if rank_outcomes(&x.1, &self.best.1).is_lt() {
             self.best = x;
         }
@@ -74,6 +84,7 @@ pub(super) fn portfolio(
 ) -> ((Plan, Outcome), Named) {
     let empty = simulate(t, budget, link, &Vec::new());
     let mut s = Anytime {
+        judged: (t, budget, link),
         best: (Vec::new(), empty),
         bound: t.compute_time(),
         more,

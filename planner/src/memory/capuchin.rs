@@ -664,8 +664,10 @@ fn candidates(
             // again), unless something made from it may still be recomputed: then it would
             // have to be recomputed first, at its producer's cost (ranked by MSPS).
             let may_source = a.horizon[s] > p;
-            // Weights stay: the optimizer and the next iteration read them.
-            if next > 0
+            // Weights stay: the optimizer and the next iteration read them. The shim drops
+            // dead contents only at the program's free (see `shimtrace::carried_out`).
+            if !t.replay_in_place
+                && next > 0
                 && !st.constant
                 && acc[next - 1] < p
                 && st.size > 0

@@ -181,6 +181,34 @@ fn every_policy_gives_plans_that_replay_within_the_budget() {
     );
 }
 
+/// On a trace the shim replays in place, every policy plans only what the shim carries out: no
+/// source kept past the program's free, no drop for good, every recomputation's sources still
+/// there at its back-access. (DTR's passive mode used to keep freed sources as metadata here
+/// too: on ResNet-50 at 0.3, `recompute` planned 1.27x and, carried out, did not fit.)
+#[test]
+fn on_traces_replayed_in_place_every_plan_is_carried_out_as_planned() {
+    let mut r = Rng(77);
+    let mut recomputes = 0;
+    for case in 0..120 {
+        let mut t = random_trace(&mut r, 6 + (case % 12));
+        t.replay_in_place = true;
+        let peak = t.peak();
+        for f in [0.9, 0.7, 0.5, 0.3] {
+            let budget = (peak as f64 * f) as u64;
+            for p in POLICIES {
+                let (plan, _) = run(p, &t, budget, LINK).unwrap();
+                let done = crate::shimtrace::carried_out(&t, &plan);
+                assert_eq!(done, plan, "case {case} {p} at {f}: decisions left out");
+                recomputes += plan
+                    .iter()
+                    .filter(|d| matches!(d.1, Decision::Recompute { .. }))
+                    .count();
+            }
+        }
+    }
+    assert!(recomputes > 100, "only {recomputes} recomputations planned");
+}
+
 /// The recompute policy finds the plan that needs a freed source kept (and dropped itself,
 /// to be recomputed first): see the simulator's hand-computed `an_extension_keeps_a_freed_source`.
 /// The evictions a passive run records replay to the same run: never reading a freed
@@ -869,8 +897,9 @@ fn a_paced_deadline_leaves_room_for_the_longest_step_so_far() {
     assert!(p.more(5.0)); // 5 + 3 < 10
     assert!(p.more(6.0)); // 6 + 3 < 10
     assert!(!p.more(7.0)); // 7 + 3 is the end: no room for another 3 s step
-    // Never asked before: only the end counts.
-    assert!(Pace::new(1.0).more(0.99));
+    // Never asked before: only the end counts, less the 1% kept back for returning.
+    assert!(Pace::new(1.0).more(0.98));
+    assert!(!Pace::new(1.0).more(0.995));
     assert!(!Pace::new(1.0).more(1.0));
 }
 
