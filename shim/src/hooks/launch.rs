@@ -1,9 +1,10 @@
 //! Which allocations a kernel launch touches: each parameter's offset and size come from
 //! `cuFuncGetParamInfo` (via `cudaGetFuncBySymbol` for runtime kernels); every 8-byte word of
 //! every parameter, structs included, that holds an address inside a known allocation is a touch.
-//! Kernels do not say what they read or write, so these touches are `rw`, with one documented
-//! exception where the kernel's name and parameters say it exactly (see [`elementwise`]):
-//! PyTorch's elementwise kernels over contiguous operands.
+//! Kernels do not say what they read or write, so these touches are `rw`, with two documented
+//! exceptions where the kernel's name and parameters say it: PyTorch's elementwise kernels
+//! over contiguous operands (see [`elementwise`]), and kernels whose demangled signature types
+//! every parameter (see [`super::signature`]: `const` pointers are read).
 
 use crate::real::{CUDA, CUDART, resolve};
 use crate::state;
@@ -232,6 +233,11 @@ pub fn touches(
     if let Some(t) = operands(func, runtime).and_then(|o| elementwise(o, &layout, &buf, find)) {
         return t;
     }
+    if let Some(t) = signature(func, runtime)
+        .and_then(|sig| super::signature::touches(&sig, &layout, &buf, find))
+    {
+        return t;
+    }
     pointed(&layout, &buf, find)
 }
 
@@ -339,6 +345,15 @@ fn elementwise(
         }
     }
     Some(out)
+}
+
+/// [`super::signature::parse`] of each kernel's name, once per kernel.
+static SIGNATURES: PerKernel<super::signature::Signature> = Mutex::new(None);
+
+fn signature(func: usize, runtime: bool) -> Option<super::signature::Signature> {
+    cached(&SIGNATURES, (func, runtime), || {
+        super::signature::parse(&name(func, runtime)?)
+    })
 }
 
 /// An elementwise kernel's operand count and output element size (see [`elementwise`]).

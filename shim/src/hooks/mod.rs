@@ -13,6 +13,7 @@ pub mod dl;
 pub mod driver;
 pub mod launch;
 pub mod runtime;
+pub mod signature;
 
 use crate::state::{self, Guard};
 use planner::trace::{Access, Event, Touch};
