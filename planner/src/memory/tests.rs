@@ -181,14 +181,15 @@ fn every_policy_gives_plans_that_replay_within_the_budget() {
     );
 }
 
-/// On a trace the shim replays in place, every policy plans only what the shim carries out: no
-/// source kept past the program's free, no drop for good, every recomputation's sources still
-/// there at its back-access. (DTR's passive mode used to keep freed sources as metadata here
-/// too: on ResNet-50 at 0.3, `recompute` planned 1.27x and, carried out, did not fit.)
+/// On a trace the shim replays in place, `auto` judges every plan as the shim carries it out
+/// (no source kept past the program's free, no drop for good, every recomputation's sources
+/// still there at its back-access), so its pick is carried out as planned. Other policies'
+/// plans may hold decisions the shim leaves out (DTR's passive mode keeps freed sources as
+/// metadata): `marmoset plan` and the shim carry those out before predicting.
 #[test]
-fn on_traces_replayed_in_place_every_plan_is_carried_out_as_planned() {
+fn on_traces_replayed_in_place_auto_picks_a_plan_carried_out_as_planned() {
     let mut r = Rng(77);
-    let mut recomputes = 0;
+    let (mut recomputes, mut others_left_out) = (0, 0);
     for case in 0..120 {
         let mut t = random_trace(&mut r, 6 + (case % 12));
         t.replay_in_place = true;
@@ -198,15 +199,21 @@ fn on_traces_replayed_in_place_every_plan_is_carried_out_as_planned() {
             for p in POLICIES {
                 let (plan, _) = run(p, &t, budget, LINK).unwrap();
                 let done = crate::shimtrace::carried_out(&t, &plan);
-                assert_eq!(done, plan, "case {case} {p} at {f}: decisions left out");
-                recomputes += plan
-                    .iter()
-                    .filter(|d| matches!(d.1, Decision::Recompute { .. }))
-                    .count();
+                if *p == "auto" {
+                    assert_eq!(done, plan, "case {case} at {f}: decisions left out");
+                    recomputes += plan
+                        .iter()
+                        .filter(|d| matches!(d.1, Decision::Recompute { .. }))
+                        .count();
+                } else if done != plan {
+                    others_left_out += 1;
+                }
             }
         }
     }
-    assert!(recomputes > 100, "only {recomputes} recomputations planned");
+    // The check met plans with recomputations, and policies whose plans the shim would change.
+    assert!(recomputes > 50, "only {recomputes} recomputations planned");
+    assert!(others_left_out > 0);
 }
 
 /// The recompute policy finds the plan that needs a freed source kept (and dropped itself,
