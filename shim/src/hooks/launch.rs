@@ -264,10 +264,10 @@ fn pointed(
 }
 
 /// (allocation, offset in it, its size) of an address.
-type Found = (u64, u64, u64);
+pub(super) type Found = (u64, u64, u64);
 
 /// Each parameter's 8-byte words as (offset in the buffer, value).
-fn words<'a>(
+pub(super) fn words<'a>(
     layout: &'a [(usize, usize)],
     buf: &'a [u8],
 ) -> impl Iterator<Item = (usize, u64)> + 'a {

@@ -13,6 +13,7 @@
 //! that points into an allocation may be one: such kernels are left to the conservative rule
 //! (every touch `rw`). So is an allocation reached by two parameters, one of them writable.
 
+use super::launch::{Found, words};
 use planner::trace::{Access, Touch};
 
 /// One parameter of a kernel's signature.
@@ -118,9 +119,6 @@ pub fn parse(name: &str) -> Option<Signature> {
     Some(Signature { params })
 }
 
-/// (allocation, offset in it, its size) of an address.
-type Found = (u64, u64, u64);
-
 /// The touches of a launch of a kernel with signature `sig`, from its parameter `layout`
 /// ((offset, size) of each) and packed buffer; None where the signature does not settle them
 /// (see the module's comment).
@@ -138,10 +136,7 @@ pub fn touches(
         let bytes = buf.get(off..off + size)?;
         match *p {
             Param::Scalar => {
-                if bytes
-                    .chunks_exact(8)
-                    .any(|w| find(u64::from_le_bytes(w.try_into().expect("8 bytes"))).is_some())
-                {
+                if words(&[(off, size)], buf).any(|(_, w)| find(w).is_some()) {
                     return None;
                 }
             }
@@ -250,13 +245,18 @@ mod tests {
         assert_eq!(t.len(), 2);
     }
 
+    /// Its backward pass, from the output's gradient and the indices into the input's gradient.
+    fn max_pool_backward(grad: u64, mask: u64, dx: u64) -> (Vec<(usize, usize)>, Vec<u8>) {
+        let mut v = vec![grad, mask];
+        v.extend([1, 1, 4, 4, 2, 2, 2, 2, 2, 2, 0, 0, 1, 1]);
+        v.push(dx);
+        packed(MAX_POOL_BACKWARD, &v)
+    }
+
     #[test]
     fn the_backward_pass_reads_the_gradient_and_indices_and_may_write_the_input_gradient() {
         let sig = parse(MAX_POOL_BACKWARD).unwrap();
-        let mut v = vec![0x2000, 0x3000];
-        v.extend([1, 1, 4, 4, 2, 2, 2, 2, 2, 2, 0, 0, 1, 1]);
-        v.push(0x1000);
-        let (layout, buf) = packed(MAX_POOL_BACKWARD, &v);
+        let (layout, buf) = max_pool_backward(0x2000, 0x3000, 0x1000);
         assert_eq!(
             touches(&sig, &layout, &buf, find([64, 16, 32])),
             Some(vec![
@@ -274,10 +274,7 @@ mod tests {
         let (layout, buf) = max_pool(0x1000, 0x3000);
         assert_eq!(touches(&sig, &layout, &buf, find([64, 16, 32])), None);
         // Two reads of one allocation are fine.
-        let mut v = vec![0x2000, 0x2008];
-        v.extend([1, 1, 4, 4, 2, 2, 2, 2, 2, 2, 0, 0, 1, 1]);
-        v.push(0x1000);
-        let (layout, buf) = packed(MAX_POOL_BACKWARD, &v);
+        let (layout, buf) = max_pool_backward(0x2000, 0x2008, 0x1000);
         let sig_b = parse(MAX_POOL_BACKWARD).unwrap();
         assert_eq!(
             touches(&sig_b, &layout, &buf, find([64, 16, 32])).map(|t| t.len()),
