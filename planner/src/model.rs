@@ -81,6 +81,11 @@ pub struct Trace {
     /// simulator, which can do both.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replay_in_place: bool,
+    /// The shim will carry the plan out (`shimtrace::carried_out`): every policy's plan comes
+    /// back as carried out, and `auto` judges each plan it weighs that way. Set by the shim's
+    /// planner and by `marmoset plan` on the trace of a run that planned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shim_carries_out: bool,
 }
 
 impl Trace {

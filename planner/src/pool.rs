@@ -133,7 +133,7 @@ mod tests {
                 Step::Free(1),
                 Step::Free(2),
             ],
-            replay_in_place: false,
+            ..Trace::default()
         };
         let p = smartpool(&t);
         assert_eq!(p.peak_load, 6);

@@ -21,9 +21,8 @@ use crate::timeline::{Evict, Link, Outcome, Plan, simulate};
 /// The best plan so far, when to stop looking, and (for [`super::run_all`]) what each other
 /// policy gave on the way.
 struct Anytime<'a> {
-    /// What a plan is judged on: for a trace the shim replays in place, the plan as the shim
-    /// carries it out (a plan may hold decisions it would leave out, and be slower or not fit
-    /// without them).
+    /// What a plan is judged on: where the shim carries it out, the plan as it does (a plan
+    /// may hold decisions it would leave out, and be slower or not fit without them).
     judged: (&'a Trace, u64, Link),
     best: (Plan, Outcome),
     /// The compute time: a feasible plan that takes no more is optimal.
@@ -37,11 +36,7 @@ struct Anytime<'a> {
 impl Anytime<'_> {
     fn offer(&mut self, x: (Plan, Outcome)) {
         let (t, budget, link) = self.judged;
-        let x = if t.replay_in_place {
-            crate::shimtrace::as_carried_out(t, budget, link, x)
-        } else {
-            x
-        };
+        let x = super::carried(t, budget, link, x);
         if rank_outcomes(&x.1, &self.best.1).is_lt() {
             self.best = x;
         }

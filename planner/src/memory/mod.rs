@@ -174,7 +174,7 @@ impl Pace {
 }
 
 /// The fraction of a [`Pace`]'s time kept back for returning.
-pub const RESERVE: f64 = 0.01;
+const RESERVE: f64 = 0.01;
 
 /// Policies' results by name.
 pub type Named = Vec<(&'static str, (Plan, Outcome))>;
@@ -185,7 +185,8 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
 }
 
 /// Runs policy `name` until `more` says time is up (see [`Deadline`]); `None` for a name not in
-/// [`POLICIES`].
+/// [`POLICIES`]. Where the shim carries the plan out ([`Trace::shim_carries_out`]), the plan
+/// and its outcome are as it carries them out.
 pub fn run_until(
     name: &str,
     t: &Trace,
@@ -194,7 +195,7 @@ pub fn run_until(
     more: Deadline,
 ) -> Option<(Plan, Outcome)> {
     let a = Analysis::new(t);
-    Some(match name {
+    let planned = match name {
         "auto" => auto::portfolio(t, &a, budget, link, more, false).0,
         "capuchin" => capuchin::capuchin(t, &a, budget, link, more),
         "swap" => capuchin::swap_only(t, &a, budget, link, more),
@@ -206,7 +207,17 @@ pub fn run_until(
         "autoswap" => autoswap::autoswap(t, &a, budget, link),
         "hybrid" => hybrid::hybrid(t, &a, budget, link, more),
         _ => return None,
-    })
+    };
+    Some(carried(t, budget, link, planned))
+}
+
+/// A plan as the shim carries it out, where it does ([`Trace::shim_carries_out`]).
+pub(super) fn carried(t: &Trace, budget: u64, link: Link, x: (Plan, Outcome)) -> (Plan, Outcome) {
+    if t.shim_carries_out {
+        crate::shimtrace::as_carried_out(t, budget, link, x)
+    } else {
+        x
+    }
 }
 
 /// Every policy in [`POLICIES`] at once, each result exactly as [`run`] gives it, for the cost
@@ -215,7 +226,11 @@ pub fn run_all(t: &Trace, budget: u64, link: Link) -> Named {
     let a = Analysis::new(t);
     let (best, named) = auto::portfolio(t, &a, budget, link, &|| true, true);
     let mut all = vec![("auto", best)];
-    all.extend(named);
+    all.extend(
+        named
+            .into_iter()
+            .map(|(n, x)| (n, carried(t, budget, link, x))),
+    );
     all.sort_by_key(|x| POLICIES.iter().position(|p| *p == x.0));
     all
 }

@@ -18,7 +18,7 @@ pub(crate) fn unit_trace(sizes: &[u64], ops: &[(&str, &[usize])], steps: Vec<Ste
             .map(|(i, &(name, inputs))| Op::new(name, 1.0, inputs.to_vec(), vec![i]))
             .collect(),
         steps,
-        replay_in_place: false,
+        ..Trace::default()
     }
 }
 

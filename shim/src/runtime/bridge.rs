@@ -9,7 +9,7 @@ use crate::runtime::recompute::Recipe;
 use crate::runtime::tracker::Found;
 use crate::state::{config, log};
 use planner::iteration::TensorId;
-use planner::shimtrace::{Converted, as_carried_out, as_held, convert_with};
+use planner::shimtrace::{Converted, as_held, convert_with};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
@@ -338,13 +338,14 @@ fn plan_now(policy: &str, budget: u64, records: &[Record]) -> Result<Planned, St
         h.left_of(budget)
     });
     let link = link(records);
+    converted.trace.shim_carries_out = true;
     // A time bound: the best plan found so far when it is up (the planner's anytime search).
     let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);
     let t0 = Instant::now();
     let more = || pace.more(t0.elapsed().as_secs_f64());
-    let planned = planner::policy::run_until(policy, &converted.trace, budget, link, &more)
+    // As the shim carries it out (`Trace::shim_carries_out`).
+    let (plan, outcome) = planner::policy::run_until(policy, &converted.trace, budget, link, &more)
         .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
-    let (plan, outcome) = as_carried_out(&converted.trace, budget, link, planned);
     Ok(Planned {
         converted,
         plan,

@@ -517,6 +517,7 @@ fn plan(
     let peak = t.peak();
     if let Some(h) = &held {
         planner::shimtrace::as_held(&mut t, h);
+        t.shim_carries_out = true;
     }
     let t = t;
     let held_budget = |device: u64| held.map_or(device, |h| h.left_of(device));
@@ -554,10 +555,7 @@ fn plan(
                 .is_none_or(|p| p.more(began.elapsed().as_secs_f64()))
         };
         let budget = held_budget(budget_bytes);
-        let mut planned = run_until(policy, &t, budget, link, &more)?;
-        if held.is_some() {
-            planned = planner::shimtrace::as_carried_out(&t, budget, link, planned);
-        }
+        let planned = run_until(policy, &t, budget, link, &more)?;
         Some((planned, began.elapsed().as_secs_f64()))
     };
     // One plan's figures, as `--json` prints them.
