@@ -1,5 +1,5 @@
 //! Unmodified PyTorch under Marmoset's planner (MARMOSET_POLICY=capuchin, and auto, what a
-//! budget alone gets) at half its peak, on the simulated H100 in shape mode: the shim finds
+//! budget alone gets) at half its peak (ResNet-50 at 0.3 too), on the simulated H100 in shape mode: the shim finds
 //! torch's training step in its call stream, plans it in-process, and guides the steps after it
 //! to the end of the run without leaving the planned sequence; each guided step takes the time
 //! the planner predicted (within 10%, simulated), and auto's less than the passive `lru`
@@ -25,13 +25,14 @@ fn step_times(out: &std::process::Output) -> Vec<f64> {
         .collect()
 }
 
-fn guided(script: &str, batch: &str, name: &str) {
+/// `script` at batch `batch` within `fraction` of its peak.
+fn guided(script: &str, batch: &str, name: &str, fraction: f64) {
     const STEPS: usize = 8;
     let steps = STEPS.to_string();
     let args = ["--steps", steps.as_str(), "--batch", batch];
     let (out, report) = torch_example(&["--policy", "none"], script, &args, &format!("{name}-p"));
     let base = step_times(&out)[STEPS - 1];
-    let budget = report["peak_bytes"].as_u64().expect("a peak") / 2;
+    let budget = (report["peak_bytes"].as_u64().expect("a peak") as f64 * fraction) as u64;
     let limit = budget.to_string();
     // The program waits for the planner: the simulated GPU runs a step in far less host time
     // than planning takes, and on a real GPU the plan would be ready by the next step.
@@ -53,7 +54,7 @@ fn guided(script: &str, batch: &str, name: &str) {
     let (_, lru) = under("lru", None);
     let last_lru = lru[STEPS - 1];
     let mut report = format!(
-        "{name} at half its peak (simulated): unlimited {base:.2} ms a step, lru {last_lru:.2} ms"
+        "{name} at {fraction} of its peak (simulated): unlimited {base:.2} ms a step, lru {last_lru:.2} ms"
     );
     for policy in ["capuchin", "auto"] {
         let trace = temp_path(&format!("torch-guided-{name}-{policy}.jsonl"));
@@ -106,11 +107,19 @@ fn guided(script: &str, batch: &str, name: &str) {
 /// ResNet-50 at batch 32.
 #[test]
 fn resnet50_is_guided_to_the_end_at_half_its_peak_as_predicted() {
-    guided("resnet50.py", "32", "r50");
+    guided("resnet50.py", "32", "r50", 0.5);
+}
+
+/// ResNet-50 at batch 32 within 0.3 of its peak: long collective recomputations, whose
+/// sources the executor must drop again as soon as the chain is done with them, as the plan
+/// has it (held until the call ended, they ran 26% over the prediction).
+#[test]
+fn resnet50_is_guided_to_the_end_at_three_tenths_of_its_peak_as_predicted() {
+    guided("resnet50.py", "32", "r50", 0.3);
 }
 
 /// The BERT-like encoder at batch 4.
 #[test]
 fn bert_is_guided_to_the_end_at_half_its_peak_as_predicted() {
-    guided("bert.py", "4", "bert");
+    guided("bert.py", "4", "bert", 0.5);
 }

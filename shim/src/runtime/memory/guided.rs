@@ -161,6 +161,31 @@ pub fn mark_dead(id: u64) {
     }
 }
 
+/// Keeps allocation `id`'s contents, dropped for recomputation, if they are still anywhere
+/// (true): resident and only marked dead, their release still queued, or on the host. False when
+/// they are gone and a recomputation must rebuild them before they are read. A collective
+/// recomputation keeps its sources so: marked dead, the room its later steps make would
+/// release them first.
+pub fn revive(id: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let Some((va, _)) = crate::state::allocation(id) else {
+        return false;
+    };
+    with(|m| {
+        let kept = m.take_back(va);
+        match m.tensors.get_mut(&va) {
+            Some(t) if kept || !matches!(t.place, Place::Empty { dropped: true }) => {
+                t.dead = false;
+                true
+            }
+            _ => false,
+        }
+    })
+    .unwrap_or(false)
+}
+
 /// Whether allocation `id`'s contents were dropped and its memory released (a recomputation
 /// must rebuild them before they are read).
 pub fn is_dropped(id: u64) -> bool {

@@ -34,8 +34,8 @@ mod driver;
 mod guided;
 
 pub use guided::{
-    evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, snapshot, take_back,
-    take_late,
+    evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, revive, snapshot,
+    take_back, take_late,
 };
 
 use crate::config::Level;
@@ -901,6 +901,7 @@ pub fn holding() -> Option<planner::trace::Held> {
                 .iter()
                 .map(|(class, v)| class * v.len() as u64)
                 .sum::<u64>(),
+        preexisting: m.preexisting,
     })
 }
 
