@@ -58,18 +58,31 @@ pub(super) fn passive_run_by(
 ) -> (Plan, Outcome) {
     let a = a.clone().extended(plan);
     let swap = evict == Evict::Lru;
+    // Where the shim carries the plan out (`Trace::shim_carries_out`), it replays into the
+    // program's memory and keeps nothing past the program's free of it: a drop is only
+    // carried out where the producer's sources still hold their contents at the back-access
+    // (`shimtrace::carried_out`), and nothing goes for good before the program frees it.
+    // DTR's runtime keeps freed sources as metadata instead (the horizon below).
+    let shim = t.shim_carries_out;
+    let for_good = (!shim).then_some(usize::MAX);
+    let until = (shim && !swap).then(|| crate::shimtrace::valid_until(t));
+    let sourced = |s: usize, back: usize| {
+        until
+            .as_ref()
+            .is_none_or(|u| crate::shimtrace::sourced(t, u, s, back))
+    };
     let evictable = |s: usize, op: usize| -> Option<usize> {
         let acc = &a.accesses[s];
         match acc.get(acc.partition_point(|&x| x <= op)) {
             // Weights stay: the optimizer and the next iteration read them.
             None if t.storages[s].constant => None,
-            None if swap => (a.horizon[s] <= op).then_some(usize::MAX),
+            None if swap => for_good.filter(|_| a.horizon[s] <= op),
             // Nothing reads it again, nor anything made from it: it goes for good.
-            None if a.horizon[s] <= op => Some(usize::MAX),
+            None if a.horizon[s] <= op => for_good,
             // Something made from it may be recomputed until its horizon: recomputable until
             // then, as DTR's evictions are.
-            None => Some(a.horizon[s]),
-            Some(&back) => Some(back),
+            None => Some(a.horizon[s]).filter(|&h| sourced(s, h)),
+            Some(&back) => Some(back).filter(|&b| swap || sourced(s, b)),
         }
     };
     // From which operation on `evictable` says `usize::MAX`: after the last access and the
@@ -86,7 +99,7 @@ pub(super) fn passive_run_by(
     let passive = Passive {
         evict,
         evictable: &evictable,
-        horizon: (!swap).then_some(&a.horizon),
+        horizon: (!swap && !shim).then_some(&a.horizon),
         more: Some(more),
         gone_from: indexed.then_some(&gone_from[..]),
         cutoff,
