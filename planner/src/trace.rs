@@ -105,18 +105,27 @@ pub struct BatchNormParams {
 
 /// How the shim's allocator holds memory: tensors from `min_tensor` bytes take whole pages of
 /// `gran` bytes each; smaller ones share a pool that never moves (`pool` bytes when it
-/// planned), which comes off the budget.
+/// planned), which comes off the budget, as does what the process held before Marmoset took
+/// over (`preexisting`: the context, a framework's module variables; 0 in older traces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Held {
     pub gran: u64,
     pub min_tensor: u64,
     pub pool: u64,
+    #[serde(default)]
+    pub preexisting: u64,
 }
 
 impl Held {
-    /// What is left of a device budget for the held model: the pool comes off it.
+    /// What is left for the held model of a budget for the program's memory (the device's
+    /// less `preexisting`): the pool comes off it.
     pub fn left_of(&self, budget: u64) -> u64 {
         budget.saturating_sub(self.pool)
+    }
+
+    /// What is left for the held model of a device budget (`--memory-limit`'s).
+    pub fn left_of_device(&self, device: u64) -> u64 {
+        self.left_of(device.saturating_sub(self.preexisting))
     }
 }
 

@@ -58,9 +58,11 @@ mod tests {
             gran: 4096,
             min_tensor: 4096,
             pool: 1000,
+            preexisting: 500,
         };
         as_held(&mut t, &h);
         assert_eq!(h.left_of(50_000), 49_000);
+        assert_eq!(h.left_of_device(50_000), 48_500);
         let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
         assert_eq!(sizes, [0, 4096, 8192, 12_288]);
         assert_eq!(t.ops[0].scratch, 4096);

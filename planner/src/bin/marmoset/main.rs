@@ -416,7 +416,15 @@ fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)> {
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.contains("\"kind\":\"header\"") {
         let records = read_trace(path, &text)?;
-        let t = planner::model::from_marmoset(&records)
+        // A run the shim planned: the model of what it had recorded when it made its last
+        // plan, so that the plan here is the shim's. The durations its guided iterations
+        // recorded since (of calls waiting for copies and replays) moved predictions by up to
+        // 2%.
+        let upto = records
+            .iter()
+            .rposition(|r| matches!(r.event, planner::trace::Event::Plan { .. }))
+            .unwrap_or(records.len());
+        let t = planner::model::from_marmoset(&records[..upto])
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         return Ok((t, planner::shimtrace::held_and_links(&records)));
     }
@@ -520,7 +528,12 @@ fn plan(
         t.shim_carries_out = true;
     }
     let t = t;
-    let held_budget = |device: u64| held.map_or(device, |h| h.left_of(device));
+    // Every budget is the device's, as `--memory-limit` takes it: what the process held before
+    // Marmoset took over comes off it, as it did in the run. A fraction is of the program's
+    // peak as recorded, so its device budget adds that memory back.
+    let pre = held.map_or(0, |h| h.preexisting);
+    let held_budget = |device: u64| held.map_or(device, |h| h.left_of_device(device));
+    let of_peak = |f: f64| (peak as f64 * f) as u64 + pre;
     let base = t.compute_time();
     // Slowdowns and fractions of the peak are ratios: an empty trace has none to give.
     if t.ops.is_empty() || peak == 0 {
@@ -537,7 +550,7 @@ fn plan(
     }
     let parse_budget = |budget: &str| -> Result<u64> {
         Ok(match budget.parse::<f64>() {
-            Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => (peak as f64 * f) as u64,
+            Ok(f) if budget.contains('.') && f > 0.0 && f <= 1.0 => of_peak(f),
             _ => planner::parse_size(budget)
                 .map_err(|e| anyhow::anyhow!("--budget: {e} (or a fraction of the peak, 0.5)"))?,
         })
@@ -598,7 +611,7 @@ fn plan(
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&f) = fractions.get(i) else { break };
                         let began = std::time::Instant::now();
-                        let budget = held_budget((peak as f64 * f) as u64);
+                        let budget = held_budget(of_peak(f));
                         let all = planner::memory::run_all(&t, budget, link);
                         let secs = began.elapsed().as_secs_f64();
                         done.lock().unwrap()[i] = Some((all, secs));
@@ -623,13 +636,13 @@ fn plan(
         let secs = |pi: usize, fi: usize| (POLICIES[pi] == "auto").then_some(runs[fi].1);
         let bounds: Vec<f64> = fractions
             .iter()
-            .map(|f| lower_bound(&t, held_budget((peak as f64 * f) as u64), link).makespan)
+            .map(|f| lower_bound(&t, held_budget(of_peak(*f)), link).makespan)
             .collect();
         if json {
             let mut results = Vec::new();
             for (pi, p) in POLICIES.iter().enumerate() {
                 for (fi, f) in fractions.into_iter().enumerate() {
-                    let budget_bytes = (peak as f64 * f) as u64;
+                    let budget_bytes = of_peak(f);
                     let o = outcome(pi, fi);
                     let mut v = summary(p, budget_bytes, o, secs(pi, fi));
                     v["budget_fraction"] = serde_json::json!(f);
