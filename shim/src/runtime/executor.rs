@@ -443,26 +443,25 @@ fn rebuild(recipe: &Recipe, stream: u64, id: u64) -> Result<(), String> {
     })
 }
 
-/// The drops after the operation whose first call is at `offset` (see `Steps::early`).
-fn early(offset: usize) -> Vec<(TensorId, usize)> {
+/// What the active plan lists at call `offset` in one of its maps.
+fn listed<T: Clone>(offset: usize, map: fn(&Steps) -> &HashMap<usize, Vec<T>>) -> Vec<T> {
     let Ok(e) = EXECUTOR.lock() else {
         return Vec::new();
     };
     e.active
         .as_ref()
-        .and_then(|s| s.early.get(&offset).cloned())
+        .and_then(|s| map(s).get(&offset).cloned())
         .unwrap_or_default()
+}
+
+/// The drops after the operation whose first call is at `offset` (see `Steps::early`).
+fn early(offset: usize) -> Vec<(TensorId, usize)> {
+    listed(offset, |s| &s.early)
 }
 
 /// The recipes to replay before the call at `offset`.
 fn recomputations(offset: usize) -> Vec<usize> {
-    let Ok(e) = EXECUTOR.lock() else {
-        return Vec::new();
-    };
-    e.active
-        .as_ref()
-        .and_then(|s| s.recompute.get(&offset).cloned())
-        .unwrap_or_default()
+    listed(offset, |s| &s.recompute)
 }
 
 /// One step of a collective recomputation: recipe `i` rebuilds tensor `name`, reading
