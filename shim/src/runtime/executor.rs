@@ -402,7 +402,8 @@ fn orphans(touches: &[u64], stream: u64) {
         due
     };
     for (id, recipe) in due {
-        if !crate::memory::is_dropped(id) {
+        // Still there (taken back, or only marked dead): kept as it is.
+        if crate::memory::revive(id) {
             continue;
         }
         match rebuild(&recipe, stream, id) {

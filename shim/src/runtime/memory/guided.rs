@@ -186,23 +186,6 @@ pub fn revive(id: u64) -> bool {
     .unwrap_or(false)
 }
 
-/// Whether allocation `id`'s contents were dropped and its memory released (a recomputation
-/// must rebuild them before they are read).
-pub fn is_dropped(id: u64) -> bool {
-    if !active() {
-        return false;
-    }
-    let Some((va, _)) = crate::state::allocation(id) else {
-        return false;
-    };
-    with(|m| {
-        m.tensors
-            .get(&va)
-            .is_some_and(|t| matches!(t.place, Place::Empty { dropped: true }))
-    })
-    .unwrap_or(false)
-}
-
 /// MARMOSET_VERIFY: allocation `id`'s bytes now (the device idle first), wherever they are:
 /// on the device, or on the host once evicted; None when they are nowhere (dropped).
 pub fn snapshot(id: u64) -> Option<Vec<u8>> {

@@ -34,8 +34,7 @@ mod driver;
 mod guided;
 
 pub use guided::{
-    evict_planned, is_dropped, mark_dead, matches_or_restore, prefetch, revive, snapshot,
-    take_back, take_late,
+    evict_planned, mark_dead, matches_or_restore, prefetch, revive, snapshot, take_back, take_late,
 };
 
 use crate::config::Level;
