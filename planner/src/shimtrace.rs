@@ -276,7 +276,8 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
 /// (see `BN_REBUILT`), and with the exact in-place kernels right after it as one chain (see
 /// [`Converted::chains`]). The rest (kernels whose roles are inferred, library calls whose
 /// descriptors the lineage does not carry, host-to-device copies, whose source the program may
-/// have changed) are never recomputed: their outputs are kept or swapped.
+/// have changed) are never recomputed: their outputs are kept or swapped. cuBLAS GEMMs with beta
+/// 0 are replayed too (see [`GEMMS_REPLAYED`]).
 pub const REPLAYED: &[&str] = &[
     "cudnnActivationForward",
     "cudnnAddTensor",
@@ -286,6 +287,65 @@ pub const REPLAYED: &[&str] = &[
     "cudnnBatchNormalizationForwardTraining",
     "cudnnBatchNormalizationForwardTrainingEx",
 ];
+
+/// The cuBLAS calls the shim replays (with beta 0, host scalars, see [`Replay::Gemm`] and
+/// [`Replay::Lt`]): a GEMM's output is rebuilt from its two operands, as a convolution's is. The
+/// same function is called again with the recorded parameters through Marmoset's own handle.
+/// Pointer-array batches are not: their operands are device memory the host cannot read.
+pub const GEMMS_REPLAYED: &[&str] = &[
+    "cublasSgemm_v2",
+    "cublasDgemm_v2",
+    "cublasGemmEx",
+    "cublasSgemmEx",
+    "cublasSgemmStridedBatched",
+    "cublasDgemmStridedBatched",
+    "cublasGemmStridedBatchedEx",
+    "cublasLtMatmul",
+];
+
+/// cuBLASLt epilogues a replay repeats: none, bias, ReLU or GELU (alone or after a bias), each
+/// of which writes D alone. Those with an auxiliary output or a bias gradient write two
+/// outputs, and are not replayed.
+const LT_EPILOGUES: &[u32] = &[1, 2, 4, 6, 32, 36];
+
+/// cudaDataType values of 8-bit floats, whose matmuls read scale pointers the lineage does not
+/// keep.
+const FP8: &[i32] = &[28, 29];
+
+/// Whether the shim can replay a cuBLAS call: one listed in [`GEMMS_REPLAYED`] with its lineage,
+/// beta 0 (the output written from the operands alone), every operand read or written with a
+/// known extent, one output.
+fn gemm_replays(event: &Event, replay: Option<&Replay>) -> bool {
+    let Event::Cublas {
+        api,
+        tensors,
+        result: 0,
+        ..
+    } = event
+    else {
+        return false;
+    };
+    let operands = || tensors.iter().filter(|t| t.role != "workspace");
+    let one_output = operands().filter(|t| t.access == Access::W).count() == 1
+        && operands().all(|t| matches!(t.access, Access::R | Access::W));
+    let lineage = match replay {
+        Some(Replay::Gemm { beta, .. }) => *beta == 0.0 && api != "cublasLtMatmul",
+        Some(Replay::Lt {
+            beta,
+            epilogue,
+            layouts,
+            ..
+        }) => {
+            *beta == 0.0
+                && api == "cublasLtMatmul"
+                && LT_EPILOGUES.contains(epilogue)
+                && layouts.len() == 4
+                && layouts.iter().all(|l| !FP8.contains(&l.ty))
+        }
+        _ => false,
+    };
+    lineage && one_output && GEMMS_REPLAYED.contains(&api.as_str())
+}
 
 /// Batch normalisation's training forward pass, replayed with no running statistics and no
 /// saved statistics (cuDNN: both running pointers NULL, "not updated"; both saved pointers
@@ -369,6 +429,9 @@ pub fn exact_update(
 
 /// Whether the shim can replay this call (see [`REPLAYED`]).
 pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
+    if let Event::Cublas { .. } = event {
+        return gemm_replays(event, replay);
+    }
     if let (
         Event::Launch {
             touches, result: 0, ..

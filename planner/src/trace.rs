@@ -165,6 +165,47 @@ pub enum Replay {
     /// handle it was (1 for the first plan created at that address, 2 for the next, ...): a plan
     /// destroyed since, or another plan made at the same address, is never replayed.
     Backend { plan: u64, life: u64 },
+    /// A cuBLAS GEMM (`cublasSgemm_v2`, `cublasGemmEx`, the strided batches, ...): what its
+    /// record's operands (their shapes, leading dimensions and batch strides) do not say. Alpha
+    /// and beta by value (the handle in host pointer mode), the operations on A and B, the data
+    /// types of A, B and C, the compute type, the algorithm and the handle's math mode.
+    Gemm {
+        trans: [i32; 2],
+        types: [i32; 3],
+        compute: i32,
+        algo: i32,
+        math: i32,
+        alpha: f64,
+        beta: f64,
+    },
+    /// A cuBLASLt matmul: the matmul descriptor's attributes and the four matrix layouts (A, B,
+    /// C, D), which the framework destroys right after the call; alpha and beta by value (host
+    /// pointer mode); the algorithm as its opaque bytes in hex (absent: the call passed none).
+    Lt {
+        compute: i32,
+        scale: i32,
+        trans: [i32; 2],
+        epilogue: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bias_type: Option<i32>,
+        layouts: Vec<LtLayout>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        algo: Option<String>,
+        alpha: f64,
+        beta: f64,
+    },
+}
+
+/// A cuBLASLt matrix layout's attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LtLayout {
+    pub ty: i32,
+    pub order: i32,
+    pub rows: u64,
+    pub cols: u64,
+    pub ld: i64,
+    pub batch: i32,
+    pub stride: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -584,6 +625,52 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn cublas_lineage_round_trips() {
+        let gemm = Replay::Gemm {
+            trans: [0, 1],
+            types: [0, 0, 0],
+            compute: 68,
+            algo: -1,
+            math: 0,
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        let lt = Replay::Lt {
+            compute: 68,
+            scale: 0,
+            trans: [1, 0],
+            epilogue: 4,
+            bias_type: None,
+            layouts: vec![
+                LtLayout {
+                    ty: 0,
+                    order: 0,
+                    rows: 768,
+                    cols: 3072,
+                    ld: 768,
+                    batch: 1,
+                    stride: 0,
+                };
+                4
+            ],
+            algo: Some("00ff".into()),
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        for (replay, call) in [(gemm, "gemm"), (lt, "lt")] {
+            let r = Record {
+                seq: 4,
+                t_ns: 0,
+                tid: 1,
+                event: Event::Lineage { replay },
+            };
+            let line = serde_json::to_string(&r).unwrap();
+            assert!(line.contains(&format!(r#""call":"{call}""#)), "{line}");
+            assert_eq!(read(&line).unwrap(), vec![r]);
+        }
     }
 
     #[test]

@@ -90,5 +90,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t ddd, const cublasLtMatmulAlgo_t *algo, void *ws,
                               size_t ws_size, void *stream);
 size_t cublasLtGetVersion(void);
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
 
 #endif

@@ -201,6 +201,112 @@ fn convolutions_replay_with_their_algorithm_and_parameters() {
     assert!(!replays_in_shim(&bwd, Some(&conv_lineage(0.0, true))));
 }
 
+fn cublas(api: &str, tensors: Vec<TensorArg>) -> Event {
+    Event::Cublas {
+        api: api.into(),
+        stream: Some(0),
+        m: 4,
+        n: 4,
+        k: 4,
+        batch: 1,
+        kernels: 1,
+        tensors,
+        touches: vec![],
+        result: 0,
+    }
+}
+fn gemm_lineage(beta: f64) -> Replay {
+    Replay::Gemm {
+        trans: [0, 0],
+        types: [0, 0, 0],
+        compute: 68,
+        algo: -1,
+        math: 0,
+        alpha: 1.0,
+        beta,
+    }
+}
+fn lt_lineage(beta: f64, epilogue: u32, ty: i32) -> Replay {
+    let l = crate::trace::LtLayout {
+        ty,
+        order: 0,
+        rows: 4,
+        cols: 4,
+        ld: 4,
+        batch: 1,
+        stride: 0,
+    };
+    Replay::Lt {
+        compute: 68,
+        scale: 0,
+        trans: [0, 0],
+        epilogue,
+        bias_type: None,
+        layouts: vec![l; 4],
+        algo: None,
+        alpha: 1.0,
+        beta,
+    }
+}
+
+#[test]
+fn gemms_replay_with_beta_zero_and_one_output() {
+    let gemm = |c: Access| {
+        cublas(
+            "cublasGemmEx",
+            vec![
+                tensor("A", ptr(1), Access::R),
+                tensor("B", ptr(2), Access::R),
+                tensor("C", ptr(3), c),
+            ],
+        )
+    };
+    assert!(replays_in_shim(&gemm(Access::W), Some(&gemm_lineage(0.0))));
+    // Beta 1 reads C; no lineage (device pointer mode) leaves nothing to call it with.
+    assert!(!replays_in_shim(
+        &gemm(Access::Rw),
+        Some(&gemm_lineage(1.0))
+    ));
+    assert!(!replays_in_shim(&gemm(Access::W), Some(&gemm_lineage(1.0))));
+    assert!(!replays_in_shim(&gemm(Access::W), None));
+    // A classic GEMM's lineage is no cuBLASLt matmul's, and the reverse.
+    assert!(!replays_in_shim(
+        &gemm(Access::W),
+        Some(&lt_lineage(0.0, 1, 0))
+    ));
+    // Pointer-array batches are not replayed.
+    let batched = cublas(
+        "cublasSgemmBatched",
+        vec![tensor("C_array", ptr(3), Access::W)],
+    );
+    assert!(!replays_in_shim(&batched, Some(&gemm_lineage(0.0))));
+    let lt = |epi_out: Option<Access>| {
+        let mut t = vec![
+            tensor("A", ptr(1), Access::R),
+            tensor("B", ptr(2), Access::R),
+            tensor("D", ptr(3), Access::W),
+            tensor("bias", ptr(4), Access::R),
+            workspace(ptr(5)),
+        ];
+        if let Some(a) = epi_out {
+            t.push(tensor("aux", ptr(6), a));
+        }
+        cublas("cublasLtMatmul", t)
+    };
+    // The bias epilogue, the workspace the replay's own.
+    assert!(replays_in_shim(&lt(None), Some(&lt_lineage(0.0, 4, 0))));
+    assert!(replays_in_shim(&lt(None), Some(&lt_lineage(0.0, 36, 0))));
+    assert!(!replays_in_shim(&lt(None), Some(&lt_lineage(1.0, 4, 0))));
+    // GELU's auxiliary output (a second write) and a bias gradient are not replayed; nor are
+    // 8-bit floats, whose scale pointers the lineage does not keep.
+    assert!(!replays_in_shim(
+        &lt(Some(Access::W)),
+        Some(&lt_lineage(0.0, 164, 0))
+    ));
+    assert!(!replays_in_shim(&lt(None), Some(&lt_lineage(0.0, 512, 0))));
+    assert!(!replays_in_shim(&lt(None), Some(&lt_lineage(0.0, 4, 28))));
+}
+
 #[test]
 fn backend_executions_replay_through_their_plan_only_with_exact_roles() {
     let plan = Replay::Backend {

@@ -5,7 +5,7 @@
 //! counts as one library kernel when it has work (m, n and batch non-zero).
 
 use super::{Pending, range};
-use planner::trace::{Access, Event, TensorArg, Touch};
+use planner::trace::{Access, Event, Replay, TensorArg, Touch};
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,6 +15,9 @@ type C = *const c_void;
 const NOT_INITIALIZED: c_int = 1;
 const OP_N: c_int = 0;
 const POINTER_MODE_DEVICE: c_int = 1;
+
+/// The size of cublasLtMatmulAlgo_t (eight 64-bit words).
+pub const ALGO_BYTES: usize = 64;
 
 // cudaDataType values.
 const R_32F: c_int = 0;
@@ -52,7 +55,7 @@ fn elem_bytes(t: c_int) -> u64 {
 }
 
 /// The scalar type cuBLAS reads alpha and beta as, for a compute type and C's type.
-fn scale_type(compute: c_int, c_type: c_int) -> c_int {
+pub(crate) fn scale_type(compute: c_int, c_type: c_int) -> c_int {
     match compute {
         64 | 65 => R_16F,
         72 | 73 => R_32I,
@@ -80,6 +83,23 @@ fn beta_nonzero(beta: C, device: bool, ty: c_int) -> bool {
             R_16F => *(beta as *const u16) & 0x7fff != 0,
             R_32I => *(beta as *const i32) != 0,
             _ => *(beta as *const f32) != 0.0,
+        }
+    }
+}
+
+/// A host scalar of a scale type, as f64 (exact for these types); None for NULL or a type a
+/// replay does not pass (half precision: such a call gets no lineage, so it is never replayed).
+fn host_scalar(p: C, ty: c_int) -> Option<f64> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: in host pointer mode p points to a host scalar of the scale type.
+    unsafe {
+        match ty {
+            R_64F => Some(*(p as *const f64)),
+            R_32F => Some(f64::from(*(p as *const f32))),
+            R_32I => Some(f64::from(*(p as *const i32))),
+            _ => None,
         }
     }
 }
@@ -203,12 +223,15 @@ fn handle(h: P) -> (Option<u64>, bool) {
 struct Gemm {
     trans: (c_int, c_int),
     mnk: (c_int, c_int, c_int),
+    alpha: C,
     a: (C, c_int, c_int, i64),
     b: (C, c_int, c_int, i64),
     beta: C,
     c: (C, c_int, c_int, i64),
     batch: c_int,
     compute: c_int,
+    /// cublasGemmAlgo_t (CUBLAS_GEMM_DEFAULT, -1, for the calls that take none).
+    algo: c_int,
 }
 
 fn gemm(api: &str, h: P, g: Gemm) -> Option<Pending> {
@@ -242,7 +265,32 @@ fn gemm(api: &str, h: P, g: Gemm) -> Option<Pending> {
         }
         .push(&mut tensors, &mut touches);
     }
-    record(api, stream, (m, n, k, batch), tensors, touches)
+    let p = record(api, stream, (m, n, k, batch), tensors, touches);
+    super::runtime::with_lineage(p, || gemm_lineage(h, &g, device))
+}
+
+/// Lineage of a GEMM: what a replay passes besides its operands (see [`Replay::Gemm`]). None
+/// in device pointer mode (alpha and beta are device memory the host cannot read first).
+fn gemm_lineage(h: P, g: &Gemm, device: bool) -> Option<Replay> {
+    if device {
+        return None;
+    }
+    let scale = scale_type(g.compute, g.c.1);
+    let math =
+        lib!(crate::real::CUBLAS, c"cublasGetMathMode", (P, *mut c_int)).and_then(|get| {
+            let mut mode = 0;
+            // SAFETY: a valid output pointer; h is the caller's handle.
+            (unsafe { get(h, &mut mode) } == 0).then_some(mode)
+        })?;
+    Some(Replay::Gemm {
+        trans: [g.trans.0, g.trans.1],
+        types: [g.a.1, g.b.1, g.c.1],
+        compute: g.compute,
+        algo: g.algo,
+        math,
+        alpha: host_scalar(g.alpha, scale)?,
+        beta: host_scalar(g.beta, scale)?,
+    })
 }
 
 /// Pointer-array batches: the arrays are device memory the host cannot read before the call,
@@ -285,33 +333,33 @@ hooks! {
     libs = crate::real::CUBLAS, unavailable = NOT_INITIALIZED, names = (entry, real);
     [""] fn cublasSgemm_v2(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int, b: C,
         ldb: c_int, beta: C, c: P, ldc: c_int) =>
-        gemm("cublasSgemm_v2", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, R_32F, lda, 0), b: (b, R_32F, ldb, 0),
-            beta, c: (c, R_32F, ldc, 0), batch: 1, compute: 68 });
+        gemm("cublasSgemm_v2", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, R_32F, lda, 0), b: (b, R_32F, ldb, 0),
+            beta, c: (c, R_32F, ldc, 0), batch: 1, compute: 68, algo: -1 });
     [""] fn cublasDgemm_v2(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int, b: C,
         ldb: c_int, beta: C, c: P, ldc: c_int) =>
-        gemm("cublasDgemm_v2", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, R_64F, lda, 0), b: (b, R_64F, ldb, 0),
-            beta, c: (c, R_64F, ldc, 0), batch: 1, compute: 70 });
+        gemm("cublasDgemm_v2", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, R_64F, lda, 0), b: (b, R_64F, ldb, 0),
+            beta, c: (c, R_64F, ldc, 0), batch: 1, compute: 70, algo: -1 });
     [""] fn cublasGemmEx(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, at: c_int, lda: c_int,
         b: C, bt: c_int, ldb: c_int, beta: C, c: P, ct: c_int, ldc: c_int, compute: c_int, algo: c_int) =>
-        gemm("cublasGemmEx", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, at, lda, 0), b: (b, bt, ldb, 0),
-            beta, c: (c, ct, ldc, 0), batch: 1, compute });
+        gemm("cublasGemmEx", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, at, lda, 0), b: (b, bt, ldb, 0),
+            beta, c: (c, ct, ldc, 0), batch: 1, compute, algo });
     [""] fn cublasSgemmEx(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, at: c_int, lda: c_int,
         b: C, bt: c_int, ldb: c_int, beta: C, c: P, ct: c_int, ldc: c_int) =>
-        gemm("cublasSgemmEx", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, at, lda, 0), b: (b, bt, ldb, 0),
-            beta, c: (c, ct, ldc, 0), batch: 1, compute: 68 });
+        gemm("cublasSgemmEx", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, at, lda, 0), b: (b, bt, ldb, 0),
+            beta, c: (c, ct, ldc, 0), batch: 1, compute: 68, algo: -1 });
     [""] fn cublasSgemmStridedBatched(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int,
         sa: i64, b: C, ldb: c_int, sb: i64, beta: C, c: P, ldc: c_int, sc: i64, batch: c_int) =>
-        gemm("cublasSgemmStridedBatched", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, R_32F, lda, sa),
-            b: (b, R_32F, ldb, sb), beta, c: (c, R_32F, ldc, sc), batch, compute: 68 });
+        gemm("cublasSgemmStridedBatched", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, R_32F, lda, sa),
+            b: (b, R_32F, ldb, sb), beta, c: (c, R_32F, ldc, sc), batch, compute: 68, algo: -1 });
     [""] fn cublasDgemmStridedBatched(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int,
         sa: i64, b: C, ldb: c_int, sb: i64, beta: C, c: P, ldc: c_int, sc: i64, batch: c_int) =>
-        gemm("cublasDgemmStridedBatched", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, R_64F, lda, sa),
-            b: (b, R_64F, ldb, sb), beta, c: (c, R_64F, ldc, sc), batch, compute: 70 });
+        gemm("cublasDgemmStridedBatched", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, R_64F, lda, sa),
+            b: (b, R_64F, ldb, sb), beta, c: (c, R_64F, ldc, sc), batch, compute: 70, algo: -1 });
     [""] fn cublasGemmStridedBatchedEx(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, at: c_int,
         lda: c_int, sa: i64, b: C, bt: c_int, ldb: c_int, sb: i64, beta: C, c: P, ct: c_int, ldc: c_int, sc: i64,
         batch: c_int, compute: c_int, algo: c_int) =>
-        gemm("cublasGemmStridedBatchedEx", h, Gemm { trans: (ta, tb), mnk: (m, n, k), a: (a, at, lda, sa),
-            b: (b, bt, ldb, sb), beta, c: (c, ct, ldc, sc), batch, compute });
+        gemm("cublasGemmStridedBatchedEx", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, at, lda, sa),
+            b: (b, bt, ldb, sb), beta, c: (c, ct, ldc, sc), batch, compute, algo });
     [""] fn cublasSgemmBatched(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int, b: C,
         ldb: c_int, beta: C, c: C, ldc: c_int, batch: c_int) =>
         batched("cublasSgemmBatched", h, (m, n, k), [a, b, c], batch);
@@ -326,11 +374,14 @@ pub use lt::TABLE as LT_TABLE;
 /// per module).
 mod lt {
     use super::*;
+    use planner::trace::LtLayout;
 
     // cublasLtMatmulDescAttributes_t and cublasLtMatrixLayoutAttribute_t values.
     const DESC_COMPUTE_TYPE: u32 = 0;
     const DESC_SCALE_TYPE: u32 = 1;
     const DESC_POINTER_MODE: u32 = 2;
+    const DESC_TRANSA: u32 = 3;
+    const DESC_TRANSB: u32 = 4;
     const DESC_EPILOGUE: u32 = 7;
     const DESC_BIAS_POINTER: u32 = 8;
     const DESC_BIAS_BATCH_STRIDE: u32 = 10;
@@ -411,12 +462,14 @@ mod lt {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn matmul(
         desc: C,
+        alpha: C,
         (a, ad): (C, C),
         (b, bd): (C, C),
         beta: C,
         (c, cd): (C, C),
         (d, dd): (C, C),
         (ws, wss): (C, usize),
+        algo: C,
         stream: P,
     ) -> Option<Pending> {
         let get = desc_get();
@@ -470,13 +523,60 @@ mod lt {
             &mut tensors,
             &mut touches,
         );
-        record(
+        let p = record(
             "cublasLtMatmul",
             Some(stream as u64),
             (m, n, k, batch),
             tensors,
             touches,
-        )
+        );
+        crate::hooks::runtime::with_lineage(p, || {
+            // Only a host alpha and beta can be kept by value.
+            if mode != 0 {
+                return None;
+            }
+            Some(Replay::Lt {
+                compute,
+                scale,
+                trans: [
+                    da(DESC_TRANSA, 4).unwrap_or(0) as i32,
+                    da(DESC_TRANSB, 4).unwrap_or(0) as i32,
+                ],
+                epilogue: epi,
+                bias_type: da(DESC_BIAS_DATA_TYPE, 4).map(|v| v as i32),
+                layouts: [ad, bd, cd, dd]
+                    .into_iter()
+                    .map(lt_layout)
+                    .collect::<Option<Vec<_>>>()?,
+                algo: (!algo.is_null()).then(|| {
+                    // SAFETY: a cublasLtMatmulAlgo_t is 64 bytes of plain data.
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(algo as *const u8, ALGO_BYTES) };
+                    bytes.iter().map(|b| format!("{b:02x}")).collect()
+                }),
+                alpha: host_scalar(alpha, scale)?,
+                beta: host_scalar(beta, scale)?,
+            })
+        })
+    }
+
+    /// A matrix layout's attributes, read with the real getter.
+    fn lt_layout(l: C) -> Option<LtLayout> {
+        let get = lib!(
+            crate::real::CUBLASLT,
+            c"cublasLtMatrixLayoutGetAttribute",
+            (C, u32, P, usize, *mut usize)
+        );
+        let a = |attr: u32, size: usize| self::attr(get, l, attr, size);
+        Some(LtLayout {
+            ty: a(LAYOUT_TYPE, 4)? as i32,
+            order: a(LAYOUT_ORDER, 4).unwrap_or(0) as i32,
+            rows: a(LAYOUT_ROWS, 8)?,
+            cols: a(LAYOUT_COLS, 8)?,
+            ld: a(LAYOUT_LD, 8)? as i64,
+            batch: a(LAYOUT_BATCH_COUNT, 4).unwrap_or(1) as i32,
+            stride: a(LAYOUT_STRIDED_BATCH_OFFSET, 8).unwrap_or(0) as i64,
+        })
     }
 
     fn attr_of(get: Option<GetFn>, d: C, a: u32, size: usize) -> Option<u64> {
@@ -544,6 +644,6 @@ mod lt {
         libs = crate::real::CUBLASLT, unavailable = NOT_INITIALIZED, names = (entry, real);
         [""] fn cublasLtMatmul(lt: P, desc: C, alpha: C, a: C, ad: C, b: C, bd: C, beta: C, c: C, cd: C, d: P, dd: C,
             algo: C, ws: P, wss: usize, stream: P) =>
-            matmul(desc, (a, ad), (b, bd), beta, (c, cd), (d as C, dd), (ws as C, wss), stream);
+            matmul(desc, alpha, (a, ad), (b, bd), beta, (c, cd), (d as C, dd), (ws as C, wss), algo, stream);
     }
 }

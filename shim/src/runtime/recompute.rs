@@ -11,6 +11,8 @@
 //! stream, right before it, through Marmoset's own cuDNN handle; it is not one of the program's
 //! calls (the tracker never sees it).
 
+mod blas;
+
 use crate::real::{CUDNN, resolve};
 use crate::runtime::tracker;
 use planner::iteration::TensorId;
@@ -52,6 +54,8 @@ pub struct Recipe {
     /// A chain's members (exact in-place kernels on the output, `relu_` after a batch norm),
     /// replayed in order after this call, on the same stream.
     then: Vec<Recipe>,
+    /// A cuBLAS call's m, n, k and batch count.
+    gemm: Option<[u64; 4]>,
 }
 
 /// Where a reserve space starts in a replay's scratch (after the workspace, aligned).
@@ -146,16 +150,44 @@ impl Recipe {
         if let Replay::Kernel { .. } = replay {
             return Recipe::launch(event, replay, &name, &base);
         }
-        let Event::Cudnn {
-            api,
-            tensors,
-            touches,
-            algo,
-            workspace,
-            ..
-        } = event
-        else {
-            return None;
+        let (api, tensors, touches, algo, workspace, gemm) = match event {
+            Event::Cudnn {
+                api,
+                tensors,
+                touches,
+                algo,
+                workspace,
+                ..
+            } => (api, tensors, touches, *algo, *workspace, None),
+            // cuBLASLt's workspace is scratch, as cuDNN's: a replay brings its own, as large.
+            Event::Cublas {
+                api,
+                tensors,
+                touches,
+                m,
+                n,
+                k,
+                batch,
+                ..
+            } => {
+                let ws = tensors
+                    .iter()
+                    .find(|t| t.role == "workspace")
+                    .and_then(|t| {
+                        touches
+                            .iter()
+                            .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
+                    });
+                (
+                    api,
+                    tensors,
+                    touches,
+                    None,
+                    Some(ws.map_or(0, |u| u.bytes)),
+                    Some([*m, *n, *k, *batch]),
+                )
+            }
+            _ => return None,
         };
         // Batch normalisation is replayed without its statistics (see
         // `planner::shimtrace::replay_scope`): only x, y, scale and bias are its tensors.
@@ -203,10 +235,11 @@ impl Recipe {
             args,
             replay: replay.clone(),
             kernel: None,
-            algo: *algo,
+            algo,
             workspace: workspace.unwrap_or(0),
             reserve,
             then: Vec::new(),
+            gemm,
         })
     }
 
@@ -266,6 +299,7 @@ impl Recipe {
             workspace: 0,
             reserve: 0,
             then: Vec::new(),
+            gemm: None,
         })
     }
 
@@ -421,6 +455,20 @@ impl Recipe {
                 grid: k.grid,
                 block: k.block,
                 stream: Some(stream),
+                touches,
+                result: 0,
+            });
+        }
+        if let Some([m, n, k, batch]) = self.gemm {
+            return Ok(Event::Cublas {
+                api: self.api.clone(),
+                stream: Some(stream),
+                m,
+                n,
+                k,
+                batch,
+                kernels: 1,
+                tensors,
                 touches,
                 result: 0,
             });
@@ -632,6 +680,32 @@ fn replay_with(
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
     if let (Some(k), Event::Launch { touches, .. }) = (&r.kernel, event) {
         return launch(k, touches, stream, corrupt);
+    }
+    if let Event::Cublas {
+        api,
+        m,
+        n,
+        k,
+        batch,
+        tensors,
+        ..
+    } = event
+    {
+        let shape = blas::Shape {
+            m: *m,
+            n: *n,
+            k: *k,
+            batch: *batch,
+        };
+        return blas::replay(
+            api,
+            &r.replay,
+            shape,
+            tensors,
+            (ws, r.workspace),
+            stream,
+            corrupt,
+        );
     }
     let Event::Cudnn { tensors, .. } = event else {
         return Err("not a cuDNN call".into());
