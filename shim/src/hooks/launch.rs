@@ -241,6 +241,19 @@ pub fn touches(
     pointed(&layout, &buf, find)
 }
 
+/// Where in a kernel's parameter buffer its pointers are, where its name says (an elementwise
+/// kernel's operand words, a typed signature's pointers and `TensorInfo` data): a replay
+/// rewrites only these words with the current addresses, not a stale word elsewhere that
+/// happens to equal one. None for a kernel left to the conservative rule (any word may be one).
+pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
+    let layout = layout(func, runtime)?;
+    if let Some((k, _)) = operands(func, runtime) {
+        let &(data_off, data_size) = layout.get(2)?;
+        return (k > 0 && data_size == 8 * k).then(|| (0..k).map(|i| data_off + 8 * i).collect());
+    }
+    signature(func, runtime)?.pointer_words(&layout)
+}
+
 /// Every allocation a parameter word points into, `rw`.
 fn pointed(
     layout: &[(usize, usize)],

@@ -1,17 +1,30 @@
 //! A kernel's touches from its demangled signature. torch's own kernels name their parameter
 //! types (`max_pool_forward_nchw<float, int>(int, float const*, long, ..., float*, long*)`).
-//! Where every parameter is a scalar or a pointer to one:
+//! Where every parameter is a scalar, a pointer to one, an `at::cuda::detail::TensorInfo` or an
+//! `at::PhiloxCudaState`:
 //!
 //! * a pointer to `const` data is read (`r`): torch's kernels keep to const-correctness;
-//! * any other pointer may be read and written: `rw`, extent unknown.
+//! * any other pointer may be read and written: `rw`, extent unknown;
+//! * a `TensorInfo<T, I>` (ATen's strided tensor argument: `T* data; I sizes[25]; I strides[25];
+//!   int dims`) has one pointer, `data`; its sizes and strides are integers, never pointer
+//!   candidates (torch leaves the unused slots uninitialised, and a stale pair of 4-byte words
+//!   can equal an allocation's address). A `const` T is read over the extent its dims, sizes
+//!   and strides give; any other T may be written (`rw`, extent unknown), unless the kernel is
+//!   one of [`WRITTEN_WHOLE`], the output fills its allocation exactly and a replay would draw
+//!   as the launch did (`w`; see [`REPLAY_TAKES_CURRENT_PARAMS`]);
+//! * a `PhiloxCudaState` (the random generator's seed and offset) holds no pointer, unless it
+//!   was made during graph capture (`captured_`: its offset is then a device pointer).
 //!
 //! So such a kernel no longer counts as a possible write to its inputs (a new version of each,
 //! which keeps the tensors made from the old one from being recomputed), while what it writes
-//! stays conservative, and the kernel itself is not replayed (a replay needs a whole write).
+//! stays conservative, and the kernel itself is not replayed (a replay needs a whole write),
+//! but for the kernels of [`WRITTEN_WHOLE`].
 //!
-//! A parameter of any other type (a functor, a struct) may hide pointers, and a scalar word
-//! that points into an allocation may be one: such kernels are left to the conservative rule
-//! (every touch `rw`). So is an allocation reached by two parameters, one of them writable.
+//! A parameter of any other type (a functor, another struct) may hide pointers, and a scalar
+//! word that points into an allocation may be one: such kernels are left to the conservative
+//! rule (every touch `rw`). So is an allocation reached by two parameters, one of them
+//! writable, a captured or pointing `PhiloxCudaState`, and a `TensorInfo` whose layout or
+//! extent does not fit what the name says.
 
 use super::launch::{Found, words};
 use planner::trace::{Access, Touch};
@@ -24,50 +37,131 @@ enum Param {
     Pointer {
         read_only: bool,
     },
+    /// `at::cuda::detail::TensorInfo<T, I>` by value: `elem`, sizeof(T); `index`, sizeof(I);
+    /// `signed`: I is signed; `read_only`: T is `const`.
+    TensorInfo {
+        elem: u64,
+        index: usize,
+        signed: bool,
+        read_only: bool,
+    },
+    /// `at::PhiloxCudaState` by value.
+    Philox,
 }
 
 /// What a kernel's demangled name says of its parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Signature {
     params: Vec<Param>,
+    /// From [`WRITTEN_WHOLE`]: the kernel's whole outputs.
+    whole: Option<&'static Whole>,
 }
 
-/// Scalar types as demangled.
-const SCALARS: &[&str] = &[
-    "float",
-    "double",
-    "c10::Half",
-    "c10::BFloat16",
-    "bool",
-    "char",
-    "signed char",
-    "unsigned char",
-    "short",
-    "unsigned short",
-    "int",
-    "unsigned int",
-    "long",
-    "unsigned long",
-    "long long",
-    "unsigned long long",
+/// Which `TensorInfo` parameters (by index) a kernel writes whole, and which parameter gives
+/// the number of elements it writes.
+#[derive(Debug, PartialEq)]
+struct Whole {
+    outputs: &'static [usize],
+    count: usize,
+}
+
+/// ATen kernels whose non-const `TensorInfo` outputs are written whole: every element of the
+/// tensor each describes, computed from the inputs read and the by-value scalars only, so that
+/// launching the recorded parameters again rebuilds them bit for bit. Dropout
+/// (ATen/native/cuda/Dropout.cu): `(a, b, c, totalElements, p, philox_args)` writes the output
+/// b and the mask c at each of `totalElements` elements from a and a counter-based random draw
+/// (Philox, seeded by value from `philox_args`).
+const WRITTEN_WHOLE: &[(&str, Whole)] = &[
+    (
+        "at::native::(anonymous namespace)::fused_dropout_kernel_vec<",
+        Whole {
+            outputs: &[1, 2],
+            count: 3,
+        },
+    ),
+    (
+        "at::native::(anonymous namespace)::fused_dropout_kernel<",
+        Whole {
+            outputs: &[1, 2],
+            count: 3,
+        },
+    ),
 ];
+
+/// Scalar types as demangled, with their sizes.
+const SCALARS: &[(&str, u64)] = &[
+    ("float", 4),
+    ("double", 8),
+    ("c10::Half", 2),
+    ("c10::BFloat16", 2),
+    ("bool", 1),
+    ("char", 1),
+    ("signed char", 1),
+    ("unsigned char", 1),
+    ("short", 2),
+    ("unsigned short", 2),
+    ("int", 4),
+    ("unsigned int", 4),
+    ("long", 8),
+    ("unsigned long", 8),
+    ("long long", 8),
+    ("unsigned long long", 8),
+];
+
+/// MAX_TENSORINFO_DIMS (ATen/cuda/detail/TensorInfo.cuh).
+const TENSORINFO_DIMS: usize = 25;
+
+fn scalar(ty: &str) -> Option<u64> {
+    SCALARS
+        .iter()
+        .find(|(name, _)| *name == ty.trim())
+        .map(|&(_, size)| size)
+}
+
+/// A type without its `const` (as demanglers print it, after the type, or before it), and
+/// whether it had one.
+fn unconst(ty: &str) -> (&str, bool) {
+    let ty = ty.trim();
+    match ty
+        .strip_suffix(" const")
+        .or_else(|| ty.strip_prefix("const "))
+    {
+        Some(base) => (base.trim(), true),
+        None => (ty, false),
+    }
+}
 
 fn param(ty: &str) -> Option<Param> {
     let ty = ty.trim();
     if let Some(pointee) = ty.strip_suffix('*') {
-        let pointee = pointee.trim_end();
-        let (base, read_only) = match pointee.strip_suffix(" const") {
-            Some(b) => (b, true),
-            None => (pointee, false),
+        let (base, read_only) = unconst(pointee);
+        return scalar(base).map(|_| Param::Pointer { read_only });
+    }
+    if let Some(args) = ty
+        .strip_prefix("at::cuda::detail::TensorInfo<")
+        .and_then(|a| a.strip_suffix('>'))
+    {
+        let (t, i) = args.rsplit_once(',')?;
+        let (t, read_only) = unconst(t);
+        let (index, signed) = match i.trim() {
+            "unsigned int" => (4, false),
+            "int" => (4, true),
+            "unsigned long" => (8, false),
+            "long" => (8, true),
+            _ => return None,
         };
-        return SCALARS
-            .contains(&base.trim())
-            .then_some(Param::Pointer { read_only });
+        return Some(Param::TensorInfo {
+            elem: scalar(t)?,
+            index,
+            signed,
+            read_only,
+        });
+    }
+    if ty == "at::PhiloxCudaState" {
+        return Some(Param::Philox);
     }
     // A scalar passed by value, possibly `const`.
-    SCALARS
-        .contains(&ty.strip_suffix(" const").unwrap_or(ty))
-        .then_some(Param::Scalar)
+    scalar(unconst(ty).0).map(|_| Param::Scalar)
 }
 
 /// The parameter types of a demangled function name: the last parenthesised group, split at
@@ -109,15 +203,122 @@ fn parameter_types(name: &str) -> Option<Vec<&str>> {
     Some(out)
 }
 
-/// The signature of a demangled kernel name; None unless every parameter is a scalar or a
-/// pointer to one.
+/// The signature of a demangled kernel name; None unless every parameter is of a type this
+/// module reads (see its comment).
 pub fn parse(name: &str) -> Option<Signature> {
     let params = parameter_types(name)?
         .into_iter()
         .map(param)
         .collect::<Option<Vec<_>>>()?;
-    Some(Signature { params })
+    let unqualified = name.strip_prefix("void ").unwrap_or(name);
+    let whole = WRITTEN_WHOLE
+        .iter()
+        .find(|(prefix, _)| unqualified.starts_with(prefix))
+        .map(|(_, w)| w)
+        // Only where the parameters are what the table says they are.
+        .filter(|w| {
+            matches!(params.get(w.count), Some(Param::Scalar))
+                && w.outputs.iter().all(|&o| {
+                    matches!(
+                        params.get(o),
+                        Some(Param::TensorInfo {
+                            read_only: false,
+                            ..
+                        })
+                    )
+                })
+        });
+    Some(Signature { params, whole })
 }
+
+impl Signature {
+    /// Where in the parameter buffer (its `layout`) the words are that the signature says hold
+    /// pointers: a replay rewrites these and no others.
+    pub fn pointer_words(&self, layout: &[(usize, usize)]) -> Option<Vec<usize>> {
+        (self.params.len() == layout.len()).then(|| {
+            self.params
+                .iter()
+                .zip(layout)
+                .filter(|(p, _)| matches!(p, Param::Pointer { .. } | Param::TensorInfo { .. }))
+                .map(|(_, &(off, _))| off)
+                .collect()
+        })
+    }
+}
+
+/// A `TensorInfo<T, I>`'s size: the pointer, 2 x 25 indices and `int dims`, padded to 8.
+fn tensor_info_size(index: usize) -> usize {
+    (8 + 2 * TENSORINFO_DIMS * index + 4).div_ceil(8) * 8
+}
+
+/// What a `TensorInfo`'s dims, sizes and strides describe, in elements.
+#[derive(Debug, PartialEq)]
+struct Shape {
+    /// Its elements, and the offset past its last one plus one (0 for an empty tensor).
+    elements: u64,
+    extent: u64,
+    /// Every element at its own offset, filling 0..extent.
+    dense: bool,
+}
+
+/// The shape in `info`, a `TensorInfo`'s bytes; None where dims is out of range or a size or
+/// stride is negative or too large.
+fn shape(info: &[u8], index: usize, signed: bool) -> Option<Shape> {
+    let at = |k: usize| -> Option<u64> {
+        let b = info.get(8 + k * index..8 + (k + 1) * index)?;
+        let mut w = [0u8; 8];
+        w[..index].copy_from_slice(b);
+        let v = u64::from_le_bytes(w);
+        let negative = signed && b[index - 1] & 0x80 != 0;
+        (!negative).then_some(v)
+    };
+    let d = 8 + 2 * TENSORINFO_DIMS * index;
+    let dims = i32::from_le_bytes(info.get(d..d + 4)?.try_into().ok()?);
+    let dims = usize::try_from(dims)
+        .ok()
+        .filter(|&n| n <= TENSORINFO_DIMS)?;
+    let mut dim: Vec<(u64, u64)> = (0..dims)
+        .map(|k| Some((at(k)?, at(TENSORINFO_DIMS + k)?)))
+        .collect::<Option<_>>()?;
+    let elements = dim
+        .iter()
+        .try_fold(1u64, |n, &(size, _)| n.checked_mul(size))?;
+    if elements == 0 {
+        return Some(Shape {
+            elements,
+            extent: 0,
+            dense: true,
+        });
+    }
+    let last = dim.iter().try_fold(0u64, |o, &(size, stride)| {
+        o.checked_add((size - 1).checked_mul(stride)?)
+    })?;
+    // Dense: each stride, smallest first, is the product of the sizes below it (any order of
+    // dimensions; size-1 dimensions take no room).
+    dim.retain(|&(size, _)| size > 1);
+    dim.sort_by_key(|&(_, stride)| stride);
+    let mut next = 1u64;
+    let dense = dim.iter().all(|&(size, stride)| {
+        let ok = stride == next;
+        next = next.saturating_mul(size);
+        ok
+    });
+    Some(Shape {
+        elements,
+        extent: last + 1,
+        dense,
+    })
+}
+
+/// Whether a replay launches the parameters the producing call had in the iteration under way.
+/// It does not yet: a recipe keeps the buffer of the iteration planned, and only its pointers
+/// are brought up to date. A kernel that takes a random generator's state by value draws from
+/// the offset that state gives, and torch's generator advances it at every launch, so such a
+/// replay would draw another mask than the one its output was made with (the simulated run of
+/// `torchlike ... drop` under `recompute`: every dropout replay differed from the bytes it
+/// rebuilt, and the mask, rewritten by the same replay, changed the results). Until then a
+/// [`WRITTEN_WHOLE`] kernel with a `PhiloxCudaState` writes `rw`, never replayed.
+const REPLAY_TAKES_CURRENT_PARAMS: bool = false;
 
 /// The touches of a launch of a kernel with signature `sig`, from its parameter `layout`
 /// ((offset, size) of each) and packed buffer; None where the signature does not settle them
@@ -128,17 +329,41 @@ pub fn touches(
     buf: &[u8],
     find: impl Fn(u64) -> Option<Found>,
 ) -> Option<Vec<Touch>> {
+    touches_as(sig, layout, buf, find, REPLAY_TAKES_CURRENT_PARAMS)
+}
+
+/// [`touches`], where a replay takes the current parameters (`current`) or not.
+fn touches_as(
+    sig: &Signature,
+    layout: &[(usize, usize)],
+    buf: &[u8],
+    find: impl Fn(u64) -> Option<Found>,
+    current: bool,
+) -> Option<Vec<Touch>> {
+    // A replay of a kernel that draws from a generator's state must take this iteration's.
+    let replayable = current || !sig.params.contains(&Param::Philox);
     if sig.params.len() != layout.len() {
         return None;
     }
     let mut out: Vec<Touch> = Vec::new();
-    for (&(off, size), p) in layout.iter().zip(&sig.params) {
+    for (i, (&(off, size), p)) in layout.iter().zip(&sig.params).enumerate() {
         let bytes = buf.get(off..off + size)?;
-        match *p {
+        let touch = match *p {
             Param::Scalar => {
                 if words(&[(off, size)], buf).any(|(_, w)| find(w).is_some()) {
                     return None;
                 }
+                continue;
+            }
+            Param::Philox => {
+                // seed_ (u64), offset_ (u64 or int64_t*), offset_intragraph_ (u32), captured_.
+                if size != 24 || bytes[20] != 0 {
+                    return None;
+                }
+                if words(&[(off, size)], buf).any(|(_, w)| find(w).is_some()) {
+                    return None;
+                }
+                continue;
             }
             Param::Pointer { read_only } => {
                 let Some((alloc, offset, _)) = find(u64::from_le_bytes(bytes.try_into().ok()?))
@@ -146,16 +371,64 @@ pub fn touches(
                     // NULL, or memory that is not the program's device memory.
                     continue;
                 };
-                let touch = Touch {
+                Touch {
                     alloc,
                     offset,
                     bytes: 0,
                     access: if read_only { Access::R } else { Access::Rw },
-                };
-                if !out.contains(&touch) {
-                    out.push(touch);
                 }
             }
+            Param::TensorInfo {
+                elem,
+                index,
+                signed,
+                read_only,
+            } => {
+                if size != tensor_info_size(index) {
+                    return None;
+                }
+                let data = u64::from_le_bytes(bytes[..8].try_into().ok()?);
+                let Some((alloc, offset, alloc_size)) = find(data) else {
+                    continue;
+                };
+                let s = shape(bytes, index, signed)?;
+                let extent = s.extent.checked_mul(elem)?;
+                // A tensor past its allocation's end: the name and the buffer disagree.
+                if offset.checked_add(extent)? > alloc_size {
+                    return None;
+                }
+                if read_only {
+                    Touch {
+                        alloc,
+                        offset,
+                        bytes: extent,
+                        access: Access::R,
+                    }
+                } else if replayable
+                    && whole_output(sig, i, layout, buf, &s)
+                    && offset == 0
+                    && extent == alloc_size
+                {
+                    Touch {
+                        alloc,
+                        offset,
+                        bytes: alloc_size,
+                        access: Access::W,
+                    }
+                } else {
+                    // A partial or unknown write: as every `rw` of unknown extent (a `bytes`
+                    // of the whole allocation would read as an exact in-place update).
+                    Touch {
+                        alloc,
+                        offset,
+                        bytes: 0,
+                        access: Access::Rw,
+                    }
+                }
+            }
+        };
+        if !out.contains(&touch) {
+            out.push(touch);
         }
     }
     // An allocation reached twice, once writably: how the two overlap is not known.
@@ -168,6 +441,32 @@ pub fn touches(
     Some(out)
 }
 
+/// Whether parameter `i` is one of [`WRITTEN_WHOLE`]'s outputs, dense, of as many elements as
+/// the kernel writes.
+fn whole_output(
+    sig: &Signature,
+    i: usize,
+    layout: &[(usize, usize)],
+    buf: &[u8],
+    s: &Shape,
+) -> bool {
+    let Some(w) = sig.whole.filter(|w| w.outputs.contains(&i)) else {
+        return false;
+    };
+    let Some(&(off, size)) = layout.get(w.count) else {
+        return false;
+    };
+    let count = match buf.get(off..off + size) {
+        Some(b) if size <= 8 => {
+            let mut v = [0u8; 8];
+            v[..size].copy_from_slice(b);
+            u64::from_le_bytes(v)
+        }
+        _ => return false,
+    };
+    s.dense && s.elements > 0 && s.elements == count
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,24 +475,30 @@ mod tests {
     const MAX_POOL: &str = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, int>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)";
     const MAX_POOL_BACKWARD: &str = "void at::native::(anonymous namespace)::max_pool_backward_nchw<float, float, int>(float const*, long const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*)";
 
-    /// The packed layout of a kernel's parameters (4-byte scalars but `long`, 8-byte pointers,
-    /// each aligned to its size) and a buffer holding `values` at them.
+    /// The packed layout of a kernel's parameters (scalars of their size, 8-byte pointers, each
+    /// aligned to its size; TensorInfo and PhiloxCudaState as torch lays them out, 8-byte
+    /// aligned) and a buffer holding `values` at them (a struct's first 8 bytes).
     fn packed(name: &str, values: &[u64]) -> (Vec<(usize, usize)>, Vec<u8>) {
         let types = parameter_types(name).unwrap();
         let (mut layout, mut at) = (Vec::new(), 0usize);
         for ty in &types {
-            let size = if ty.ends_with('*') || ty.trim() == "long" {
-                8
-            } else {
-                4
+            let (size, align) = match param(ty) {
+                Some(Param::TensorInfo { index, .. }) => (tensor_info_size(index), 8),
+                Some(Param::Philox) => (24, 8),
+                _ if ty.ends_with('*') => (8, 8),
+                _ => {
+                    let size = scalar(unconst(ty).0).unwrap_or(4) as usize;
+                    (size, size)
+                }
             };
-            at = at.div_ceil(size) * size;
+            at = at.div_ceil(align) * align;
             layout.push((at, size));
             at += size;
         }
         let mut buf = vec![0u8; at];
         for (&(off, size), &v) in layout.iter().zip(values) {
-            buf[off..off + size].copy_from_slice(&v.to_le_bytes()[..size]);
+            let n = size.min(8);
+            buf[off..off + n].copy_from_slice(&v.to_le_bytes()[..n]);
         }
         (layout, buf)
     }
@@ -307,5 +612,244 @@ mod tests {
         assert_eq!(sig.params[1], Param::Pointer { read_only: true });
         assert_eq!(sig.params[5], Param::Pointer { read_only: true });
         assert_eq!(parameter_types("void v()"), Some(Vec::new()));
+    }
+
+    /// ATen's dropout as torch 2.x's fatbins name it, demangled by c++filt and cpp_demangle.
+    const DROPOUT_MANGLED: &str = "_ZN2at6native12_GLOBAL__N_124fused_dropout_kernel_vecIffjLi1ELi4EbEEvNS_4cuda6detail10TensorInfoIKT_T1_EENS5_IS6_S8_EENS5_IT4_S8_EES8_T0_NS_15PhiloxCudaStateE";
+    const DROPOUT: &str = "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<float const, unsigned int>, at::cuda::detail::TensorInfo<float, unsigned int>, at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState)";
+
+    /// Allocations 1 to 4 at 0x1000 * id, of the sizes given.
+    fn find4(sizes: [u64; 4]) -> impl Fn(u64) -> Option<Found> {
+        move |w| {
+            let id = w / 0x1000;
+            let size = *sizes.get((id as usize).wrapping_sub(1))?;
+            (w % 0x1000 < size).then_some((id, w % 0x1000, size))
+        }
+    }
+
+    /// Writes a TensorInfo<_, I> (I of `index` bytes) at `off`: its pointer, `shape` as (size,
+    /// stride) per dimension, dims; the unused slots keep what the buffer held.
+    fn info(buf: &mut [u8], off: usize, index: usize, data: u64, shape: &[(u64, u64)]) {
+        buf[off..off + 8].copy_from_slice(&data.to_le_bytes());
+        for (k, &(size, stride)) in shape.iter().enumerate() {
+            let s = off + 8 + k * index;
+            buf[s..s + index].copy_from_slice(&size.to_le_bytes()[..index]);
+            let t = off + 8 + (TENSORINFO_DIMS + k) * index;
+            buf[t..t + index].copy_from_slice(&stride.to_le_bytes()[..index]);
+        }
+        let d = off + 8 + 2 * TENSORINFO_DIMS * index;
+        buf[d..d + 4].copy_from_slice(&(shape.len() as i32).to_le_bytes());
+    }
+
+    /// Dropout of n floats: a (input) at `a`, b (output) and c (mask) as `(pointer, shape)`,
+    /// p = 0.9 kept, the Philox seed and offset by value. Every unused size and stride slot
+    /// holds stale bytes, and a's sizes[2..3] the address of allocation 4 (a bias the kernel
+    /// never touches), c's strides[4..5] the input's address, as torch's stack may leave them.
+    fn dropout(
+        n: u64,
+        a: (u64, &[(u64, u64)]),
+        b: (u64, &[(u64, u64)]),
+        c: (u64, &[(u64, u64)]),
+    ) -> (Vec<(usize, usize)>, Vec<u8>) {
+        let (layout, mut buf) = packed(DROPOUT, &[0, 0, 0, n, 0.9f32.to_bits() as u64, 42]);
+        for (&(off, size), _) in layout.iter().zip(0..3) {
+            for (k, byte) in buf[off + 8..off + size].iter_mut().enumerate() {
+                *byte = (k as u8).wrapping_mul(37) | 0x80;
+            }
+        }
+        let (a_off, b_off, c_off) = (layout[0].0, layout[1].0, layout[2].0);
+        buf[a_off + 16..a_off + 24].copy_from_slice(&0x4000u64.to_le_bytes());
+        let c_strides = c_off + 8 + (TENSORINFO_DIMS + 4) * 4;
+        buf[c_strides..c_strides + 8].copy_from_slice(&a.0.to_le_bytes());
+        info(&mut buf, a_off, 4, a.0, a.1);
+        info(&mut buf, b_off, 4, b.0, b.1);
+        info(&mut buf, c_off, 4, c.0, c.1);
+        // PhiloxCudaState: seed_ 42 (written above), offset_ 7, not captured.
+        let (ph, _) = layout[5];
+        buf[ph + 8..ph + 16].copy_from_slice(&7u64.to_le_bytes());
+        (layout, buf)
+    }
+
+    /// The touches where a replay takes the current parameters (see
+    /// [`REPLAY_TAKES_CURRENT_PARAMS`]).
+    fn replayed(
+        sig: &Signature,
+        layout: &[(usize, usize)],
+        buf: &[u8],
+        find: impl Fn(u64) -> Option<Found>,
+    ) -> Option<Vec<Touch>> {
+        touches_as(sig, layout, buf, find, true)
+    }
+
+    fn sized(alloc: u64, bytes: u64, access: Access) -> Touch {
+        Touch {
+            alloc,
+            offset: 0,
+            bytes,
+            access,
+        }
+    }
+
+    #[test]
+    fn dropout_reads_its_input_and_writes_its_output_and_mask_whole_past_stale_slots() {
+        let demangled = cpp_demangle::Symbol::new(DROPOUT_MANGLED.as_bytes())
+            .unwrap()
+            .demangle()
+            .unwrap();
+        assert_eq!(demangled, DROPOUT);
+        let sig = parse(DROPOUT).unwrap();
+        let flat: &[(u64, u64)] = &[(64, 1)];
+        let (layout, buf) = dropout(64, (0x1000, flat), (0x2000, flat), (0x3000, flat));
+        assert_eq!(
+            layout.iter().map(|l| l.0).collect::<Vec<_>>(),
+            [0, 216, 432, 648, 652, 656],
+            "three 216-byte TensorInfos, then totalElements, p and the Philox state"
+        );
+        let allocs = find4([256, 256, 64, 16]);
+        // The conservative rule would see the bias in a's stale sizes.
+        assert!(words(&layout, &buf).any(|(_, w)| allocs(w).is_some_and(|f| f.0 == 4)));
+        assert_eq!(
+            replayed(&sig, &layout, &buf, &allocs),
+            Some(vec![
+                sized(1, 256, Access::R),
+                sized(2, 256, Access::W),
+                sized(3, 64, Access::W),
+            ])
+        );
+        // As long as a replay takes the recorded generator state, dropout's outputs stay `rw`.
+        assert_eq!(
+            touches(&sig, &layout, &buf, &allocs),
+            Some(vec![
+                sized(1, 256, Access::R),
+                sized(2, 0, Access::Rw),
+                sized(3, 0, Access::Rw),
+            ])
+        );
+        // A replay rewrites the three data pointers, not the stale copy of a's in c's strides.
+        assert_eq!(sig.pointer_words(&layout), Some(vec![0, 216, 432]));
+        // Dense in another order of dimensions (a permuted output: every element written).
+        let perm: &[(u64, u64)] = &[(4, 1), (16, 4)];
+        let (layout, buf) = dropout(64, (0x1000, flat), (0x2000, perm), (0x3000, perm));
+        let t = replayed(&sig, &layout, &buf, &allocs).unwrap();
+        assert_eq!(t[1], sized(2, 256, Access::W));
+        // The input's extent is what its shape reaches: a strided view of half its allocation.
+        let half: &[(u64, u64)] = &[(32, 1)];
+        let (layout, buf) = dropout(32, (0x1000, &[(32, 2)]), (0x2000, half), (0x3000, half));
+        let t = replayed(&sig, &layout, &buf, find4([256, 128, 32, 16])).unwrap();
+        assert_eq!(t[0], sized(1, 63 * 4, Access::R));
+        assert_eq!(t[1], sized(2, 128, Access::W));
+    }
+
+    #[test]
+    fn a_dropout_output_not_provably_whole_is_rw_of_unknown_extent() {
+        let sig = parse(DROPOUT).unwrap();
+        let flat: &[(u64, u64)] = &[(64, 1)];
+        let allocs = find4([256, 512, 64, 16]);
+        let rw = |alloc| sized(alloc, 0, Access::Rw);
+        // Strided: every other float of 512 bytes.
+        let strided: &[(u64, u64)] = &[(64, 2)];
+        let (layout, buf) = dropout(64, (0x1000, flat), (0x2000, strided), (0x3000, flat));
+        let t = replayed(&sig, &layout, &buf, &allocs).unwrap();
+        assert_eq!(
+            (t[1].clone(), t[2].clone()),
+            (rw(2), sized(3, 64, Access::W))
+        );
+        // Dense, but a quarter of its allocation, at its start or inside it.
+        let (layout, buf) = dropout(
+            32,
+            (0x1000, &[(32, 1)]),
+            (0x2000, &[(32, 1)]),
+            (0x3000, &[(32, 1)]),
+        );
+        let t = replayed(&sig, &layout, &buf, &allocs).unwrap();
+        assert_eq!(t[1], rw(2));
+        let (layout, buf) = dropout(
+            32,
+            (0x1000, &[(32, 1)]),
+            (0x2080, &[(32, 1)]),
+            (0x3000, &[(32, 1)]),
+        );
+        let t = replayed(&sig, &layout, &buf, &allocs).unwrap();
+        assert_eq!(t[1].access, Access::Rw);
+        assert_eq!(t[1].offset, 0x80);
+        // Fewer elements written than the output holds.
+        let (layout, buf) = dropout(60, (0x1000, flat), (0x2000, flat), (0x3000, flat));
+        let t = replayed(&sig, &layout, &buf, find4([256, 256, 64, 16])).unwrap();
+        assert_eq!((t[1].clone(), t[2].clone()), (rw(2), rw(3)));
+        // Another kernel with the same parameters: not known to write whole.
+        let other = DROPOUT.replace("fused_dropout_kernel_vec", "other_kernel");
+        let (layout, buf) = dropout(64, (0x1000, flat), (0x2000, flat), (0x3000, flat));
+        let t = touches(
+            &parse(&other).unwrap(),
+            &layout,
+            &buf,
+            find4([256, 256, 64, 16]),
+        );
+        assert_eq!(
+            t,
+            Some(vec![sized(1, 256, Access::R), rw(2), rw(3)]),
+            "const read, the rest may be written"
+        );
+    }
+
+    #[test]
+    fn what_a_tensor_info_or_philox_state_does_not_settle_is_left_to_the_conservative_rule() {
+        let sig = parse(DROPOUT).unwrap();
+        let flat: &[(u64, u64)] = &[(64, 1)];
+        let allocs = find4([256, 256, 64, 16]);
+        let fine = || dropout(64, (0x1000, flat), (0x2000, flat), (0x3000, flat));
+        let (layout, buf) = fine();
+        assert!(replayed(&sig, &layout, &buf, &allocs).is_some());
+        // Captured during a CUDA graph: the offset is a device pointer.
+        let (ph, _) = layout[5];
+        let mut captured = buf.clone();
+        captured[ph + 8..ph + 16].copy_from_slice(&0x4000u64.to_le_bytes());
+        captured[ph + 20] = 1;
+        assert_eq!(replayed(&sig, &layout, &captured, &allocs), None);
+        captured[ph + 8..ph + 16].copy_from_slice(&7u64.to_le_bytes());
+        assert_eq!(replayed(&sig, &layout, &captured, &allocs), None);
+        // Not captured, but a word of it points into an allocation.
+        let mut pointing = buf.clone();
+        pointing[ph..ph + 8].copy_from_slice(&0x4000u64.to_le_bytes());
+        assert_eq!(replayed(&sig, &layout, &pointing, &allocs), None);
+        // In place: the input's allocation written.
+        let (layout, buf) = dropout(64, (0x1000, flat), (0x1000, flat), (0x3000, flat));
+        assert_eq!(replayed(&sig, &layout, &buf, &allocs), None);
+        // A shape past the allocation's end, dims out of range, a TensorInfo of another size.
+        let (layout, buf) = dropout(64, (0x1000, &[(65, 1)]), (0x2000, flat), (0x3000, flat));
+        assert_eq!(replayed(&sig, &layout, &buf, &allocs), None);
+        let (layout, mut buf) = fine();
+        let d = 8 + 2 * TENSORINFO_DIMS * 4;
+        buf[d..d + 4].copy_from_slice(&26i32.to_le_bytes());
+        assert_eq!(replayed(&sig, &layout, &buf, &allocs), None);
+        let (mut layout, buf) = fine();
+        layout[0].1 = 208;
+        assert_eq!(replayed(&sig, &layout, &buf, &allocs), None);
+        // A TensorInfo of another struct, an unknown index type.
+        let odd = DROPOUT.replace("TensorInfo<bool, unsigned int>", "TensorInfo<bool, short>");
+        assert_eq!(parse(&odd), None);
+        let odd = DROPOUT.replace("at::PhiloxCudaState", "at::OtherState");
+        assert_eq!(parse(&odd), None);
+    }
+
+    #[test]
+    fn sixty_four_bit_indices_and_the_plain_kernel_read_alike() {
+        let plain = "void at::native::(anonymous namespace)::fused_dropout_kernel<float, float, unsigned long, -1, 1, bool>(at::cuda::detail::TensorInfo<float const, unsigned long>, at::cuda::detail::TensorInfo<float, unsigned long>, at::cuda::detail::TensorInfo<bool, unsigned long>, unsigned long, float, at::PhiloxCudaState)";
+        let sig = parse(plain).unwrap();
+        assert!(sig.whole.is_some());
+        let (layout, mut buf) = packed(plain, &[0, 0, 0, 64, 0.9f32.to_bits() as u64, 42]);
+        assert_eq!(layout[0], (0, 416));
+        assert_eq!(layout[3], (1248, 8));
+        for (i, data) in [0x1000u64, 0x2000, 0x3000].into_iter().enumerate() {
+            info(&mut buf, layout[i].0, 8, data, &[(8, 8), (8, 1)]);
+        }
+        assert_eq!(
+            replayed(&sig, &layout, &buf, find4([256, 256, 64, 16])),
+            Some(vec![
+                sized(1, 256, Access::R),
+                sized(2, 256, Access::W),
+                sized(3, 64, Access::W),
+            ])
+        );
     }
 }

@@ -89,8 +89,9 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 impl Kernel {
     /// From a launch's record and parameter buffer: each touch's recorded address must occur
-    /// in the buffer (at a 4-byte boundary, as parameters are aligned), or the launch cannot be
-    /// rebuilt.
+    /// in the buffer (at a 4-byte boundary, as parameters are aligned; only in the pointer
+    /// words where the kernel's name gives them: `hooks::launch::pointer_words`), or the launch
+    /// cannot be rebuilt.
     fn of(
         event: &Event,
         params: &str,
@@ -109,12 +110,16 @@ impl Kernel {
             return None;
         };
         let params = unhex(params)?;
+        let runtime = api.starts_with("cuda") || api.starts_with("__cuda");
+        // Only the words the kernel's name says are pointers, where it says: a stale integer
+        // (an unused TensorInfo slot) may equal an operand's address.
+        let words = crate::hooks::launch::pointer_words(*func as usize, runtime);
         let mut pointers = Vec::new();
         for (i, t) in touches.iter().enumerate() {
             let addr = (base(t.alloc)? + t.offset).to_le_bytes();
             let before = pointers.len();
             for at in (0..params.len().saturating_sub(7)).step_by(4) {
-                if params[at..at + 8] == addr {
+                if params[at..at + 8] == addr && words.as_ref().is_none_or(|w| w.contains(&at)) {
                     pointers.push((at, i));
                 }
             }
@@ -124,7 +129,7 @@ impl Kernel {
         }
         Some(Kernel {
             func: *func,
-            runtime: api.starts_with("cuda") || api.starts_with("__cuda"),
+            runtime,
             grid: *grid,
             block: *block,
             shared,
