@@ -8,8 +8,8 @@
  * and SGD with momentum (in place, state allocated lazily at the first step) are kernels.
  * Deterministic: it prints each iteration's loss and a checksum of the weights.
  *
- * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT] [CONV] [NORM]
- *        (defaults 4, 4, 16, 8, 2, 3, relu, legacy, none)
+ * Usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS] [KERNEL] [ACT] [CONV] [NORM] [DROP]
+ *        (defaults 4, 4, 16, 8, 2, 3, relu, legacy, none, none)
  * Network: conv(3->C, KxK) relu_, BLOCKS x [conv ACT conv (KxK), + skip, relu_], conv(C->10, WxW)
  * (the classifier), softmax. A KERNEL of 1 keeps data mode's arithmetic small per byte of
  * activation (tests that need tensors of the allocator's 2 MiB granularity). ACT relu: relu_ in
@@ -37,7 +37,17 @@
  * torchvision's `out += identity`. The backward pass is cudnnBatchNormalizationBackwardEx from
  * the convolution's output and the saved statistics. NORM bnsum: the same, but the skip is added
  * out of place into a new tensor (ATen's add kernel, {out, y, skip}; y freed right after), then
- * ReLU in place on it, as `relu(bn(...) + skip)` runs (examples/resnet50.py). */
+ * ReLU in place on it, as `relu(bn(...) + skip)` runs (examples/resnet50.py). DROP drop (NORM
+ * none): dropout (keep 0.9) on the activation between a block's convolutions, as a
+ * transformer's feed-forward layer runs it, through a kernel named and laid out as ATen's
+ * fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>: three TensorInfos (input,
+ * output, bool mask; the sizes and strides slots past the used dimension hold stale bytes, among
+ * them the next convolution's bias address as two adjacent 4-byte words, as torch's stack leaves
+ * them), the element count, the keep probability and a PhiloxCudaState by value; the mask is a
+ * counter-based draw from the seed, the offset and the element index. The generator's offset
+ * advances at every launch, as torch's does; drop-seeded: it starts again at each iteration (as
+ * after torch.manual_seed at every step), so each iteration draws the same masks. The backward
+ * pass scales the gradient by the mask (a plain kernel). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -177,7 +187,70 @@ static void sgd_(simgpuKernelCtx *ctx, void **p) {
 static float relu_of(float x) { return x < 0 ? 0 : x; }
 static void aten_relu(simgpuKernelCtx *ctx, void **p) { unary(ctx, p, relu_of); }
 
+/* ATen's TensorInfo<T, unsigned int> (MAX_TENSORINFO_DIMS 25) and PhiloxCudaState, by value. */
+#define TI_DIMS 25
+typedef struct { float *data; unsigned sizes[TI_DIMS], strides[TI_DIMS]; int dims; } TiFloat;
+typedef struct { unsigned char *data; unsigned sizes[TI_DIMS], strides[TI_DIMS]; int dims; } TiBool;
+typedef struct { uint64_t seed, offset; uint32_t offset_intragraph; unsigned char captured; } PhiloxState;
+_Static_assert(sizeof(TiFloat) == 216 && sizeof(TiBool) == 216 && sizeof(PhiloxState) == 24, "torch's layout");
+
+/* The element offset of linear index i (IndexToOffset), and the elements a TensorInfo spans. */
+static size_t ti_offset(const unsigned *sizes, const unsigned *strides, int dims, size_t i) {
+  size_t off = 0;
+  for (int d = dims - 1; d >= 0; d--) { off += (i % sizes[d]) * strides[d]; i /= sizes[d]; }
+  return off;
+}
+static size_t ti_span(const unsigned *sizes, const unsigned *strides, int dims) {
+  size_t last = 0;
+  for (int d = 0; d < dims; d++) { if (!sizes[d]) return 0; last += (size_t)(sizes[d] - 1) * strides[d]; }
+  return last + 1;
+}
+
+/* A counter-based uniform draw in [0, 1): a hash of the seed, the offset and the index only. */
+static uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static float draw(uint64_t seed, uint64_t offset, uint64_t i) {
+  return (float)(mix64(seed ^ mix64(offset * 0x100000001B3ull + i)) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* fused_dropout_kernel_vec(a, b, c, n, p, philox): b = a * (u < p) / p, c = (u < p) */
+static void fused_dropout(simgpuKernelCtx *ctx, void **p) {
+  const TiFloat *a = p[0], *b = p[1];
+  const TiBool *c = p[2];
+  unsigned n = *(unsigned *)p[3];
+  float keep = *(float *)p[4];
+  const PhiloxState *ph = p[5];
+  if (ph->captured) return;
+  const float *x = access_fn(ctx, (CUdeviceptr)(uintptr_t)a->data, ti_span(a->sizes, a->strides, a->dims) * 4, 0);
+  float *y = access_fn(ctx, (CUdeviceptr)(uintptr_t)b->data, ti_span(b->sizes, b->strides, b->dims) * 4, 1);
+  unsigned char *m = access_fn(ctx, (CUdeviceptr)(uintptr_t)c->data, ti_span(c->sizes, c->strides, c->dims), 1);
+  if (!x || !y || !m) return;
+  float scale = 1.0f / keep;
+  for (unsigned i = 0; i < n; i++) {
+    float kept = draw(ph->seed, ph->offset, i) < keep ? 1.0f : 0.0f;
+    y[ti_offset(b->sizes, b->strides, b->dims, i)] = x[ti_offset(a->sizes, a->strides, a->dims, i)] * kept * scale;
+    m[ti_offset(c->sizes, c->strides, c->dims, i)] = kept != 0.0f;
+  }
+}
+
+/* masked_scale(int n, float scale, float *out, const float *g, const bool *mask): out = g * mask * scale
+ * (dropout's backward) */
+static void masked_scale(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  float scale = *(float *)p[1];
+  float *out = arg(ctx, p[2], n, 1);
+  const float *g = arg(ctx, p[3], n, 0);
+  const unsigned char *mask = access_fn(ctx, (CUdeviceptr)(uintptr_t)*(void **)p[4], (size_t)n, 0);
+  if (!out || !g || !mask) return;
+  for (int i = 0; i < n; i++) out[i] = g[i] * (float)mask[i] * scale;
+}
+
 static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd, *k_aten_add, *k_aten_relu;
+static void *k_dropout, *k_masked_scale;
 
 /* ATen's mangled names (c++filt: void at::native::vectorized_elementwise_kernel<4,
  * at::native::GeluFunctor<float>, std::array<char*, 2ul>, false>(int, ...) and the backward's). */
@@ -185,6 +258,10 @@ static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_
 #define GELU_BWD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_19GeluBackwardFunctorIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
 #define ADD_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EELb0EEEviT0_T1_"
 #define RELU_NAME "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15ClampMinFunctorIfEESt5arrayIPcLm2EELb0EEEviT0_T1_"
+/* c++filt: void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>(
+ * at::cuda::detail::TensorInfo<float const, unsigned int>, at::cuda::detail::TensorInfo<float, unsigned int>,
+ * at::cuda::detail::TensorInfo<bool, unsigned int>, unsigned int, float, at::PhiloxCudaState) */
+#define DROPOUT_NAME "_ZN2at6native12_GLOBAL__N_124fused_dropout_kernel_vecIffjLi1ELi4EbEEvNS_4cuda6detail10TensorInfoIKT_T1_EENS5_IS6_S8_EENS5_IT4_S8_EES8_T0_NS_15PhiloxCudaStateE"
 
 static void register_kernels(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -200,6 +277,10 @@ static void register_kernels(void) {
   size_t gs[] = {4, 1, 16}, ga[] = {4, 1, 8}, bs[] = {4, 1, 24}, ba[] = {4, 1, 8};
   if (reg(GELU_NAME, gelu, 3, gs, ga, &k_gelu) || reg(GELU_BWD_NAME, gelu_backward, 3, bs, ba, &k_gelu_bwd) ||
       reg(ADD_NAME, aten_add, 3, bs, ba, &k_aten_add) || reg(RELU_NAME, aten_relu, 3, gs, ga, &k_aten_relu))
+    exit(1);
+  /* Dropout: three 216-byte TensorInfos, unsigned int, float, a 24-byte PhiloxCudaState. */
+  size_t ds[] = {216, 216, 216, 4, 4, 24}, da[] = {8, 8, 8, 4, 4, 8}, ms[] = {4, 4, 8, 8, 8}, ma[] = {4, 4, 8, 8, 8};
+  if (reg(DROPOUT_NAME, fused_dropout, 6, ds, da, &k_dropout) || reg("masked_scale", masked_scale, 5, ms, ma, &k_masked_scale))
     exit(1);
 }
 
@@ -246,6 +327,50 @@ static void gelu_bwd_into(float *dy, float *x, float *dx, int n) {
   float *data[3] = {dx, dy, x};
   void *v[] = {&n, &functor, data};
   launch(k_gelu_bwd, n, v);
+}
+
+/* Dropout's generator: a fixed seed, an offset that advances by 4 per launch (a draw of four per
+ * thread, as torch's counter_offset for a grid that covers the tensor). */
+static const uint64_t DROP_SEED = 0x5EEDull;
+static uint64_t philox_offset;
+static const float KEEP = 0.9f;
+
+/* Stale bytes in a TensorInfo's unused slots, and `stale` (an address) at sizes[2..3]. */
+static void ti_stale(unsigned *sizes, unsigned *strides, uint64_t salt, uint64_t stale) {
+  for (int d = 1; d < TI_DIMS; d++) {
+    sizes[d] = (unsigned)mix64(salt + 2 * (uint64_t)d);
+    strides[d] = (unsigned)mix64(salt + 2 * (uint64_t)d + 1);
+  }
+  if (stale) { sizes[2] = (unsigned)stale; sizes[3] = (unsigned)(stale >> 32); }
+}
+
+/* out = dropout(x) and its mask, n elements each (1-D, as collapseDims leaves a contiguous
+ * tensor); `stale`: the address left in the input's unused sizes. */
+static void dropout_into(float *x, float *out, unsigned char *mask, unsigned n, const void *stale) {
+  TiFloat a, b;
+  TiBool c;
+  memset(&a, 0, sizeof a); memset(&b, 0, sizeof b); memset(&c, 0, sizeof c);
+  ti_stale(a.sizes, a.strides, 1, (uint64_t)(uintptr_t)stale);
+  ti_stale(b.sizes, b.strides, 2, 0);
+  ti_stale(c.sizes, c.strides, 3, 0);
+  /* and a stale copy of the input's address in the mask's strides */
+  c.strides[4] = (unsigned)(uintptr_t)x; c.strides[5] = (unsigned)((uint64_t)(uintptr_t)x >> 32);
+  a.data = x; b.data = out; c.data = mask;
+  a.dims = b.dims = c.dims = 1;
+  a.sizes[0] = b.sizes[0] = c.sizes[0] = n;
+  a.strides[0] = b.strides[0] = c.strides[0] = 1;
+  PhiloxState ph;
+  memset(&ph, 0, sizeof ph);
+  ph.seed = DROP_SEED; ph.offset = philox_offset;
+  philox_offset += 4;
+  float keep = KEEP;
+  void *v[] = {&a, &b, &c, &n, &keep, &ph};
+  launch(k_dropout, (int)n, v);
+}
+static void masked_scale_into(float *g, unsigned char *mask, float *out, int n) {
+  float scale = 1.0f / KEEP;
+  void *v[] = {&n, &scale, &out, &g, &mask};
+  launch(k_masked_scale, n, v);
 }
 
 /* One tensor: one stream-ordered allocation, as PyTorch's CUDA allocator with
@@ -511,11 +636,15 @@ int main(int argc, char **argv) {
   const char *norm_name = argc > 9 ? argv[9] : "none";
   int bn_sum = strcmp(norm_name, "bnsum") == 0;
   int use_bn = strcmp(norm_name, "bn") == 0 || bn_sum;
+  const char *drop_name = argc > 10 ? argv[10] : "none";
+  int drop_seeded = strcmp(drop_name, "drop-seeded") == 0;
+  int use_drop = strcmp(drop_name, "drop") == 0 || drop_seeded;
   const int classes = 10;
   if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw ||
       (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0 || (!use_bn && strcmp(norm_name, "none") != 0) ||
-      (use_bn && (use_gelu || conv_mode == 0))) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)]\n");
+      (use_bn && (use_gelu || conv_mode == 0)) || (!use_drop && strcmp(drop_name, "none") != 0) ||
+      (use_drop && use_bn)) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)] [none|drop|drop-seeded (norm none)]\n");
     return 2;
   }
   register_kernels();
@@ -542,12 +671,15 @@ int main(int argc, char **argv) {
   CU(cudaMemcpyAsync(labels, hl, (size_t)n * 4, cudaMemcpyHostToDevice, st));
   float **a = calloc((size_t)nblocks + 1, sizeof *a), **h1 = calloc((size_t)nblocks + 1, sizeof *h1);
   float **g1 = calloc((size_t)nblocks + 1, sizeof *g1); /* GELU's outputs (ACT gelu) */
+  float **d1 = calloc((size_t)nblocks + 1, sizeof *d1); /* dropout's outputs and masks (DROP) */
+  unsigned char **m1 = calloc((size_t)nblocks + 1, sizeof *m1);
   const float lr = 0.05f, mu = 0.9f;
   /* Each iteration's time on the device's clock, on stderr at the end with TRAINER_TIMES set. */
   cudaEvent_t *marks = malloc((iters + 1) * sizeof *marks);
   for (int i = 0; i <= iters; i++) cudaEventCreate(&marks[i]);
   for (int it = 0; it < iters; it++) {
     cudaEventRecord(marks[it], st);
+    if (drop_seeded) philox_offset = 0;
     /* forward: a[0] = relu_(stem(x)); a[b+1] = relu_(conv2(relu_(conv1(a[b]))) + a[b]) */
     if (use_bn) {
       /* a[0] = relu_(bn(stem(x))); a[b+1] = relu_(bn2(conv2(relu_(bn1(conv1(a[b]))))) += a[b]) */
@@ -581,7 +713,13 @@ int main(int argc, char **argv) {
         relu_inplace(h1[b], nact);
         g1[b] = h1[b];
       }
-      float *h2 = conv_fwd(&blocks[2 * b + 1], g1[b], act);
+      if (use_drop) {
+        d1[b] = talloc(act * 4);
+        m1[b] = talloc(act);
+        dropout_into(g1[b], d1[b], m1[b], (unsigned)nact, blocks[2 * b + 1].B);
+        if (use_gelu) tfree(g1[b]); /* GELU's output: nothing keeps it past the dropout */
+      }
+      float *h2 = conv_fwd(&blocks[2 * b + 1], use_drop ? d1[b] : g1[b], act);
       a[b + 1] = talloc(act * 4);
       add_into(h2, a[b], a[b + 1], nact);
       tfree(h2); /* an addition's backward needs neither input */
@@ -631,9 +769,16 @@ int main(int argc, char **argv) {
     for (int b = nblocks - 1; b >= 0 && !use_bn; b--) {
       relu_bwd_inplace(g, a[b + 1], nact); /* through the block's last relu_ */
       tfree(a[b + 1]);
-      float *dh1 = conv_bwd(&blocks[2 * b + 1], g1[b], g, act);
+      float *dh1 = conv_bwd(&blocks[2 * b + 1], use_drop ? d1[b] : g1[b], g, act);
+      if (use_drop) {
+        tfree(d1[b]);
+        float *dd = talloc(act * 4);
+        masked_scale_into(dh1, m1[b], dd, nact);
+        tfree(dh1); tfree(m1[b]);
+        dh1 = dd;
+      }
       if (use_gelu) {
-        tfree(g1[b]);
+        if (!use_drop) tfree(g1[b]);
         float *dpre = talloc(act * 4);
         gelu_bwd_into(dh1, h1[b], dpre, nact);
         tfree(dh1);
@@ -695,6 +840,6 @@ int main(int argc, char **argv) {
   printf("checksum %016llx\n", (unsigned long long)hsum);
   cudnnDestroy(dnn);
   CU(cudaStreamDestroy(st));
-  free(hx); free(hl); free(a); free(h1); free(g1); free(blocks); free(bns);
+  free(hx); free(hl); free(a); free(h1); free(g1); free(d1); free(m1); free(blocks); free(bns);
   return 0;
 }
