@@ -287,6 +287,30 @@ impl Walk {
                     }
                     self.reads(s, 2 * o + 1);
                 }
+                // A list of 65 storages or more (each listed once) ends the walk by its own
+                // end, whatever was seen before: the scan's last push is then the last
+                // storage of the lists after it not yet seen, unless that one is also in
+                // that list or before it (then look, below). Saves pushing up to the cap: a
+                // recurrent loss's backward makes thousands of products, dropped by turns,
+                // and nearly every walk of its evictions meets them.
+                let mut lens = std::iter::once(self.ins[p].len())
+                    .chain(readers.iter().map(|&o| self.outs[o].len()));
+                if let Some(b) = lens.position(|n| n > 64) {
+                    'fast: for &o in readers[b..].iter().rev() {
+                        for &y in self.outs[o].iter().rev() {
+                            // `y` is dropped (listed): in the inputs' list if `p` reads it,
+                            // in a reader's list if that reader makes it.
+                            if consumers[y].contains(&p)
+                                || self.makers[y].iter().any(|m| readers[..b].contains(m))
+                            {
+                                break 'fast;
+                            }
+                            if self.seen[y] != stamp {
+                                break 'walk (cost + producer_time(y), true);
+                            }
+                        }
+                    }
+                }
                 // This step's storages in the scan's order: the producer's inputs, then what
                 // each reader makes. Distinct in a trace in execution order (each storage has
                 // one producer; a product of a reader of `x` is made after `p`), except a
