@@ -356,8 +356,11 @@ fn touches_as(
                 continue;
             }
             Param::Philox => {
-                // seed_ (u64), offset_ (u64 or int64_t*), offset_intragraph_ (u32), captured_.
-                if size != 24 || bytes[20] != 0 {
+                // seed_ (u64), offset_ (u64 or int64_t*), offset_intragraph_ (u32), captured_,
+                // padded: 24 bytes as the header lays it out, 32 in torch 2.15's fatbins (its
+                // BERT's dropout launches: the layout the driver gives ends 8 bytes later, all
+                // zero). Whatever follows captured_ is checked for pointers like the rest.
+                if !(24..=40).contains(&size) || size % 8 != 0 || bytes[20] != 0 {
                     return None;
                 }
                 if words(&[(off, size)], buf).any(|(_, w)| find(w).is_some()) {
@@ -715,6 +718,15 @@ mod tests {
                 sized(2, 256, Access::W),
                 sized(3, 64, Access::W),
             ])
+        );
+        // torch 2.15's fatbins give the generator state 32 bytes: read the same.
+        let mut wide = layout.clone();
+        wide[5].1 = 32;
+        let mut wide_buf = buf.clone();
+        wide_buf.extend([0u8; 8]);
+        assert_eq!(
+            replayed(&sig, &wide, &wide_buf, &allocs),
+            replayed(&sig, &layout, &buf, &allocs)
         );
         // As long as a replay takes the recorded generator state, dropout's outputs stay `rw`.
         assert_eq!(
