@@ -311,14 +311,15 @@ fn shape(info: &[u8], index: usize, signed: bool) -> Option<Shape> {
 }
 
 /// Whether a replay launches the parameters the producing call had in the iteration under way.
-/// It does not yet: a recipe keeps the buffer of the iteration planned, and only its pointers
-/// are brought up to date. A kernel that takes a random generator's state by value draws from
-/// the offset that state gives, and torch's generator advances it at every launch, so such a
-/// replay would draw another mask than the one its output was made with (the simulated run of
-/// `torchlike ... drop` under `recompute`: every dropout replay differed from the bytes it
-/// rebuilt, and the mask, rewritten by the same replay, changed the results). Until then a
-/// [`WRITTEN_WHOLE`] kernel with a `PhiloxCudaState` writes `rw`, never replayed.
-const REPLAY_TAKES_CURRENT_PARAMS: bool = false;
+/// It does: the executor gives each recipe the parameter buffer its launch had in this
+/// iteration (`runtime::recompute::Recipe::refresh`), and brings its pointers up to date at the
+/// replay. A kernel that takes a random generator's state by value draws from the offset that
+/// state gives, and torch's generator advances it at every launch: with the planned iteration's
+/// buffer a replay would draw another mask than the one its output was made with (the
+/// simulated run of `torchlike ... drop` under `recompute`, before the executor took the
+/// current buffer: every dropout replay differed from the bytes it rebuilt). Were it false, a
+/// [`WRITTEN_WHOLE`] kernel with a `PhiloxCudaState` would write `rw`, never replayed.
+const REPLAY_TAKES_CURRENT_PARAMS: bool = true;
 
 /// The touches of a launch of a kernel with signature `sig`, from its parameter `layout`
 /// ((offset, size) of each) and packed buffer; None where the signature does not settle them
@@ -728,14 +729,18 @@ mod tests {
             replayed(&sig, &wide, &wide_buf, &allocs),
             replayed(&sig, &layout, &buf, &allocs)
         );
-        // As long as a replay takes the recorded generator state, dropout's outputs stay `rw`.
+        // Were a replay to take the recorded generator state, dropout's outputs would stay `rw`.
         assert_eq!(
-            touches(&sig, &layout, &buf, &allocs),
+            touches_as(&sig, &layout, &buf, &allocs, false),
             Some(vec![
                 sized(1, 256, Access::R),
                 sized(2, 0, Access::Rw),
                 sized(3, 0, Access::Rw),
             ])
+        );
+        assert_eq!(
+            touches(&sig, &layout, &buf, &allocs),
+            replayed(&sig, &layout, &buf, &allocs)
         );
         // A replay rewrites the three data pointers, not the stale copy of a's in c's strides.
         assert_eq!(sig.pointer_words(&layout), Some(vec![0, 216, 432]));

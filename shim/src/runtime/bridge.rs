@@ -67,7 +67,13 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
         let Some(rec) = records.iter().find(|r| r.seq == seq) else {
             continue;
         };
-        let Some(recipe) = Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()) else {
+        let call = converted.ops.get(op).map(|o| o.0);
+        let Some(recipe) =
+            Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()).map(|r| match call {
+                Some(c) => r.at(c),
+                None => r,
+            })
+        else {
             log(
                 Level::Debug,
                 &format!(
@@ -93,6 +99,7 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
                     |a| sizes.get(&a).copied(),
                 )
                 .or_else(|| Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()))
+                .map(|r| r.at(m.call))
             })
             .collect();
         let tensor = |s: usize| converted.storages.get(s).map(|o| o.tensor);

@@ -50,6 +50,8 @@ struct Steps {
     /// recomputations before it rebuild only as a source goes once they are done with it.
     early: HashMap<usize, Vec<(TensorId, usize)>>,
     recipes: Vec<(TensorId, Recipe)>,
+    /// The launches whose current parameters recipes take, by offset: (recipe, chain member).
+    refresh: HashMap<usize, Vec<(usize, Option<usize>)>>,
 }
 
 impl Steps {
@@ -68,6 +70,7 @@ impl Steps {
             dropped_at: HashMap::new(),
             early: HashMap::new(),
             recipes: Vec::new(),
+            refresh: HashMap::new(),
         };
         let valid_until = planner::shimtrace::valid_until(&c.trace);
         let sourced = |storage: usize, back: usize| {
@@ -119,6 +122,9 @@ impl Steps {
                     && a < b
                 {
                     let i = s.recipes.len();
+                    for (call, member) in recipe.launches() {
+                        s.refresh.entry(call).or_default().push((i, member));
+                    }
                     s.recipes.push((origin.tensor, recipe.clone()));
                     s.dropped_at.entry(a).or_default().push((origin.tensor, i));
                     if let Some(o) = offset(after) {
@@ -709,9 +715,23 @@ pub fn after_call() {
     if DROPPED.load(Ordering::Relaxed) {
         redrop();
     }
+    let params = crate::runtime::recompute::take_params();
     let Some(offset) = crate::runtime::tracker::last_offset() else {
         return;
     };
+    if let Some(params) = params
+        && let Ok(mut e) = EXECUTOR.lock()
+        && let Some(s) = e.active.as_mut().filter(|s| offset < s.period)
+        && let Some(list) = s.refresh.get(&offset).cloned()
+    {
+        // This iteration's parameters for the recipes of the launch just made, before any of
+        // its outputs is dropped (below).
+        for (i, member) in list {
+            if let Some((_, r)) = s.recipes.get_mut(i) {
+                r.refresh(member, &params);
+            }
+        }
+    }
     feedback();
     for name in step(offset, Kind::Evict) {
         if let Some(id) = crate::runtime::tracker::resolve(name) {

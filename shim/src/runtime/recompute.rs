@@ -56,6 +56,8 @@ pub struct Recipe {
     then: Vec<Recipe>,
     /// A cuBLAS call's m, n, k and batch count.
     gemm: Option<[u64; 4]>,
+    /// The producing call's offset within the iteration (see [`Recipe::at`]).
+    call: Option<usize>,
 }
 
 /// Where a reserve space starts in a replay's scratch (after the workspace, aligned).
@@ -245,6 +247,7 @@ impl Recipe {
             reserve,
             then: Vec::new(),
             gemm,
+            call: None,
         })
     }
 
@@ -305,7 +308,49 @@ impl Recipe {
             reserve: 0,
             then: Vec::new(),
             gemm: None,
+            call: None,
         })
+    }
+
+    /// The recipe of the call at `call` within the iteration: each iteration's own parameters
+    /// are taken there ([`Recipe::refresh`]).
+    pub fn at(mut self, call: usize) -> Recipe {
+        self.call = Some(call);
+        self
+    }
+
+    /// The offsets of the calls whose parameters this recipe replays (the call's, then its
+    /// chain members'): the kernel launches among them.
+    pub fn launches(&self) -> Vec<(usize, Option<usize>)> {
+        let mut out = Vec::new();
+        if let (Some(c), Some(_)) = (self.call, &self.kernel) {
+            out.push((c, None));
+        }
+        for (i, m) in self.then.iter().enumerate() {
+            if let (Some(c), Some(_)) = (m.call, &m.kernel) {
+                out.push((c, Some(i)));
+            }
+        }
+        out
+    }
+
+    /// Takes the parameter buffer the producing launch (or chain member `member`) had in the
+    /// iteration under way, where it is laid out as recorded: a kernel that draws from a random
+    /// generator's state by value (dropout) must draw the same numbers again, and the generator
+    /// advances its offset at every launch. Its pointer words are brought up to date at replay.
+    pub fn refresh(&mut self, member: Option<usize>, params: &[u8]) {
+        let r = match member {
+            None => self,
+            Some(i) => match self.then.get_mut(i) {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        if let Some(k) = &mut r.kernel
+            && k.params.len() == params.len()
+        {
+            k.params = params.to_vec();
+        }
     }
 
     /// This call followed by the members of its chain, in order; `aliases`: tensors internal
@@ -488,6 +533,23 @@ impl Recipe {
             result: 0,
         })
     }
+}
+
+thread_local! {
+    /// The parameter buffer of this thread's last kernel launch (its lineage), for
+    /// [`Recipe::refresh`].
+    static LAST_PARAMS: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Notes a launch's parameter buffer (a `kernel` lineage, in hex), before its record.
+pub fn note_params(hex: &str) {
+    let bytes = unhex(hex);
+    LAST_PARAMS.with(|p| *p.borrow_mut() = bytes);
+}
+
+/// The parameter buffer of this thread's last launch, taken.
+pub fn take_params() -> Option<Vec<u8>> {
+    LAST_PARAMS.with(|p| p.borrow_mut().take())
 }
 
 /// Replays so far (MARMOSET_TEST_CORRUPT_REPLAY counts them).
@@ -966,9 +1028,14 @@ fn launch(k: &Kernel, touches: &[Touch], stream: u64, corrupt: bool) -> Result<(
             .ok_or_else(|| format!("allocation {} is not live", t.alloc))?;
         params[at..at + 8].copy_from_slice(&(va + t.offset).to_le_bytes());
     }
-    if corrupt && params.len() >= 4 {
-        let n = i32::from_le_bytes([params[0], params[1], params[2], params[3]]);
-        params[..4].copy_from_slice(&(n / 2).to_le_bytes());
+    // MARMOSET_TEST_CORRUPT_REPLAY: the first 4-byte word that is no operand's pointer halved
+    // (an element count, where there is one: half the output left unwritten).
+    let scalar = (0..params.len().saturating_sub(3))
+        .step_by(4)
+        .find(|&at| !k.pointers.iter().any(|&(p, _)| at + 4 > p && at < p + 8));
+    if let (true, Some(at)) = (corrupt, scalar) {
+        let n = i32::from_le_bytes([params[at], params[at + 1], params[at + 2], params[at + 3]]);
+        params[at..at + 4].copy_from_slice(&(n / 2).to_le_bytes());
     }
     let f = crate::hooks::launch::driver_function(k.func as usize, k.runtime)
         .ok_or("the driver has no handle for the kernel")?;

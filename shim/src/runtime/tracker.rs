@@ -84,6 +84,12 @@ pub fn observe(r: &Record) {
     if !enabled() {
         return;
     }
+    if let Event::Lineage {
+        replay: planner::trace::Replay::Kernel { params, .. },
+    } = &r.event
+    {
+        crate::runtime::recompute::note_params(params);
+    }
     let after = {
         let Ok(mut g) = TRACKER.lock() else { return };
         let t = g.get_or_insert_with(|| Tracker {

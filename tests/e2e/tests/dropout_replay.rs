@@ -4,10 +4,12 @@
 //! next convolution's bias address, as torch's stack leaves them. The shim reads the signature:
 //! each `TensorInfo` has one pointer, so the input is read and the output and mask may be
 //! written, and the stale bias address is no touch (the conservative rule made it one: a new
-//! version of the bias at every dropout, in PyTorch's BERT). Dropout is not replayed yet: a
-//! replay would take the generator state of the iteration planned, which torch advances at every
-//! launch (`hooks::signature::REPLAY_TAKES_CURRENT_PARAMS`). Data mode, under `recompute` and
-//! `auto` with `MARMOSET_VERIFY=1`: the results stay bit for bit those of an unlimited run.
+//! version of the bias at every dropout, in PyTorch's BERT). Its output and mask are written
+//! whole, and dropout is replayed with the parameter buffer its launch had in the iteration
+//! under way (the generator state torch advances at every launch: the same mask drawn again;
+//! `runtime::recompute::Recipe::refresh`). Data mode, under `recompute` and `auto` with
+//! `MARMOSET_VERIFY=1`: the results stay bit for bit those of an unlimited run, and a wrong
+//! dropout replay is caught.
 
 use marmoset_e2e::*;
 use serde_json::Value;
@@ -76,9 +78,10 @@ fn touches_its_three_tensors_only(at: &str, records: &[Value]) {
             .iter()
             .map(|t| (t["access"].as_str().unwrap(), t["bytes"].as_u64().unwrap()))
             .collect();
+        // The output (2 MiB of floats) and the mask (0.5 MiB of bools) written whole.
         assert_eq!(
             accesses,
-            [("r", 2 << 20), ("rw", 0), ("rw", 0)],
+            [("r", 2 << 20), ("w", 2 << 20), ("w", 1 << 19)],
             "{at}: {touches:?}"
         );
         let stale = u64::from_le_bytes(params[STALE..STALE + 8].try_into().unwrap());
@@ -111,12 +114,50 @@ fn dropout_reads_its_input_touches_no_stale_address_and_runs_bit_for_bit() {
             );
             exact_within(&at, &o, &plain, &rep, budget);
             touches_its_three_tensors_only(&at, &records);
-            assert!(
-                of_kind(&records, "recompute")
-                    .iter()
-                    .all(|r| !r["api"].as_str().unwrap_or("").contains("dropout")),
-                "{at}: dropout is not replayed while a replay takes the recorded generator state"
-            );
+            if policy == "recompute" {
+                assert!(
+                    dropout_replays(&records) > 0,
+                    "{at}: dropout's outputs recomputed by its kernel: {:?}",
+                    of_kind(&records, "plan")
+                );
+            }
         }
     }
+}
+
+fn dropout_replays(records: &[Value]) -> usize {
+    of_kind(records, "recompute")
+        .iter()
+        .filter(|r| {
+            r["api"]
+                .as_str()
+                .is_some_and(|a| a.contains("fused_dropout"))
+        })
+        .count()
+}
+
+#[test]
+fn a_wrong_dropout_replay_is_caught_by_verify_and_visible_without_it() {
+    let (peak, plain) = unlimited("torchlike", &ARGS);
+    let budget = peak / 2;
+    // The first recomputation (a dropout's) halves its first word that is no pointer: the
+    // element count, half the output left as it was.
+    let (o, records, _) = planned(
+        "recompute",
+        budget,
+        &[
+            ("MARMOSET_TEST_CORRUPT_REPLAY", "1"),
+            ("MARMOSET_VERIFY", "1"),
+        ],
+        "torchlike",
+        &ARGS,
+    );
+    ok(&o);
+    assert!(dropout_replays(&records) > 0);
+    let err = stderr(&o);
+    assert!(
+        err.contains("MARMOSET_VERIFY: replaying cudaLaunchKernel (at::native::(anonymous namespace)::fused_dropout_kernel_vec"),
+        "the log names the kernel: {err}"
+    );
+    assert_eq!(stdout(&o), plain, "its saved bytes were put back");
 }
