@@ -887,15 +887,17 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         scratch_of.push(scratch);
         // An exact elementwise kernel right after a replayed call, reading the call's whole
         // output, which dies with it, and writing an allocation of the same size whole (a batch
-        // norm's `y` into an out-of-place `y + identity`): both are one operation, and the dead
-        // output is internal to it. The program frees it, so a recomputation rebuilds it in the
-        // kernel's output instead, and the kernel runs in place there (elementwise: each output
-        // element from the inputs' elements at its index, as ATen's in-place kernels run).
+        // norm's `y` into an out-of-place `y + identity`; GELU's output into dropout's, whose
+        // mask is a second whole output): both are one operation, and the dead output is
+        // internal to it. The program frees it, so a recomputation rebuilds it in the kernel's
+        // output of its size instead, and the kernel runs in place there (elementwise: each
+        // output element from the inputs' elements at its index, as ATen's in-place kernels
+        // run).
         if fold
             && replayable
             && matches!(r.event, Event::Launch { .. })
             && scope.is_none()
-            && whole.len() == 1
+            && !whole.is_empty()
             && t.ops[opi].mutates.is_empty()
             && let Some((p, pwhole)) = &open
             && *p + 1 == opi
@@ -909,8 +911,8 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
             && t.storages[sc].producer == Some(*p)
             && s.uses.get(&dead).and_then(|u| u.last()).map(|u| u.0) == Some(i)
             && s.life.get(&dead).is_some_and(|l| l.1 > i && l.1 < we)
-            && size_of(dead) == size_of(whole[0])
-            && let Some(&alias) = current.get(&whole[0])
+            && let Some(&out) = whole.iter().find(|&&w| size_of(w) == size_of(dead))
+            && let Some(&alias) = current.get(&out)
         {
             let p = *p;
             let w = t.ops.pop().expect("the operation just made");
