@@ -141,6 +141,33 @@ impl Kernel {
     }
 }
 
+/// The touch of a call's tensor argument: the allocation it points into (`base`: each
+/// allocation's address when recorded).
+fn touch_of<'a>(
+    t: &TensorArg,
+    touches: &'a [Touch],
+    base: &impl Fn(u64) -> Option<u64>,
+) -> Option<&'a Touch> {
+    touches
+        .iter()
+        .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
+}
+
+/// The bytes a call's arguments of `role` cover (scratch: a workspace, a reserve space).
+fn bytes_of(
+    tensors: &[TensorArg],
+    touches: &[Touch],
+    base: &impl Fn(u64) -> Option<u64>,
+    role: &str,
+) -> u64 {
+    tensors
+        .iter()
+        .filter(|t| t.role == role)
+        .filter_map(|t| touch_of(t, touches, base))
+        .map(|u| u.bytes)
+        .sum()
+}
+
 impl Recipe {
     /// From the producing call's record and lineage; `name`: an allocation's tensor name in the
     /// plan, `base`: an allocation's address when it was recorded. None when the shim cannot
@@ -177,20 +204,13 @@ impl Recipe {
                 batch,
                 ..
             } => {
-                let ws = tensors
-                    .iter()
-                    .find(|t| t.role == "workspace")
-                    .and_then(|t| {
-                        touches
-                            .iter()
-                            .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
-                    });
+                let ws = bytes_of(tensors, touches, &base, "workspace");
                 (
                     api,
                     tensors,
                     touches,
                     None,
-                    Some(ws.map_or(0, |u| u.bytes)),
+                    Some(ws),
                     Some([*m, *n, *k, *batch]),
                 )
             }
@@ -210,22 +230,10 @@ impl Recipe {
                 && role != "reserve"
                 && (!bn || ["x", "y", "scale", "bias"].contains(&role))
         };
-        let reserve = tensors
-            .iter()
-            .filter(|t| t.role == "reserve")
-            .filter_map(|t| {
-                touches
-                    .iter()
-                    .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
-            })
-            .map(|u| u.bytes)
-            .sum();
+        let reserve = bytes_of(tensors, touches, &base, "reserve");
         let mut args = Vec::new();
         for t in tensors.iter().filter(|t| used(&t.role)) {
-            // The touch of this argument: the allocation it points into.
-            let touch = touches
-                .iter()
-                .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))?;
+            let touch = touch_of(t, touches, &base)?;
             args.push(Arg {
                 role: t.role.clone(),
                 tensor: name(touch.alloc)?,
