@@ -544,20 +544,24 @@ impl Recipe {
 }
 
 thread_local! {
-    /// The parameter buffer of this thread's last kernel launch (its lineage), for
-    /// [`Recipe::refresh`].
-    static LAST_PARAMS: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+    /// The parameter buffer of this thread's last kernel launch (its lineage, in hex), for
+    /// [`Recipe::refresh`]: kept as written, decoded only for a launch a recipe replays.
+    static LAST_PARAMS: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Notes a launch's parameter buffer (a `kernel` lineage, in hex), before its record.
 pub fn note_params(hex: &str) {
-    let bytes = unhex(hex);
-    LAST_PARAMS.with(|p| *p.borrow_mut() = bytes);
+    LAST_PARAMS.with(|p| *p.borrow_mut() = Some(hex.to_string()));
 }
 
-/// The parameter buffer of this thread's last launch, taken.
-pub fn take_params() -> Option<Vec<u8>> {
+/// The parameter buffer of this thread's last launch, taken (hex; see [`decode_params`]).
+pub fn take_params() -> Option<String> {
     LAST_PARAMS.with(|p| p.borrow_mut().take())
+}
+
+/// A noted parameter buffer's bytes.
+pub fn decode_params(hex: &str) -> Option<Vec<u8>> {
+    unhex(hex)
 }
 
 /// Replays so far (MARMOSET_TEST_CORRUPT_REPLAY counts them).
