@@ -42,6 +42,11 @@ pub struct Op {
     /// (a recomputed convolution's workspace: the replay brings its own).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub scratch: u64,
+    /// A re-run for one of its outputs writes the others into scratch of their own size, not
+    /// over them (the shim's replays: a second output may be freed by then, or hold newer
+    /// contents). Without it a re-run remakes every output in place, as DTR's does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub separate_outputs: bool,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -60,6 +65,7 @@ impl Op {
             inplace: Vec::new(),
             backward: false,
             scratch: 0,
+            separate_outputs: false,
         }
     }
 }

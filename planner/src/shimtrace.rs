@@ -800,6 +800,8 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         let rebuilds = |a: u64| replayable && scope.as_ref().is_none_or(|sc| sc.0.contains(&a));
         let source = |a: u64| scope.as_ref().is_none_or(|sc| sc.1.contains(&a));
         let mut op = Op::new(&name_of_op, secs, vec![], vec![]);
+        // The shim's replay writes the outputs it does not rebuild aside.
+        op.separate_outputs = true;
         let mut scratch = Vec::new();
         let mut whole = Vec::new();
         for &(a, role) in &s.roles[i] {

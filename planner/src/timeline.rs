@@ -777,8 +777,19 @@ impl Sim<'_> {
                     }
                     _ => self.now = self.take(t.storages[s].size, self.now, op),
                 }
-                // The replay's workspace: held while it runs, counted against the budget.
-                let scratch = t.ops[p].scratch;
+                // The replay's workspace (and, where its other outputs are written aside,
+                // their scratch): held while it runs, counted against the budget.
+                let aside: u64 = if t.ops[p].separate_outputs {
+                    t.ops[p]
+                        .outputs
+                        .iter()
+                        .filter(|&&y| y != s && t.storages[y].producer == Some(p))
+                        .map(|&y| t.storages[y].size)
+                        .sum()
+                } else {
+                    0
+                };
+                let scratch = t.ops[p].scratch + aside;
                 if scratch > 0 {
                     self.now = self.take(scratch, self.now, op);
                 }

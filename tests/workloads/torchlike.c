@@ -47,7 +47,9 @@
  * counter-based draw from the seed, the offset and the element index. The generator's offset
  * advances at every launch, as torch's does; drop-seeded: it starts again at each iteration (as
  * after torch.manual_seed at every step), so each iteration draws the same masks. The backward
- * pass scales the gradient by the mask (a plain kernel). */
+ * pass scales the gradient by the mask (a plain kernel). drop-res: dropout instead on the
+ * block's second convolution's output, added out of place to the skip and freed at once, as
+ * BERT's `LayerNorm(dropout(dense(h)) + h)` runs: only the mask is kept for the backward pass. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -638,13 +640,14 @@ int main(int argc, char **argv) {
   int use_bn = strcmp(norm_name, "bn") == 0 || bn_sum;
   const char *drop_name = argc > 10 ? argv[10] : "none";
   int drop_seeded = strcmp(drop_name, "drop-seeded") == 0;
+  int drop_res = strcmp(drop_name, "drop-res") == 0;
   int use_drop = strcmp(drop_name, "drop") == 0 || drop_seeded;
   const int classes = 10;
   if (iters < 1 || n < 1 || hw < 2 || ch < 1 || nblocks < 0 || nblocks > 64 || ks < 1 || ks % 2 == 0 || ks > hw ||
       (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0 || (!use_bn && strcmp(norm_name, "none") != 0) ||
-      (use_bn && (use_gelu || conv_mode == 0)) || (!use_drop && strcmp(drop_name, "none") != 0) ||
-      (use_drop && use_bn)) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)] [none|drop|drop-seeded (norm none)]\n");
+      (use_bn && (use_gelu || conv_mode == 0)) || (!use_drop && !drop_res && strcmp(drop_name, "none") != 0) ||
+      ((use_drop || drop_res) && use_bn)) {
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)] [none|drop|drop-seeded|drop-res (norm none)]\n");
     return 2;
   }
   register_kernels();
@@ -720,6 +723,13 @@ int main(int argc, char **argv) {
         if (use_gelu) tfree(g1[b]); /* GELU's output: nothing keeps it past the dropout */
       }
       float *h2 = conv_fwd(&blocks[2 * b + 1], use_drop ? d1[b] : g1[b], act);
+      if (drop_res) {
+        float *d = talloc(act * 4);
+        m1[b] = talloc(act);
+        dropout_into(h2, d, m1[b], (unsigned)nact, blocks[2 * b + 1].B);
+        tfree(h2); /* dropout's backward needs its mask only */
+        h2 = d;
+      }
       a[b + 1] = talloc(act * 4);
       add_into(h2, a[b], a[b + 1], nact);
       tfree(h2); /* an addition's backward needs neither input */
@@ -769,7 +779,14 @@ int main(int argc, char **argv) {
     for (int b = nblocks - 1; b >= 0 && !use_bn; b--) {
       relu_bwd_inplace(g, a[b + 1], nact); /* through the block's last relu_ */
       tfree(a[b + 1]);
-      float *dh1 = conv_bwd(&blocks[2 * b + 1], use_drop ? d1[b] : g1[b], g, act);
+      float *g2 = g; /* the gradient at the second convolution's output */
+      if (drop_res) {
+        g2 = talloc(act * 4);
+        masked_scale_into(g, m1[b], g2, nact);
+        tfree(m1[b]);
+      }
+      float *dh1 = conv_bwd(&blocks[2 * b + 1], use_drop ? d1[b] : g1[b], g2, act);
+      if (drop_res) tfree(g2);
       if (use_drop) {
         tfree(d1[b]);
         float *dd = talloc(act * 4);

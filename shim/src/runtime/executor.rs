@@ -125,7 +125,8 @@ impl Steps {
                     for (call, member) in recipe.launches() {
                         s.refresh.entry(call).or_default().push((i, member));
                     }
-                    s.recipes.push((origin.tensor, recipe.clone()));
+                    s.recipes
+                        .push((origin.tensor, recipe.clone().for_target(origin.tensor)));
                     s.dropped_at.entry(a).or_default().push((origin.tensor, i));
                     if let Some(o) = offset(after) {
                         s.early.entry(o).or_default().push((origin.tensor, i));

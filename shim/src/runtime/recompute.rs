@@ -12,6 +12,10 @@
 //! calls (the tracker never sees it).
 
 mod blas;
+mod kernel;
+
+use kernel::{Kernel, launch};
+pub use kernel::{decode_params, note_params, take_params};
 
 use crate::real::{CUDNN, resolve};
 use crate::runtime::tracker;
@@ -35,6 +39,8 @@ struct Arg {
     access: Access,
     /// A backend execution's unique id for it.
     uid: Option<i64>,
+    /// Written into scratch of its own, not into its allocation (see [`Recipe::for_target`]).
+    scratch: bool,
 }
 
 /// The producing call of a recomputed tensor, ready to replay in any later iteration.
@@ -63,82 +69,6 @@ pub struct Recipe {
 /// Where a reserve space starts in a replay's scratch (after the workspace, aligned).
 fn reserve_at(workspace: u64) -> u64 {
     workspace.div_ceil(256) * 256
-}
-
-/// A kernel launch to replay: the recorded parameter buffer, and where in it each argument's
-/// address goes (byte offset, index into the recipe's arguments).
-#[derive(Debug, Clone)]
-struct Kernel {
-    func: u64,
-    runtime: bool,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared: u64,
-    params: Vec<u8>,
-    pointers: Vec<(usize, usize)>,
-}
-
-/// Bytes from lower-case hex; None if it is not.
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-impl Kernel {
-    /// From a launch's record and parameter buffer: each touch's recorded address must occur
-    /// in the buffer (at a 4-byte boundary, as parameters are aligned; only in the pointer
-    /// words where the kernel's name gives them: `hooks::launch::pointer_words`), or the launch
-    /// cannot be rebuilt.
-    fn of(
-        event: &Event,
-        params: &str,
-        shared: u64,
-        base: &impl Fn(u64) -> Option<u64>,
-    ) -> Option<Kernel> {
-        let Event::Launch {
-            api,
-            func,
-            grid,
-            block,
-            touches,
-            ..
-        } = event
-        else {
-            return None;
-        };
-        let params = unhex(params)?;
-        let runtime = api.starts_with("cuda") || api.starts_with("__cuda");
-        // Only the words the kernel's name says are pointers, where it says: a stale integer
-        // (an unused TensorInfo slot) may equal an operand's address.
-        let words = crate::hooks::launch::pointer_words(*func as usize, runtime);
-        let mut pointers = Vec::new();
-        for (i, t) in touches.iter().enumerate() {
-            let addr = (base(t.alloc)? + t.offset).to_le_bytes();
-            let before = pointers.len();
-            for at in (0..params.len().saturating_sub(7)).step_by(4) {
-                if params[at..at + 8] == addr && words.as_ref().is_none_or(|w| w.contains(&at)) {
-                    pointers.push((at, i));
-                }
-            }
-            if pointers.len() == before {
-                return None;
-            }
-        }
-        Some(Kernel {
-            func: *func,
-            runtime,
-            grid: *grid,
-            block: *block,
-            shared,
-            params,
-            pointers,
-        })
-    }
 }
 
 /// The touch of a call's tensor argument: the allocation it points into (`base`: each
@@ -243,6 +173,7 @@ impl Recipe {
                 strides: t.strides.clone(),
                 access: t.access,
                 uid: t.uid,
+                scratch: false,
             });
         }
         Some(Recipe {
@@ -300,6 +231,7 @@ impl Recipe {
                     strides: Vec::new(),
                     access: t.access,
                     uid: None,
+                    scratch: false,
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -378,6 +310,52 @@ impl Recipe {
         self
     }
 
+    /// The recipe that rebuilds `target`: every other tensor the replay writes before it reads
+    /// it (a second output: dropout's mask, or its output when the mask is the one rebuilt)
+    /// goes to scratch of its own for the replay, never to its allocation, which the program
+    /// may have freed since or may hold newer contents. The planner counts that scratch
+    /// (`Op::separate_outputs`).
+    pub fn for_target(mut self, target: TensorId) -> Recipe {
+        let mut first: Vec<(TensorId, Access)> = Vec::new();
+        for a in self
+            .args
+            .iter()
+            .chain(self.then.iter().flat_map(|m| &m.args))
+        {
+            if !first.iter().any(|f| f.0 == a.tensor) {
+                first.push((a.tensor, a.access));
+            }
+        }
+        let aside = |t: TensorId| t != target && first.iter().any(|f| f.0 == t && f.1 == Access::W);
+        for a in self
+            .args
+            .iter_mut()
+            .chain(self.then.iter_mut().flat_map(|m| m.args.iter_mut()))
+        {
+            a.scratch = aside(a.tensor);
+        }
+        self
+    }
+
+    /// The tensors a replay writes into scratch, with the bytes each needs (its furthest
+    /// recorded end).
+    fn aside(&self) -> Vec<(TensorId, u64)> {
+        let mut out: Vec<(TensorId, u64)> = Vec::new();
+        for a in self
+            .args
+            .iter()
+            .chain(self.then.iter().flat_map(|m| &m.args))
+            .filter(|a| a.scratch)
+        {
+            let end = a.offset + a.bytes.max(1);
+            match out.iter_mut().find(|x| x.0 == a.tensor) {
+                Some(x) => x.1 = x.1.max(end),
+                None => out.push((a.tensor, end)),
+            }
+        }
+        out
+    }
+
     /// Scratch bytes a replay brings: the workspace, then the reserve space.
     fn scratch(&self) -> u64 {
         match self.reserve {
@@ -407,7 +385,7 @@ impl Recipe {
         }
         // (allocation, size) of each operand, once.
         let mut held: Vec<(u64, u64)> = Vec::new();
-        for a in &self.args {
+        for a in self.args.iter().filter(|a| !a.scratch) {
             let id = tracker::resolve(a.tensor)
                 .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
             let (_, size) = crate::state::allocation(id)
@@ -417,6 +395,7 @@ impl Recipe {
             }
         }
         let mut bytes: Vec<u64> = held.iter().map(|h| h.1).collect();
+        bytes.extend(self.aside().iter().map(|x| x.1));
         if self.scratch() > 0 {
             bytes.push(self.scratch());
         }
@@ -434,7 +413,7 @@ impl Recipe {
     /// hold.
     pub fn pinned(&self) -> Option<Recipe> {
         let mut r = self.clone();
-        for a in &mut r.args {
+        for a in r.args.iter_mut().filter(|a| !a.scratch) {
             let alloc = tracker::resolve(a.tensor)?;
             let (_, size) = crate::state::allocation(alloc)?;
             a.tensor = TensorId::Persistent { alloc, size };
@@ -470,17 +449,42 @@ impl Recipe {
             .iter()
             .chain(self.then.iter().flat_map(|m| &m.args))
         {
-            if a.access != Access::W && !written.contains(&a.tensor) && !out.contains(&a.tensor) {
+            if a.access != Access::W
+                && !a.scratch
+                && !written.contains(&a.tensor)
+                && !out.contains(&a.tensor)
+            {
                 out.push(a.tensor);
             }
         }
         out
     }
 
-    /// The call as it would be recorded now, on `stream`: current allocations and addresses.
-    fn now(&self, stream: u64) -> Result<Event, String> {
-        let (mut tensors, mut touches) = (Vec::new(), Vec::new());
+    /// The call as it would be recorded now, on `stream`: current allocations and addresses
+    /// (`aside`: the scratch of each tensor written aside), and each argument's address. A
+    /// tensor written aside is no touch of the call: the memory manager has nothing to bring
+    /// back for it.
+    fn now(&self, stream: u64, aside: &[(TensorId, u64)]) -> Result<(Event, Vec<u64>), String> {
+        let (mut tensors, mut touches, mut addrs) = (Vec::new(), Vec::new(), Vec::new());
         for a in &self.args {
+            if a.scratch {
+                let va = aside
+                    .iter()
+                    .find(|x| x.0 == a.tensor)
+                    .ok_or_else(|| format!("{} has no scratch", a.role))?
+                    .1
+                    + a.offset;
+                tensors.push(TensorArg {
+                    role: a.role.clone(),
+                    ptr: va,
+                    dims: a.dims.clone(),
+                    strides: a.strides.clone(),
+                    access: a.access,
+                    uid: a.uid,
+                });
+                addrs.push(va);
+                continue;
+            }
             let id = tracker::resolve(a.tensor)
                 .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
             let (va, size) = crate::state::allocation(id)
@@ -491,6 +495,7 @@ impl Recipe {
                     a.role
                 ));
             }
+            addrs.push(va + a.offset);
             tensors.push(TensorArg {
                 role: a.role.clone(),
                 ptr: va + a.offset,
@@ -507,7 +512,7 @@ impl Recipe {
             });
         }
         if let Some(k) = &self.kernel {
-            return Ok(Event::Launch {
+            let event = Event::Launch {
                 api: self.api.clone(),
                 func: k.func,
                 grid: k.grid,
@@ -515,10 +520,11 @@ impl Recipe {
                 stream: Some(stream),
                 touches,
                 result: 0,
-            });
+            };
+            return Ok((event, addrs));
         }
         if let Some([m, n, k, batch]) = self.gemm {
-            return Ok(Event::Cublas {
+            let event = Event::Cublas {
                 api: self.api.clone(),
                 stream: Some(stream),
                 m,
@@ -529,9 +535,10 @@ impl Recipe {
                 tensors,
                 touches,
                 result: 0,
-            });
+            };
+            return Ok((event, addrs));
         }
-        Ok(Event::Cudnn {
+        let event = Event::Cudnn {
             api: self.api.clone(),
             stream: Some(stream),
             algo: self.algo,
@@ -539,29 +546,9 @@ impl Recipe {
             tensors,
             touches,
             result: 0,
-        })
+        };
+        Ok((event, addrs))
     }
-}
-
-thread_local! {
-    /// The parameter buffer of this thread's last kernel launch (its lineage, in hex), for
-    /// [`Recipe::refresh`]: kept as written, decoded only for a launch a recipe replays.
-    static LAST_PARAMS: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Notes a launch's parameter buffer (a `kernel` lineage, in hex), before its record.
-pub fn note_params(hex: &str) {
-    LAST_PARAMS.with(|p| *p.borrow_mut() = Some(hex.to_string()));
-}
-
-/// The parameter buffer of this thread's last launch, taken (hex; see [`decode_params`]).
-pub fn take_params() -> Option<String> {
-    LAST_PARAMS.with(|p| p.borrow_mut().take())
-}
-
-/// A noted parameter buffer's bytes.
-pub fn decode_params(hex: &str) -> Option<Vec<u8>> {
-    unhex(hex)
 }
 
 /// Replays so far (MARMOSET_TEST_CORRUPT_REPLAY counts them).
@@ -725,22 +712,50 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     if crate::state::config().test_refuse_replay == Some(n) && !crate::memory::is_beyond_budget() {
         return Err("no room within the budget (MARMOSET_TEST_REFUSE_REPLAY)".into());
     }
-    replay_one(r, stream, corrupt)?;
-    for m in &r.then {
-        replay_one(m, stream, false).map_err(|why| format!("its chain's {}: {why}", m.api))?;
+    // The scratch of the tensors written aside first, held over the whole chain (a member
+    // may read what an earlier one wrote there).
+    let mut aside: Vec<(TensorId, u64)> = Vec::new();
+    let mut got = Ok(());
+    for (t, bytes) in r.aside() {
+        match crate::memory::alloc_internal(bytes as usize) {
+            Some(va) => aside.push((t, va)),
+            None => {
+                got = Err(format!(
+                    "no room for {bytes} B of scratch for a second output"
+                ));
+                break;
+            }
+        }
     }
-    Ok(())
+    let done = got.and_then(|()| {
+        replay_one(r, stream, corrupt, &aside)?;
+        for m in &r.then {
+            replay_one(m, stream, false, &aside)
+                .map_err(|why| format!("its chain's {}: {why}", m.api))?;
+        }
+        Ok(())
+    });
+    for (_, va) in aside {
+        // Released once the replay, queued on `stream`, is done with it.
+        crate::memory::free(va, Some(stream));
+    }
+    done
 }
 
-fn replay_one(r: &Recipe, stream: u64, corrupt: bool) -> Result<(), String> {
-    let event = r.now(stream)?;
+fn replay_one(
+    r: &Recipe,
+    stream: u64,
+    corrupt: bool,
+    aside: &[(TensorId, u64)],
+) -> Result<(), String> {
+    let (event, addrs) = r.now(stream, aside)?;
     // The workspace first: obtaining it may evict, and what the replay touches must stay.
     let ws = match r.scratch() {
         0 => 0,
         n => crate::memory::alloc_internal(n as usize)
             .ok_or_else(|| format!("no room for a {n} B workspace"))?,
     };
-    let done = replay_with(r, &event, stream, ws, corrupt);
+    let done = replay_with(r, &event, &addrs, stream, ws, corrupt);
     if ws != 0 {
         // Released once the replay, queued on `stream`, is done with it.
         crate::memory::free(ws, Some(stream));
@@ -751,14 +766,15 @@ fn replay_one(r: &Recipe, stream: u64, corrupt: bool) -> Result<(), String> {
 fn replay_with(
     r: &Recipe,
     event: &Event,
+    addrs: &[u64],
     stream: u64,
     ws: u64,
     corrupt: bool,
 ) -> Result<(), String> {
     crate::memory::before(event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
-    if let (Some(k), Event::Launch { touches, .. }) = (&r.kernel, event) {
-        return launch(k, touches, stream, corrupt);
+    if let (Some(k), Event::Launch { .. }) = (&r.kernel, event) {
+        return launch(k, addrs, stream, corrupt);
     }
     if let Event::Cublas {
         api,
@@ -1027,72 +1043,6 @@ fn backend(
         }
     }
     Ok(())
-}
-
-/// Launches the recorded kernel again with the current addresses, through the driver (the
-/// parameters as one buffer: `CU_LAUNCH_PARAM_BUFFER_POINTER`). `corrupt`: the first parameter
-/// (the element count of the kernels replayed) halved, for MARMOSET_VERIFY's test.
-fn launch(k: &Kernel, touches: &[Touch], stream: u64, corrupt: bool) -> Result<(), String> {
-    let mut params = k.params.clone();
-    for &(at, i) in &k.pointers {
-        let t = touches.get(i).ok_or("an operand is missing")?;
-        let (va, _) = crate::state::allocation(t.alloc)
-            .ok_or_else(|| format!("allocation {} is not live", t.alloc))?;
-        params[at..at + 8].copy_from_slice(&(va + t.offset).to_le_bytes());
-    }
-    // MARMOSET_TEST_CORRUPT_REPLAY: the first 4-byte word that is no operand's pointer halved
-    // (an element count, where there is one: half the output left unwritten).
-    let scalar = (0..params.len().saturating_sub(3))
-        .step_by(4)
-        .find(|&at| !k.pointers.iter().any(|&(p, _)| at + 4 > p && at < p + 8));
-    if let (true, Some(at)) = (corrupt, scalar) {
-        let n = i32::from_le_bytes([params[at], params[at + 1], params[at + 2], params[at + 3]]);
-        params[at..at + 4].copy_from_slice(&(n / 2).to_le_bytes());
-    }
-    let f = crate::hooks::launch::driver_function(k.func as usize, k.runtime)
-        .ok_or("the driver has no handle for the kernel")?;
-    let p = match resolve(crate::real::CUDA, c"cuLaunchKernel") {
-        0 => return Err("the driver has no cuLaunchKernel".into()),
-        p => p,
-    };
-    let mut size = params.len();
-    // CU_LAUNCH_PARAM_BUFFER_POINTER, its buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, its size, END.
-    let mut extra: [P; 5] = [
-        1 as P,
-        params.as_mut_ptr() as P,
-        2 as P,
-        &mut size as *mut usize as P,
-        std::ptr::null_mut(),
-    ];
-    type Launch =
-        unsafe extern "C" fn(usize, u32, u32, u32, u32, u32, u32, u32, P, *mut P, *mut P) -> c_int;
-    // SAFETY: the real cuLaunchKernel has this signature.
-    let f_launch: Launch = unsafe { std::mem::transmute(p) };
-    let [gx, gy, gz] = k.grid;
-    let [bx, by, bz] = k.block;
-    // SAFETY: f is the kernel's driver handle; the buffer holds its parameters at the offsets
-    // the driver gave, with live allocations' addresses; both outlive the call (the driver
-    // copies parameters at launch).
-    let r = unsafe {
-        f_launch(
-            f,
-            gx,
-            gy,
-            gz,
-            bx,
-            by,
-            bz,
-            k.shared as u32,
-            stream as P,
-            std::ptr::null_mut(),
-            extra.as_mut_ptr(),
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(format!("cuLaunchKernel returned {r}"))
-    }
 }
 
 fn handle() -> Result<usize, String> {
