@@ -95,6 +95,11 @@ def run_once(cmd, profile, policy, budget, trace, env_extra):
         env.update(env_extra)
         p = subprocess.run(args + ["--"] + cmd, env=env, capture_output=True, text=True)
         rep = json.load(open(report)) if os.path.exists(report) else {}
+        # A run that lost contents (a recomputation that failed after its drop) is no
+        # measurement: shape mode prints no wrong loss, so the log is the only witness.
+        lost = [l for l in p.stderr.splitlines() if l.startswith("marmoset:") and "lost" in l]
+        if lost:
+            return (False, rep, None, p.stderr + f"\n{len(lost)} lines of lost contents, first: {lost[0]}"), p
         return (p.returncode == 0, rep, last_iteration(p.stdout, p.stderr), p.stderr), p
 
 
