@@ -134,6 +134,31 @@ fn a_recompute_holds_its_workspace_while_it_runs() {
     assert!(!simulate(&t, 210, LINK, &plan).feasible);
 }
 
+/// A second output of a recomputed operation: op 0 also makes m (40 B), which the program
+/// frees at once (dropout's output beside its mask). Where the shim replays (`separate_outputs`)
+/// the replay writes m aside, so recomputing a before op 3 holds c, a and m's 40 B at once
+/// (240 B); with DTR's semantics (outputs remade in place) it needs the 210 B of `a_recompute`.
+#[test]
+fn a_recompute_writes_its_other_outputs_aside_where_the_shim_replays() {
+    let mut t = chain();
+    t.storages.push(Storage {
+        size: 40,
+        constant: false,
+        producer: Some(0),
+    });
+    t.ops[0].outputs.push(4);
+    t.steps.insert(1, Step::Free(4));
+    let plan = vec![(0, Decision::Recompute { after: 1, back: 3 })];
+    let o = simulate(&t, 210, LINK, &plan);
+    assert!(o.feasible, "{o:?}");
+    assert_eq!(o.peak, 210);
+    t.ops[0].separate_outputs = true;
+    assert!(!simulate(&t, 210, LINK, &plan).feasible);
+    let o = simulate(&t, 240, LINK, &plan);
+    assert!(o.feasible, "{o:?}");
+    assert_eq!((o.peak, o.makespan), (240, 5.0));
+}
+
 /// a (10 B) -> b (100 B); x (100 B) -> y (100 B); out(b, y). a is freed after op 1.
 pub(crate) fn kept_source() -> Trace {
     unit_trace(

@@ -467,48 +467,40 @@ impl Recipe {
     fn now(&self, stream: u64, aside: &[(TensorId, u64)]) -> Result<(Event, Vec<u64>), String> {
         let (mut tensors, mut touches, mut addrs) = (Vec::new(), Vec::new(), Vec::new());
         for a in &self.args {
-            if a.scratch {
-                let va = aside
+            // Its base address: the scratch, or the allocation now (then also a touch).
+            let base = if a.scratch {
+                aside
                     .iter()
                     .find(|x| x.0 == a.tensor)
                     .ok_or_else(|| format!("{} has no scratch", a.role))?
                     .1
-                    + a.offset;
-                tensors.push(TensorArg {
-                    role: a.role.clone(),
-                    ptr: va,
-                    dims: a.dims.clone(),
-                    strides: a.strides.clone(),
+            } else {
+                let id = tracker::resolve(a.tensor)
+                    .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
+                let (va, size) = crate::state::allocation(id)
+                    .ok_or_else(|| format!("{} (allocation {id}) is not live", a.role))?;
+                if a.offset + a.bytes > size {
+                    return Err(format!(
+                        "{} (allocation {id}) is smaller than when recorded",
+                        a.role
+                    ));
+                }
+                touches.push(Touch {
+                    alloc: id,
+                    offset: a.offset,
+                    bytes: a.bytes,
                     access: a.access,
-                    uid: a.uid,
                 });
-                addrs.push(va);
-                continue;
-            }
-            let id = tracker::resolve(a.tensor)
-                .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
-            let (va, size) = crate::state::allocation(id)
-                .ok_or_else(|| format!("{} (allocation {id}) is not live", a.role))?;
-            if a.offset + a.bytes > size {
-                return Err(format!(
-                    "{} (allocation {id}) is smaller than when recorded",
-                    a.role
-                ));
-            }
-            addrs.push(va + a.offset);
+                va
+            };
+            addrs.push(base + a.offset);
             tensors.push(TensorArg {
                 role: a.role.clone(),
-                ptr: va + a.offset,
+                ptr: base + a.offset,
                 dims: a.dims.clone(),
                 strides: a.strides.clone(),
                 access: a.access,
                 uid: a.uid,
-            });
-            touches.push(Touch {
-                alloc: id,
-                offset: a.offset,
-                bytes: a.bytes,
-                access: a.access,
             });
         }
         if let Some(k) = &self.kernel {

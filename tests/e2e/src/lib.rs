@@ -408,3 +408,21 @@ pub fn trained_three_steps(out: &Output, report: &serde_json::Value) {
     assert!(report["sticky_error"].is_null(), "a trap: {report}");
     assert!(!stderr(out).contains("illegal address"), "{}", stderr(out));
 }
+
+/// `prog args` under planner policy `policy` within `fraction` of its unlimited peak, in data
+/// mode with MARMOSET_VERIFY, held to [`exact_within`] against the unlimited run (`unlimited`:
+/// its peak and output). Returns the run's name for messages and its trace's records.
+pub fn verified_exact(
+    prog: &str,
+    args: &[&str],
+    policy: &str,
+    fraction: f64,
+    unlimited: &(u64, String),
+) -> (String, Vec<serde_json::Value>) {
+    let (peak, plain) = unlimited;
+    let at = format!("{prog} {} under {policy} at {fraction} P", args.join(" "));
+    let budget = (*peak as f64 * fraction) as u64;
+    let (o, records, report) = planned(policy, budget, &[("MARMOSET_VERIFY", "1")], prog, args);
+    exact_within(&at, &o, plain, &report, budget);
+    (at, records)
+}

@@ -29,18 +29,9 @@ fn chains(records: &[Value]) -> Vec<usize> {
 
 #[test]
 fn post_relu_batch_norm_outputs_are_recomputed_by_replaying_their_chain_bit_for_bit() {
-    let (peak, plain) = unlimited("torchlike", &ARGS);
+    let plain = unlimited("torchlike", &ARGS);
     for (policy, fraction) in [("recompute", 0.3), ("auto", 0.5)] {
-        let budget = (peak as f64 * fraction) as u64;
-        let (o, records, rep) = planned(
-            policy,
-            budget,
-            &[("MARMOSET_VERIFY", "1")],
-            "torchlike",
-            &ARGS,
-        );
-        let at = format!("{policy} at {fraction} P");
-        exact_within(&at, &o, &plain, &rep, budget);
+        let (at, records) = verified_exact("torchlike", &ARGS, policy, fraction, &plain);
         let c = chains(&records);
         let plans = of_kind(&records, "plan");
         if policy == "recompute" {

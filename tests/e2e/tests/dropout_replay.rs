@@ -100,19 +100,10 @@ fn touches_its_three_tensors_only(at: &str, records: &[Value]) {
 
 #[test]
 fn dropout_reads_its_input_touches_no_stale_address_and_runs_bit_for_bit() {
-    let (peak, plain) = unlimited("torchlike", &ARGS);
+    let plain = unlimited("torchlike", &ARGS);
     for policy in ["recompute", "auto"] {
         for fraction in [0.5, 0.3] {
-            let at = format!("{policy} at {fraction} P");
-            let budget = (peak as f64 * fraction) as u64;
-            let (o, records, rep) = planned(
-                policy,
-                budget,
-                &[("MARMOSET_VERIFY", "1")],
-                "torchlike",
-                &ARGS,
-            );
-            exact_within(&at, &o, &plain, &rep, budget);
+            let (at, records) = verified_exact("torchlike", &ARGS, policy, fraction, &plain);
             touches_its_three_tensors_only(&at, &records);
             if policy == "recompute" {
                 assert!(
@@ -179,20 +170,11 @@ const RES_ARGS: [&str; 10] = [
 
 #[test]
 fn a_mask_is_rebuilt_after_its_dropout_output_was_freed_bit_for_bit() {
-    let (peak, plain) = unlimited("torchlike", &RES_ARGS);
+    let plain = unlimited("torchlike", &RES_ARGS);
     let mut masks = 0;
     for policy in ["recompute", "auto"] {
         for fraction in [0.5, 0.3] {
-            let at = format!("{policy} at {fraction} P");
-            let budget = (peak as f64 * fraction) as u64;
-            let (o, records, rep) = planned(
-                policy,
-                budget,
-                &[("MARMOSET_VERIFY", "1")],
-                "torchlike",
-                &RES_ARGS,
-            );
-            exact_within(&at, &o, &plain, &rep, budget);
+            let (_, records) = verified_exact("torchlike", &RES_ARGS, policy, fraction, &plain);
             // A mask: 1 MiB of bools; its output (4 MiB) freed right after the addition.
             let sizes: HashMap<u64, u64> = of_kind(&records, "alloc")
                 .iter()

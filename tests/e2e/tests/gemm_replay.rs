@@ -29,25 +29,12 @@ fn linear_layers_are_recomputed_by_replaying_their_gemm_bit_for_bit() {
         ("gemmex", "cublasGemmEx", &[0.3]),
         ("sgemm", "cublasSgemm_v2", &[0.3]),
     ] {
-        let (peak, plain) = unlimited("gemm_mlp", &args(linear));
+        let args = args(linear);
+        let plain = unlimited("gemm_mlp", &args);
         for &fraction in fractions {
-            let budget = (peak as f64 * fraction) as u64;
-            let (o, records, rep) = planned(
-                "recompute",
-                budget,
-                &[("MARMOSET_VERIFY", "1")],
-                "gemm_mlp",
-                &args(linear),
-            );
             // MARMOSET_VERIFY compared every replayed tensor with the bytes it held when
             // dropped, and no difference was found.
-            let at = format!("{linear} at {fraction} P");
-            exact_within(&at, &o, &plain, &rep, budget);
-            assert!(
-                !stderr(&o).contains("MARMOSET_VERIFY: replaying"),
-                "{at}: {}",
-                stderr(&o)
-            );
+            let (at, records) = verified_exact("gemm_mlp", &args, "recompute", fraction, &plain);
             assert!(
                 replays_of(&records, api) > 0,
                 "{at}: the linear layer's outputs recomputed by {api}: {:?}",
