@@ -140,6 +140,7 @@ pub(super) fn portfolio(
             [l.clone(), dtr.clone()],
             sel.clone(),
             more,
+            s.all,
         );
         s.policy("capuchin", cap);
     }

@@ -6,7 +6,7 @@
 use super::analysis::{Analysis, Extension, Members};
 use super::engines::Engines;
 use super::passive::online;
-use super::{DROPS, Deadline, Mechanism, best, in_groups, rank_outcomes, with_passive};
+use super::{DROPS, Deadline, Mechanism, best, rank_outcomes, with_passive};
 use crate::model::Trace;
 use crate::timeline::hash::Map;
 use crate::timeline::{Decision, Evict, Link, Outcome, Plan, Stall, simulate, simulate_within};
@@ -230,6 +230,12 @@ fn select(
             }
         }
         let Some((p, over, mut cands)) = found else {
+            // Nothing can leave where memory is short, but swap-ins for later operations may
+            // have arrived there early: their in-triggers move later.
+            if super::triggers::delay_triggers(t, &mut plan, &out.overs) {
+                out = simulate(t, budget, link, &plan);
+                continue 'outer;
+            }
             break 'outer;
         };
         cands.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)).then(x.2.cmp(&y.2)));
@@ -330,243 +336,11 @@ fn select(
         out = simulate(t, budget, link, &plan);
     }
     if out.feasible {
-        prune(t, budget, link, &mut plan, &mut out, more);
-        prune_swaps(t, budget, link, &mut plan, &mut out, more);
-        adjust_triggers(t, a, budget, link, &mut plan, &mut out, more);
+        super::prune::prune(t, budget, link, &mut plan, &mut out, more);
+        super::prune::prune_swaps(t, budget, link, &mut plan, &mut out, more);
+        super::triggers::adjust_triggers(t, a, budget, link, &mut plan, &mut out, more);
     }
     (plan, out)
-}
-
-/// Undoes what the selection took beyond need: recomputations (the costliest first) are dropped
-/// from the plan while the replay stays within the budget and gets faster; then the extensions
-/// nothing needs any more.
-///
-/// The replay's memory curve says which removals have room: keeping a tensor that a
-/// recomputation brought back holds its bytes from its evicted-access to its back-access. Only
-/// those with room are tried, the costliest first: a run of them at once (each counted against
-/// the room the earlier ones took), halved where the replay does not agree. The extensions a
-/// recomputation read past the program's free of their storage are known from the replay too:
-/// the others go in one replay.
-pub(super) fn prune(
-    t: &Trace,
-    budget: u64,
-    link: Link,
-    plan: &mut Plan,
-    out: &mut Outcome,
-    more: Deadline,
-) {
-    let cost = |d: &(usize, Decision)| match d.1 {
-        Decision::Recompute { back, .. } if back != usize::MAX => {
-            t.storages[d.0].producer.map_or(0.0, |p| t.ops[p].time_s)
-        }
-        _ => 0.0,
-    };
-    let mut order: Vec<(usize, Decision)> =
-        plan.iter().copied().filter(|d| cost(d) > 0.0).collect();
-    order.sort_by(|x, y| cost(y).total_cmp(&cost(x)).then(x.0.cmp(&y.0)));
-    // Keeping a tensor a recomputation brought back adds its bytes from its evicted-access to
-    // its back-access, except where the replay recomputed it anyway (as another's source).
-    let span = |d: &(usize, Decision), len: usize| match d.1 {
-        Decision::Recompute { after, back } => (after + 1).min(len)..back.min(len),
-        _ => 0..0,
-    };
-    let mut order = std::collections::VecDeque::from(order);
-    while !order.is_empty() && more() {
-        let mut made: Vec<(usize, usize)> = (out.stalls.iter())
-            .filter_map(|x| match *x {
-                Stall::Recompute { op, storage, .. } => Some((storage, op)),
-                _ => None,
-            })
-            .collect();
-        made.sort_unstable();
-        let adds = |d: (usize, Decision), len: usize| {
-            let sp = span(&d, len);
-            let lo = made.partition_point(|&x| x < (d.0, sp.start));
-            let hi = made.partition_point(|&x| x < (d.0, sp.end));
-            let anyway = &made[lo..hi];
-            sp.filter(move |q| anyway.binary_search(&(d.0, *q)).is_err())
-        };
-        let group = with_room(t, budget, &out.usage.mem_at, &mut order, |d, len| {
-            adds(*d, len)
-        });
-        in_groups(group.len(), more, |g| {
-            faster_without(t, budget, link, plan, out, &group[g], false)
-        });
-    }
-    if !more() {
-        return;
-    }
-    // Per storage, the extension to keep: the shortest one that reaches the last operation at
-    // which a recomputation read it past the program's free (none: nothing did).
-    let read_late = &out.usage.read_late;
-    let mut keep_until = vec![usize::MAX; t.storages.len()];
-    for &(s, d) in plan.iter() {
-        if let Decision::Extend { until } = d
-            && read_late[s] != usize::MAX
-            && until >= read_late[s]
-        {
-            keep_until[s] = keep_until[s].min(until);
-        }
-    }
-    let needed = |&(s, d): &(usize, Decision)| match d {
-        Decision::Extend { until } => keep_until[s] == until,
-        _ => true,
-    };
-    let mut gone: Vec<(usize, Decision)> = plan.iter().copied().filter(|d| !needed(d)).collect();
-    // The same extension twice: one goes.
-    let mut cand: Plan = Vec::with_capacity(plan.len());
-    let mut once = vec![false; t.storages.len()];
-    for &d in plan.iter() {
-        if needed(&d) {
-            if let Decision::Extend { .. } = d.1 {
-                if once[d.0] {
-                    gone.push(d);
-                    continue;
-                }
-                once[d.0] = true;
-            }
-            cand.push(d);
-        }
-    }
-    if gone.is_empty() {
-        return;
-    }
-    if let Some(o) = simulate_within(t, budget, link, &cand, out.makespan, true) {
-        *plan = cand;
-        *out = o;
-        return;
-    }
-    // The replay disagrees (it can where swaps move in time): a group at a time.
-    in_groups(gone.len(), more, |group| {
-        faster_without(t, budget, link, plan, out, &gone[group], true)
-    });
-}
-
-/// Undoes swaps the selection took beyond need, as [`prune`] does recomputations: a swap the
-/// FreeTime ranked free still queues on its copy engines, and the swaps behind it wait. Those
-/// whose bytes fit in the replay's memory curve from their evicted-access to their back-access
-/// are tried, the ones that stalled most (then the largest) first, a run at a time, each kept
-/// out only where the replay stays within the budget and gets faster; at most 32 replays (a
-/// plan of thousands of swaps that all stall would take thousands).
-pub(super) fn prune_swaps(
-    t: &Trace,
-    budget: u64,
-    link: Link,
-    plan: &mut Plan,
-    out: &mut Outcome,
-    more: Deadline,
-) {
-    let mut stall: Map<(usize, usize), f64> = Map::default();
-    for st in &out.stalls {
-        if let Stall::SwapIn { op, storage, secs } = *st {
-            *stall.entry((storage, op)).or_default() += secs;
-        }
-    }
-    let mut order: Vec<(f64, (usize, Decision))> = plan
-        .iter()
-        .filter_map(|&(s, d)| match d {
-            Decision::Swap { back, .. } if t.storages[s].size > 0 => {
-                Some((stall.get(&(s, back)).copied().unwrap_or(0.0), (s, d)))
-            }
-            _ => None,
-        })
-        .collect();
-    order.sort_by(|x, y| {
-        y.0.total_cmp(&x.0)
-            .then(t.storages[y.1.0].size.cmp(&t.storages[x.1.0].size))
-            .then(x.1.0.cmp(&y.1.0))
-    });
-    let mut order: std::collections::VecDeque<(usize, Decision)> =
-        order.into_iter().map(|x| x.1).collect();
-    let span = |d: &(usize, Decision), len: usize| match d.1 {
-        Decision::Swap { after, back, .. } => (after + 1).min(len)..back.min(len),
-        _ => 0..0,
-    };
-    let replays = std::cell::Cell::new(0);
-    let more = || more() && replays.get() < 32;
-    while !order.is_empty() && more() {
-        let group = with_room(t, budget, &out.usage.mem_at, &mut order, span);
-        in_groups(group.len(), &more, |g| {
-            replays.set(replays.get() + 1);
-            faster_without(t, budget, link, plan, out, &group[g], false)
-        });
-    }
-}
-
-/// From the front of `order`, the removals with room in a replay's memory curve `curve`, in
-/// order, each counted against the room the earlier ones took (`adds`: the operations at which
-/// keeping it adds its bytes), until one whose room only the next replay can tell. One without
-/// room at its turn is passed over, as its replay would be.
-fn with_room<I: Iterator<Item = usize>>(
-    t: &Trace,
-    budget: u64,
-    curve: &[u64],
-    order: &mut std::collections::VecDeque<(usize, Decision)>,
-    adds: impl Fn(&(usize, Decision), usize) -> I,
-) -> Vec<(usize, Decision)> {
-    let mut room = curve.to_vec();
-    let fits = |room: &[u64], d: &(usize, Decision)| {
-        let size = t.storages[d.0].size;
-        adds(d, room.len()).all(|q| room[q].saturating_add(size) <= budget)
-    };
-    let mut group = Vec::new();
-    while let Some(d) = order.front() {
-        if group.is_empty() && !fits(&room, d) {
-            order.pop_front();
-        } else if fits(&room, d) {
-            let size = t.storages[d.0].size;
-            for q in adds(d, room.len()) {
-                room[q] += size;
-            }
-            group.push(order.pop_front().unwrap());
-        } else {
-            break;
-        }
-    }
-    group
-}
-
-/// Takes `plan` without `gone` where its replay stays feasible and gets faster (`ties`: or
-/// as fast).
-fn faster_without(
-    t: &Trace,
-    budget: u64,
-    link: Link,
-    plan: &mut Plan,
-    out: &mut Outcome,
-    gone: &[(usize, Decision)],
-    ties: bool,
-) -> bool {
-    let cand = without(t, plan, gone);
-    match simulate_within(t, budget, link, &cand, out.makespan, ties) {
-        Some(o) => {
-            *plan = cand;
-            *out = o;
-            true
-        }
-        _ => false,
-    }
-}
-
-/// `plan` without one occurrence of each decision in `gone`.
-fn without(t: &Trace, plan: &Plan, gone: &[(usize, Decision)]) -> Plan {
-    let mut left: Vec<u32> = vec![0; t.storages.len()];
-    for d in gone {
-        left[d.0] += 1;
-    }
-    let mut gone = gone.to_vec();
-    let mut cand = Vec::with_capacity(plan.len());
-    for &d in plan {
-        if left[d.0] > 0
-            && let Some(k) = gone.iter().position(|x| *x == d)
-        {
-            gone.swap_remove(k);
-            left[d.0] -= 1;
-            continue;
-        }
-        cand.push(d);
-    }
-    cand
 }
 
 /// What the candidates at every operation tried in one selection round share (the plan does
@@ -792,98 +566,6 @@ fn candidates(
     cands
 }
 
-/// Moves in-triggers earlier by the stalls the replay shows, keeping a move only when the replay
-/// stays within the budget and gets faster. First the stalled swap-in alone; when that does not
-/// help (it waited behind others on the H2D engine), with every swap-in queued in the same
-/// window, so the whole queue starts earlier.
-fn adjust_triggers(
-    t: &Trace,
-    a: &Analysis,
-    budget: u64,
-    link: Link,
-    plan: &mut Plan,
-    out: &mut Outcome,
-    more: Deadline,
-) {
-    for _ in 0..16 {
-        if !more() {
-            return;
-        }
-        let mut improved = false;
-        for group in [false, true] {
-            let Some(moved) = moved_triggers(a, plan, out, group) else {
-                continue;
-            };
-            if let Some(o) = simulate_within(t, budget, link, &moved, out.makespan, false) {
-                *plan = moved;
-                *out = o;
-                improved = true;
-                break;
-            }
-        }
-        if !improved {
-            return;
-        }
-    }
-}
-
-/// The plan with triggers moved by the swap-in stalls of `out` (see [`adjust_triggers`]), or
-/// `None` when nothing can move.
-fn moved_triggers(a: &Analysis, plan: &Plan, out: &Outcome, group: bool) -> Option<Plan> {
-    let mut moved = plan.clone();
-    let mut any = false;
-    // The plan's swaps by (storage, back-access), in plan order: a stall finds its own swap
-    // without a scan of the plan (thousands of stalls, thousands of moves).
-    let mut swaps: Map<(usize, usize), Vec<usize>> = Map::default();
-    for (k, (s, d)) in plan.iter().enumerate() {
-        if let Decision::Swap { back, .. } = *d {
-            swaps.entry((*s, back)).or_default().push(k);
-        }
-    }
-    let mut move_one = |k: usize, secs: f64, moved: &mut Plan| {
-        if let Decision::Swap {
-            after,
-            trigger,
-            back,
-        } = &mut moved[k].1
-        {
-            let earlier = a.trigger(*after, *back, a.start[*back] - a.start[*trigger] + secs);
-            if earlier < *trigger {
-                *trigger = earlier;
-                any = true;
-            }
-        }
-    };
-    for st in &out.stalls {
-        let Stall::SwapIn { op, storage, secs } = *st else {
-            continue;
-        };
-        // The stalled swap-in's window: from its trigger to the operation that waited.
-        let Some(own) = swaps.get(&(storage, op)) else {
-            continue;
-        };
-        let Decision::Swap { trigger: first, .. } = plan[own[0]].1 else {
-            unreachable!("indexed as a swap")
-        };
-        if !group {
-            for &k in own {
-                move_one(k, secs, &mut moved);
-            }
-            continue;
-        }
-        for k in 0..moved.len() {
-            // Queued in the same window (its original trigger, before any move).
-            if let Decision::Swap { trigger, back, .. } = moved[k].1
-                && back >= first
-                && trigger <= op
-            {
-                move_one(k, secs, &mut moved);
-            }
-        }
-    }
-    any.then_some(moved)
-}
-
 /// Turns a swap into a recomputation where recomputing costs less than the stall the swap
 /// causes, smallest ratio first, keeping a change only if the replay improves. The changes are
 /// tried a group at a time: first one, then a group twice as large after each one kept (at
@@ -959,8 +641,9 @@ pub(super) fn both_selection(
 /// Capuchin's policy: its first, measured iteration in passive mode (swapping on demand), then
 /// its selection ([`both_selection`]) with the passive mode behind it where it falls short. Ours
 /// on top (README): a passive mode that may also drop by DTR's score, stuck recomputations
-/// ruled out and the selection rerun, what the selection took beyond need undone (prune), and
-/// stalled swaps turned into recomputations.
+/// ruled out and the selection rerun, in-triggers moved later where early swap-ins leave
+/// nothing to evict ([`super::triggers::delay_triggers`]), what the selection took beyond need undone (prune),
+/// stalled swaps turned into recomputations, and the feedback generalised ([`capuchin_from`]).
 pub(super) fn capuchin(
     t: &Trace,
     a: &Analysis,
@@ -970,10 +653,14 @@ pub(super) fn capuchin(
 ) -> (Plan, Outcome) {
     let sel = both_selection(t, a, budget, link, more);
     let passive = [Evict::Lru, Evict::Dtr].map(|e| online(t, a, budget, link, e));
-    capuchin_from(t, a, budget, link, passive, sel, more)
+    capuchin_from(t, a, budget, link, passive, sel, more, true)
 }
 
-/// [`capuchin`] from the passive runs alone (LRU, DTR) and its selection's result.
+/// [`capuchin`] from the passive runs alone (LRU, DTR) and its selection's result; with
+/// `feedback`, the best of them is then moved one tensor at a time by what its replay shows
+/// ([`super::descent`]: Capuchin's feedback, a stalled swap-in triggered earlier, generalised to
+/// every decision; `auto` runs it once, on its own best plan).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn capuchin_from(
     t: &Trace,
     a: &Analysis,
@@ -982,10 +669,16 @@ pub(super) fn capuchin_from(
     passive: [(Plan, Outcome); 2],
     sel: (Plan, Outcome),
     more: Deadline,
+    feedback: bool,
 ) -> (Plan, Outcome) {
     let mut v = passive.to_vec();
     v.extend(with_passive(t, a, budget, link, Mechanism::Both, sel, more));
-    best(v)
+    let b = best(v);
+    if feedback {
+        super::descent::descend(t, a, budget, link, more, b)
+    } else {
+        b
+    }
 }
 
 /// Capuchin's selection restricted to swapping, with its passive mode (LRU) behind it.

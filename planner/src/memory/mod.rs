@@ -19,6 +19,8 @@ mod engines;
 mod hybrid;
 mod lru;
 mod passive;
+mod prune;
+mod triggers;
 mod vdnn;
 
 pub use analysis::Analysis;

@@ -999,3 +999,42 @@ fn a_passive_run_asks_its_deadline_between_evictions() {
         asked.get()
     );
 }
+
+/// Hand-computed: a (op 0) is read by op 1 (making b) and op 3; c (op 2, from b) makes 300 B
+/// held at op 2 against 250. Only a can leave, swapped after op 1 (0.5 s each way; op 2 waits
+/// 0.5 s for the copy out): its in-trigger by the baseline's timing alone is op 2, where it
+/// would arrive into the 300 B again with nothing left to evict. The selection moves it to
+/// op 3 (another 0.5 s wait, and it fits: 210 B there).
+#[test]
+fn a_swap_in_that_arrives_where_memory_is_short_is_triggered_later() {
+    let t = crate::timeline::tests::unit_trace(
+        &[100, 100, 100, 10],
+        &[("a", &[]), ("b", &[0]), ("c", &[1]), ("d", &[0, 2])],
+        vec![
+            Step::Op(0),
+            Step::Op(1),
+            Step::Op(2),
+            Step::Free(1),
+            Step::Op(3),
+            Step::Free(0),
+            Step::Free(2),
+            Step::Free(3),
+        ],
+    );
+    let a = Analysis::new(&t);
+    assert_eq!(a.trigger(1, 3, 0.5), 2, "the baseline's trigger");
+    let (plan, out) = super::capuchin::iterative(&t, &a, 250, LINK, Mechanism::Swap, &|| true);
+    assert!(out.feasible, "{out:?} {plan:?}");
+    assert_eq!(
+        plan,
+        vec![(
+            0,
+            Decision::Swap {
+                after: 1,
+                trigger: 3,
+                back: 3
+            }
+        )]
+    );
+    assert_eq!((out.makespan, out.stall_s, out.peak), (5.0, 1.0, 210));
+}
