@@ -31,7 +31,7 @@ fn kernel(
     params: *mut P,
     extra: *mut P,
 ) -> Option<Pending> {
-    let touches = launch::touches(f as usize, false, params, extra);
+    let touches = launch::touches(f as usize, false, grid, params, extra);
     let p = Pending::new(Event::Launch {
         api: api.into(),
         func: f as u64,

@@ -217,6 +217,7 @@ pub fn param_buffer(
 pub fn touches(
     func: usize,
     runtime: bool,
+    grid: [u32; 3],
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Vec<Touch> {
@@ -234,7 +235,7 @@ pub fn touches(
         return t;
     }
     if let Some(t) = signature(func, runtime)
-        .and_then(|sig| super::signature::touches(&sig, &layout, &buf, find))
+        .and_then(|sig| super::signature::touches(&sig, &layout, &buf, grid, find))
     {
         return t;
     }

@@ -161,7 +161,13 @@ fn kernel(
     shared: usize,
     stream: P,
 ) -> Option<Pending> {
-    let touches = launch::touches(f as usize, true, args, std::ptr::null_mut());
+    let touches = launch::touches(
+        f as usize,
+        true,
+        [g.x, g.y, g.z],
+        args,
+        std::ptr::null_mut(),
+    );
     let p = Pending::new(Event::Launch {
         api: api.into(),
         func: f,

@@ -11,7 +11,9 @@
 //!   can equal an allocation's address). A `const` T is read over the extent its dims, sizes
 //!   and strides give; any other T may be written (`rw`, extent unknown), unless the kernel is
 //!   one of [`WRITTEN_WHOLE`], the output fills its allocation exactly and a replay would draw
-//!   as the launch did (`w`; see [`REPLAY_TAKES_CURRENT_PARAMS`]);
+//!   as the launch did (`w`; see [`REPLAY_TAKES_CURRENT_PARAMS`]); so is a non-`const`
+//!   pointer that [`WRITTEN_WHOLE`] names, where the elements it says the launch writes (from
+//!   a scalar parameter, or one row per block of the grid) fill its allocation;
 //! * a `PhiloxCudaState` (the random generator's seed and offset) holds no pointer, unless it
 //!   was made during graph capture (`captured_`: its offset is then a device pointer).
 //!
@@ -33,9 +35,10 @@ use planner::trace::{Access, Touch};
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Param {
     Scalar,
-    /// A pointer to scalars; `read_only`: to `const` data.
+    /// A pointer to scalars of `elem` bytes; `read_only`: to `const` data.
     Pointer {
         read_only: bool,
+        elem: u64,
     },
     /// `at::cuda::detail::TensorInfo<T, I>` by value: `elem`, sizeof(T); `index`, sizeof(I);
     /// `signed`: I is signed; `read_only`: T is `const`.
@@ -57,12 +60,22 @@ pub struct Signature {
     whole: Option<&'static Whole>,
 }
 
-/// Which `TensorInfo` parameters (by index) a kernel writes whole, and which parameter gives
-/// the number of elements it writes.
+/// Which parameters (by index: `TensorInfo`s or pointers) a kernel writes whole, and how many
+/// elements it writes to each.
 #[derive(Debug, PartialEq)]
 struct Whole {
-    outputs: &'static [usize],
-    count: usize,
+    outputs: &'static [(usize, Count)],
+}
+
+/// How many elements a launch writes to one output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Count {
+    /// The value of this scalar parameter.
+    Param(usize),
+    /// One per block of the grid's x dimension (a kernel with a block per row).
+    Rows,
+    /// One row of this scalar parameter's length per block of the grid's x dimension.
+    RowsOf(usize),
 }
 
 /// ATen kernels whose non-const `TensorInfo` outputs are written whole: every element of the
@@ -70,20 +83,28 @@ struct Whole {
 /// launching the recorded parameters again rebuilds them bit for bit. Dropout
 /// (ATen/native/cuda/Dropout.cu): `(a, b, c, totalElements, p, philox_args)` writes the output
 /// b and the mask c at each of `totalElements` elements from a and a counter-based random draw
-/// (Philox, seeded by value from `philox_args`).
+/// (Philox, seeded by value from `philox_args`). LayerNorm's forward
+/// (ATen/native/cuda/layer_norm_kernel.cu, the vectorized path):
+/// `(N, eps, X, gamma, beta, mean, rstd, Y)` is launched with one block per row (`blocks(M)`,
+/// M rows of N), and each block writes its row's mean and rstd and its N outputs of Y from X,
+/// gamma and beta alone, in a fixed reduction order.
 const WRITTEN_WHOLE: &[(&str, Whole)] = &[
     (
         "at::native::(anonymous namespace)::fused_dropout_kernel_vec<",
         Whole {
-            outputs: &[1, 2],
-            count: 3,
+            outputs: &[(1, Count::Param(3)), (2, Count::Param(3))],
         },
     ),
     (
         "at::native::(anonymous namespace)::fused_dropout_kernel<",
         Whole {
-            outputs: &[1, 2],
-            count: 3,
+            outputs: &[(1, Count::Param(3)), (2, Count::Param(3))],
+        },
+    ),
+    (
+        "at::native::(anonymous namespace)::vectorized_layer_norm_kernel<",
+        Whole {
+            outputs: &[(5, Count::Rows), (6, Count::Rows), (7, Count::RowsOf(0))],
         },
     ),
 ];
@@ -135,7 +156,7 @@ fn param(ty: &str) -> Option<Param> {
     let ty = ty.trim();
     if let Some(pointee) = ty.strip_suffix('*') {
         let (base, read_only) = unconst(pointee);
-        return scalar(base).map(|_| Param::Pointer { read_only });
+        return scalar(base).map(|elem| Param::Pointer { read_only, elem });
     }
     if let Some(args) = ty
         .strip_prefix("at::cuda::detail::TensorInfo<")
@@ -217,18 +238,29 @@ pub fn parse(name: &str) -> Option<Signature> {
         .map(|(_, w)| w)
         // Only where the parameters are what the table says they are.
         .filter(|w| {
-            matches!(params.get(w.count), Some(Param::Scalar))
-                && w.outputs.iter().all(|&o| {
-                    matches!(
-                        params.get(o),
-                        Some(Param::TensorInfo {
-                            read_only: false,
-                            ..
-                        })
-                    )
-                })
+            w.outputs.iter().all(|&(o, count)| {
+                let scalar = match count {
+                    Count::Param(c) | Count::RowsOf(c) => c,
+                    Count::Rows => return writable(params.get(o)),
+                };
+                writable(params.get(o)) && params.get(scalar) == Some(&Param::Scalar)
+            })
         });
     Some(Signature { params, whole })
+}
+
+/// A parameter a kernel may write: a non-`const` pointer or `TensorInfo`.
+fn writable(p: Option<&Param>) -> bool {
+    matches!(
+        p,
+        Some(Param::Pointer {
+            read_only: false,
+            ..
+        }) | Some(Param::TensorInfo {
+            read_only: false,
+            ..
+        })
+    )
 }
 
 impl Signature {
@@ -328,9 +360,10 @@ pub fn touches(
     sig: &Signature,
     layout: &[(usize, usize)],
     buf: &[u8],
+    grid: [u32; 3],
     find: impl Fn(u64) -> Option<Found>,
 ) -> Option<Vec<Touch>> {
-    touches_as(sig, layout, buf, find, REPLAY_TAKES_CURRENT_PARAMS)
+    touches_as(sig, layout, buf, grid, find, REPLAY_TAKES_CURRENT_PARAMS)
 }
 
 /// [`touches`], where a replay takes the current parameters (`current`) or not.
@@ -338,6 +371,7 @@ fn touches_as(
     sig: &Signature,
     layout: &[(usize, usize)],
     buf: &[u8],
+    grid: [u32; 3],
     find: impl Fn(u64) -> Option<Found>,
     current: bool,
 ) -> Option<Vec<Touch>> {
@@ -369,17 +403,30 @@ fn touches_as(
                 }
                 continue;
             }
-            Param::Pointer { read_only } => {
-                let Some((alloc, offset, _)) = find(u64::from_le_bytes(bytes.try_into().ok()?))
+            Param::Pointer { read_only, elem } => {
+                let Some((alloc, offset, alloc_size)) =
+                    find(u64::from_le_bytes(bytes.try_into().ok()?))
                 else {
                     // NULL, or memory that is not the program's device memory.
                     continue;
                 };
+                let whole = !read_only
+                    && replayable
+                    && offset == 0
+                    && written(sig, i, layout, buf, grid)
+                        .and_then(|n| n.checked_mul(elem))
+                        .is_some_and(|b| b > 0 && b == alloc_size);
                 Touch {
                     alloc,
                     offset,
-                    bytes: 0,
-                    access: if read_only { Access::R } else { Access::Rw },
+                    bytes: if whole { alloc_size } else { 0 },
+                    access: if read_only {
+                        Access::R
+                    } else if whole {
+                        Access::W
+                    } else {
+                        Access::Rw
+                    },
                 }
             }
             Param::TensorInfo {
@@ -409,7 +456,9 @@ fn touches_as(
                         access: Access::R,
                     }
                 } else if replayable
-                    && whole_output(sig, i, layout, buf, &s)
+                    && s.dense
+                    && s.elements > 0
+                    && written(sig, i, layout, buf, grid) == Some(s.elements)
                     && offset == 0
                     && extent == alloc_size
                 {
@@ -445,30 +494,31 @@ fn touches_as(
     Some(out)
 }
 
-/// Whether parameter `i` is one of [`WRITTEN_WHOLE`]'s outputs, dense, of as many elements as
-/// the kernel writes.
-fn whole_output(
+/// How many elements a launch writes to parameter `i`, where it is one of [`WRITTEN_WHOLE`]'s
+/// outputs.
+fn written(
     sig: &Signature,
     i: usize,
     layout: &[(usize, usize)],
     buf: &[u8],
-    s: &Shape,
-) -> bool {
-    let Some(w) = sig.whole.filter(|w| w.outputs.contains(&i)) else {
-        return false;
+    grid: [u32; 3],
+) -> Option<u64> {
+    let w = sig.whole?;
+    let &(_, count) = w.outputs.iter().find(|o| o.0 == i)?;
+    let value = |c: usize| {
+        let &(off, size) = layout.get(c)?;
+        let b = buf.get(off..off + size).filter(|_| size <= 8)?;
+        let mut v = [0u8; 8];
+        v[..size].copy_from_slice(b);
+        Some(u64::from_le_bytes(v))
     };
-    let Some(&(off, size)) = layout.get(w.count) else {
-        return false;
-    };
-    let count = match buf.get(off..off + size) {
-        Some(b) if size <= 8 => {
-            let mut v = [0u8; 8];
-            v[..size].copy_from_slice(b);
-            u64::from_le_bytes(v)
-        }
-        _ => return false,
-    };
-    s.dense && s.elements > 0 && s.elements == count
+    // A block per row: the rows are the grid's x blocks (y and z are 1 for such a launch).
+    let rows = (grid[1] == 1 && grid[2] == 1).then_some(u64::from(grid[0]));
+    match count {
+        Count::Param(c) => value(c),
+        Count::Rows => rows,
+        Count::RowsOf(c) => rows?.checked_mul(value(c)?),
+    }
 }
 
 #[cfg(test)]
@@ -507,6 +557,9 @@ mod tests {
         (layout, buf)
     }
 
+    /// A grid of one block.
+    const ONE: [u32; 3] = [1, 1, 1];
+
     /// Allocations 1, 2 and 3 at 0x1000 * id, of the sizes given.
     fn find(sizes: [u64; 3]) -> impl Fn(u64) -> Option<Found> {
         move |w| {
@@ -537,7 +590,7 @@ mod tests {
         let sig = parse(MAX_POOL).unwrap();
         let (layout, buf) = max_pool(0x2000, 0x3000);
         assert_eq!(
-            touches(&sig, &layout, &buf, find([64, 16, 32])),
+            touches(&sig, &layout, &buf, ONE, find([64, 16, 32])),
             Some(vec![
                 touch(1, 0, Access::R),
                 touch(2, 0, Access::Rw),
@@ -546,11 +599,11 @@ mod tests {
         );
         // A pointer inside an allocation: the touch says where.
         let (layout, buf) = max_pool(0x2004, 0x3000);
-        let t = touches(&sig, &layout, &buf, find([64, 16, 32])).unwrap();
+        let t = touches(&sig, &layout, &buf, ONE, find([64, 16, 32])).unwrap();
         assert_eq!(t[1], touch(2, 4, Access::Rw));
         // A NULL or foreign pointer is no touch.
         let (layout, buf) = max_pool(0x2000, 0);
-        let t = touches(&sig, &layout, &buf, find([64, 16, 32])).unwrap();
+        let t = touches(&sig, &layout, &buf, ONE, find([64, 16, 32])).unwrap();
         assert_eq!(t.len(), 2);
     }
 
@@ -567,7 +620,7 @@ mod tests {
         let sig = parse(MAX_POOL_BACKWARD).unwrap();
         let (layout, buf) = max_pool_backward(0x2000, 0x3000, 0x1000);
         assert_eq!(
-            touches(&sig, &layout, &buf, find([64, 16, 32])),
+            touches(&sig, &layout, &buf, ONE, find([64, 16, 32])),
             Some(vec![
                 touch(2, 0, Access::R),
                 touch(3, 0, Access::R),
@@ -581,22 +634,25 @@ mod tests {
         let sig = parse(MAX_POOL).unwrap();
         // The input is also the output (an allocation reached twice, once writably).
         let (layout, buf) = max_pool(0x1000, 0x3000);
-        assert_eq!(touches(&sig, &layout, &buf, find([64, 16, 32])), None);
+        assert_eq!(touches(&sig, &layout, &buf, ONE, find([64, 16, 32])), None);
         // Two reads of one allocation are fine.
         let (layout, buf) = max_pool_backward(0x2000, 0x2008, 0x1000);
         let sig_b = parse(MAX_POOL_BACKWARD).unwrap();
         assert_eq!(
-            touches(&sig_b, &layout, &buf, find([64, 16, 32])).map(|t| t.len()),
+            touches(&sig_b, &layout, &buf, ONE, find([64, 16, 32])).map(|t| t.len()),
             Some(3)
         );
         // A scalar that points into an allocation.
         let (layout, mut buf) = max_pool(0x2000, 0x3000);
         let (off, _) = layout[2];
         buf[off..off + 8].copy_from_slice(&0x1000u64.to_le_bytes());
-        assert_eq!(touches(&sig, &layout, &buf, find([64, 16, 32])), None);
+        assert_eq!(touches(&sig, &layout, &buf, ONE, find([64, 16, 32])), None);
         // Another layout than the name says.
         let (layout, buf) = max_pool(0x2000, 0x3000);
-        assert_eq!(touches(&sig, &layout[1..], &buf, find([64, 16, 32])), None);
+        assert_eq!(
+            touches(&sig, &layout[1..], &buf, ONE, find([64, 16, 32])),
+            None
+        );
         // A functor or a struct among the parameters.
         let elementwise = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>, false>(int, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>)";
         assert_eq!(parse(elementwise), None);
@@ -612,9 +668,27 @@ mod tests {
         let softmax = "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false, 32>(float*, float const*, int, int, int, bool const*, int, bool)";
         let sig = parse(softmax).unwrap();
         assert_eq!(sig.params.len(), 8);
-        assert_eq!(sig.params[0], Param::Pointer { read_only: false });
-        assert_eq!(sig.params[1], Param::Pointer { read_only: true });
-        assert_eq!(sig.params[5], Param::Pointer { read_only: true });
+        assert_eq!(
+            sig.params[0],
+            Param::Pointer {
+                read_only: false,
+                elem: 4
+            }
+        );
+        assert_eq!(
+            sig.params[1],
+            Param::Pointer {
+                read_only: true,
+                elem: 4
+            }
+        );
+        assert_eq!(
+            sig.params[5],
+            Param::Pointer {
+                read_only: true,
+                elem: 1
+            }
+        );
         assert_eq!(parameter_types("void v()"), Some(Vec::new()));
     }
 
@@ -682,7 +756,7 @@ mod tests {
         buf: &[u8],
         find: impl Fn(u64) -> Option<Found>,
     ) -> Option<Vec<Touch>> {
-        touches_as(sig, layout, buf, find, true)
+        touches_as(sig, layout, buf, ONE, find, true)
     }
 
     fn sized(alloc: u64, bytes: u64, access: Access) -> Touch {
@@ -731,7 +805,7 @@ mod tests {
         );
         // Were a replay to take the recorded generator state, dropout's outputs would stay `rw`.
         assert_eq!(
-            touches_as(&sig, &layout, &buf, &allocs, false),
+            touches_as(&sig, &layout, &buf, ONE, &allocs, false),
             Some(vec![
                 sized(1, 256, Access::R),
                 sized(2, 0, Access::Rw),
@@ -739,7 +813,7 @@ mod tests {
             ])
         );
         assert_eq!(
-            touches(&sig, &layout, &buf, &allocs),
+            touches(&sig, &layout, &buf, ONE, &allocs),
             replayed(&sig, &layout, &buf, &allocs)
         );
         // A replay rewrites the three data pointers, not the stale copy of a's in c's strides.
@@ -800,6 +874,7 @@ mod tests {
             &parse(&other).unwrap(),
             &layout,
             &buf,
+            ONE,
             find4([256, 256, 64, 16]),
         );
         assert_eq!(
@@ -868,5 +943,69 @@ mod tests {
                 sized(3, 64, Access::W),
             ])
         );
+    }
+
+    /// As torch 2.15's fatbins name it (demangled).
+    const LAYER_NORM: &str = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, float const*, float const*, float const*, float*, float*, float*)";
+
+    /// LayerNorm of `rows` rows of 8 floats: X at 0x1000, gamma and beta in 0x2000, mean at
+    /// 0x3000, rstd at 0x4000, Y at `y`.
+    fn layer_norm(y: u64) -> (Vec<(usize, usize)>, Vec<u8>) {
+        let eps = u64::from(1e-5f32.to_bits());
+        packed(
+            LAYER_NORM,
+            &[8, eps, 0x1000, 0x2000, 0x2020, 0x3000, 0x4000, y],
+        )
+    }
+
+    #[test]
+    fn layer_norm_writes_its_mean_rstd_and_output_whole_one_row_per_block() {
+        let sig = parse(LAYER_NORM).unwrap();
+        let (layout, buf) = layer_norm(0x1000);
+        // X (4 rows of 8 floats), gamma and beta (one allocation, two reads), mean, rstd; Y is
+        // X's allocation again below.
+        let sizes = |y: u64| {
+            move |w: u64| {
+                let id = w / 0x1000;
+                let size = *[128u64, 64, 16, 16, y].get((id as usize).wrapping_sub(1))?;
+                (w % 0x1000 < size).then_some((id, w % 0x1000, size))
+            }
+        };
+        let (layout5, buf5) = layer_norm(0x5000);
+        let rows4 = [4, 1, 1];
+        assert_eq!(
+            touches(&sig, &layout5, &buf5, rows4, sizes(128)),
+            Some(vec![
+                touch(1, 0, Access::R),
+                touch(2, 0, Access::R),
+                touch(2, 0x20, Access::R),
+                sized(3, 16, Access::W),
+                sized(4, 16, Access::W),
+                sized(5, 128, Access::W),
+            ])
+        );
+        // Another grid: the rows are not what the outputs hold.
+        let rw = |alloc| sized(alloc, 0, Access::Rw);
+        let t = touches(&sig, &layout5, &buf5, [2, 1, 1], sizes(128)).unwrap();
+        assert_eq!(t[3..], [rw(3), rw(4), rw(5)]);
+        let t = touches(&sig, &layout5, &buf5, [4, 2, 1], sizes(128)).unwrap();
+        assert_eq!(t[3..], [rw(3), rw(4), rw(5)]);
+        // Y larger than its rows: written in part.
+        let t = touches(&sig, &layout5, &buf5, rows4, sizes(256)).unwrap();
+        assert_eq!(
+            t[3..],
+            [sized(3, 16, Access::W), sized(4, 16, Access::W), rw(5)]
+        );
+        // In place over X (one allocation reached twice, once writably): not settled.
+        assert_eq!(touches(&sig, &layout, &buf, rows4, sizes(128)), None);
+        // A replay rewrites the six pointers, not N or eps.
+        assert_eq!(
+            sig.pointer_words(&layout),
+            Some(vec![8, 16, 24, 32, 40, 48])
+        );
+        // Another kernel with the same parameters: its outputs may be written in part.
+        let other = parse(&LAYER_NORM.replace("vectorized_layer_norm_kernel", "other")).unwrap();
+        let t = touches(&other, &layout5, &buf5, rows4, sizes(128)).unwrap();
+        assert_eq!(t[3..], [rw(3), rw(4), rw(5)]);
     }
 }
