@@ -230,12 +230,6 @@ fn select(
             }
         }
         let Some((p, over, mut cands)) = found else {
-            // Nothing can leave where memory is short, but swap-ins for later operations may
-            // have arrived there early: their in-triggers move later.
-            if super::triggers::delay_triggers(t, &mut plan, &out.overs) {
-                out = simulate(t, budget, link, &plan);
-                continue 'outer;
-            }
             break 'outer;
         };
         cands.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)).then(x.2.cmp(&y.2)));
@@ -641,8 +635,7 @@ pub(super) fn both_selection(
 /// Capuchin's policy: its first, measured iteration in passive mode (swapping on demand), then
 /// its selection ([`both_selection`]) with the passive mode behind it where it falls short. Ours
 /// on top (README): a passive mode that may also drop by DTR's score, stuck recomputations
-/// ruled out and the selection rerun, in-triggers moved later where early swap-ins leave
-/// nothing to evict ([`super::triggers::delay_triggers`]), what the selection took beyond need undone (prune),
+/// ruled out and the selection rerun, what the selection took beyond need undone (prune),
 /// stalled swaps turned into recomputations, and the feedback generalised ([`capuchin_from`]).
 pub(super) fn capuchin(
     t: &Trace,

@@ -1,52 +1,12 @@
 //! Where a swap-in starts (its in-trigger). The selection places it by the baseline's timing
 //! (the latest start that lets the copy end by the back-access); the replay then shows where
-//! that is wrong: too early where the arriving bytes meet a shortage nothing else can relieve,
-//! too late where the back-access waits (Capuchin's feedback, §4.2).
+//! that is too late: the back-access waits (Capuchin's feedback, §4.2).
 
 use super::Deadline;
 use super::analysis::Analysis;
 use crate::model::Trace;
 use crate::timeline::hash::Map;
 use crate::timeline::{Decision, Link, Outcome, Plan, Stall, simulate_within};
-
-/// Where operations are over the budget with nothing left to evict, the swap-ins that arrive
-/// there for a later back-access (an in-trigger placed by the baseline's timing alone, blind to
-/// memory) start after it instead: at each such operation, those needed latest first, until
-/// their bytes cover the excess. False when there is none to move.
-pub(super) fn delay_triggers(t: &Trace, plan: &mut Plan, overs: &[(usize, u64)]) -> bool {
-    let mut moved = false;
-    for &(p, over) in overs {
-        let mut early: Vec<(usize, usize, usize)> = plan
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &(s, d))| match d {
-                Decision::Swap { trigger, back, .. } if trigger <= p && p < back => {
-                    Some((i, s, back))
-                }
-                _ => None,
-            })
-            .collect();
-        early.sort_by_key(|&(_, s, back)| {
-            (
-                std::cmp::Reverse(back),
-                std::cmp::Reverse(t.storages[s].size),
-                s,
-            )
-        });
-        let mut got = 0u64;
-        for (i, s, _) in early {
-            if got >= over {
-                break;
-            }
-            if let Decision::Swap { trigger, .. } = &mut plan[i].1 {
-                *trigger = p + 1;
-                got += t.storages[s].size;
-                moved = true;
-            }
-        }
-    }
-    moved
-}
 
 /// Moves in-triggers earlier by the stalls the replay shows, keeping a move only when the replay
 /// stays within the budget and gets faster. First the stalled swap-in alone; when that does not

@@ -278,7 +278,13 @@ impl<'a> Sim<'a> {
     /// outcome.
     pub(super) fn finish(self) -> (Plan, Outcome) {
         let mut sim = self;
-        sim.out.makespan = sim.now;
+        // The iteration repeats, and a copy once issued runs (the shim cannot take back one
+        // queued on its stream): each copy engine's work of an iteration must fit in one
+        // iteration, or it falls further behind with every one. A swap cancelled by its own
+        // in-trigger still spent its engine time.
+        let busy = (sim.out.swapped_out as f64 / sim.link.d2h)
+            .max(sim.out.swapped_in as f64 / sim.link.h2d);
+        sim.out.makespan = sim.now.max(busy);
         sim.out
             .overs
             .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -89,6 +89,26 @@ fn a_hidden_swap() {
     assert_eq!((o.swapped_out, o.swapped_in), (100, 100));
 }
 
+/// Hand-computed: on a link of 20 B/s the copy of a out takes 5 s from op 0's end; its
+/// in-trigger at op 1 (t = 1) finds it still leaving, so a stays and the copy is wasted. The
+/// ops end at t = 4, but the copy engine's 5 s of this iteration's work must fit in an
+/// iteration (the next one's copies queue behind it): 5 s, not 4.
+#[test]
+fn an_iteration_lasts_at_least_as_long_as_its_copies() {
+    let t = chain();
+    let slow = Link {
+        h2d: 20.0,
+        d2h: 20.0,
+    };
+    let o = simulate(&t, u64::MAX, slow, &swap_a(1));
+    assert!(o.feasible, "{o:?}");
+    assert_eq!((o.swapped_out, o.swapped_in), (100, 0));
+    assert_eq!(o.makespan, 5.0);
+    assert_eq!(o.stall_s, 0.0);
+    // Where the engine keeps up, the operations set the time.
+    assert_eq!(simulate(&t, u64::MAX, LINK, &swap_a(1)).makespan, 4.0);
+}
+
 /// Hand-computed: with the swap-in triggered only at op 3 (t = 3), op 3 waits 1 s.
 #[test]
 fn a_late_trigger_stalls() {
