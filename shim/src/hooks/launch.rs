@@ -234,6 +234,11 @@ pub fn touches(
     if let Some(t) = operands(func, runtime).and_then(|o| elementwise(o, &layout, &buf, find)) {
         return t;
     }
+    if let Some(t) = strided_operands(func, runtime)
+        .and_then(|o| super::strided::touches(o, &layout, &buf, find))
+    {
+        return t;
+    }
     if let Some(t) = signature(func, runtime)
         .and_then(|sig| super::signature::touches(&sig, &layout, &buf, grid, find))
     {
@@ -251,6 +256,9 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
     if let Some((k, _)) = operands(func, runtime) {
         let &(data_off, data_size) = layout.get(2)?;
         return (k > 0 && data_size == 8 * k).then(|| (0..k).map(|i| data_off + 8 * i).collect());
+    }
+    if let Some((k, _)) = strided_operands(func, runtime) {
+        return super::strided::pointer_words(k, &layout);
     }
     signature(func, runtime)?.pointer_words(&layout)
 }
@@ -371,13 +379,22 @@ fn signature(func: usize, runtime: bool) -> Option<super::signature::Signature> 
 }
 
 /// An elementwise kernel's operand count and output element size (see [`elementwise`]).
-type Operands = (usize, u64);
+pub(super) type Operands = (usize, u64);
 
 /// [`parse`] of each kernel's name, once per kernel.
 static OPERANDS: PerKernel<Operands> = Mutex::new(None);
 
 fn operands(func: usize, runtime: bool) -> Option<Operands> {
     cached(&OPERANDS, (func, runtime), || parse(&name(func, runtime)?))
+}
+
+/// [`super::strided::parse`] of each kernel's name, once per kernel.
+static STRIDED: PerKernel<Operands> = Mutex::new(None);
+
+fn strided_operands(func: usize, runtime: bool) -> Option<Operands> {
+    cached(&STRIDED, (func, runtime), || {
+        super::strided::parse(&name(func, runtime)?)
+    })
 }
 
 /// The operand count and output element size of a TensorIterator kernel for contiguous
@@ -399,7 +416,7 @@ fn parse(name: &str) -> Option<Operands> {
 }
 
 /// The size of the first scalar type among a kernel's template arguments.
-fn element_size(args: &str) -> Option<u64> {
+pub(super) fn element_size(args: &str) -> Option<u64> {
     const TYPES: [(&str, u64); 9] = [
         ("float", 4),
         ("double", 8),

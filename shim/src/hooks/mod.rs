@@ -14,6 +14,7 @@ pub mod driver;
 pub mod launch;
 pub mod runtime;
 pub mod signature;
+pub mod strided;
 
 use crate::state::{self, Guard};
 use planner::trace::{Access, Event, Touch};
