@@ -92,9 +92,19 @@ pub struct Trace {
     /// planner and by `marmoset plan` on the trace of a run that planned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shim_carries_out: bool,
+    /// Per storage, the bytes a swap copies where they are fewer than the memory it holds
+    /// (`shimtrace::as_held`: a tensor held in whole pages copies only its own bytes); empty:
+    /// each storage's size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copied: Vec<u64>,
 }
 
 impl Trace {
+    /// The bytes a swap of storage `s` copies each way.
+    pub fn copy_bytes(&self, s: usize) -> u64 {
+        self.copied.get(s).copied().unwrap_or(self.storages[s].size)
+    }
+
     /// The bytes resident before the first operation (weights, inputs).
     pub fn constant_bytes(&self) -> u64 {
         self.storages

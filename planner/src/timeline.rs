@@ -595,10 +595,11 @@ impl Sim<'_> {
         let after = if self.is_made[s] { op } else { prev };
         let size = self.t.storages[s].size;
         if p.evict == Evict::Lru && back != usize::MAX {
+            let copy = self.t.copy_bytes(s);
             let start = at.max(self.d2h_free);
-            let end = start + size as f64 / self.link.d2h;
+            let end = start + copy as f64 / self.link.d2h;
             self.d2h_free = end;
-            self.out.swapped_out += size;
+            self.out.swapped_out += copy;
             self.leave(s, end);
             self.evicted.push((
                 s,
@@ -626,10 +627,11 @@ impl Sim<'_> {
         // count as free for the operations that run meanwhile.
         let got = self.take(size, at, op);
         self.now = self.now.max(got);
+        let copy = self.t.copy_bytes(s);
         let start = got.max(self.h2d_free);
-        let end = start + size as f64 / self.link.h2d;
+        let end = start + copy as f64 / self.link.h2d;
         self.h2d_free = end;
-        self.out.swapped_in += size;
+        self.out.swapped_in += copy;
         self.set(s, State::Arriving(end));
         end
     }

@@ -52,7 +52,7 @@ pub(super) fn autoswap(t: &Trace, a: &Analysis, budget: u64, link: Link) -> (Pla
                 s,
                 Decision::Swap {
                     after,
-                    trigger: a.trigger(after, back, size / link.h2d),
+                    trigger: a.trigger(after, back, t.copy_bytes(s) as f64 / link.h2d),
                     back,
                 },
             ));

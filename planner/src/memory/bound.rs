@@ -100,6 +100,8 @@ impl Alive {
 /// producer (`None`: a weight, which only swapping can move).
 struct Absent {
     size: u64,
+    /// The bytes its swap copies (at most `size`: a held model's pages).
+    copy: u64,
     swap_slack: f64,
     producer: Option<usize>,
 }
@@ -268,12 +270,13 @@ fn slack_at(
             continue;
         };
         let out_from = next.checked_sub(1).map_or(0.0, |k| a.end[acc[k]]);
-        let size = st.size as f64;
-        let swap_slack = (size / link.d2h - (a.start[p] - out_from))
-            .max(size / link.h2d - (a.start[back] - a.end[p]))
+        let copy = t.copy_bytes(s).min(st.size);
+        let swap_slack = (copy as f64 / link.d2h - (a.start[p] - out_from))
+            .max(copy as f64 / link.h2d - (a.start[back] - a.end[p]))
             .max(0.0);
         absent.push(Absent {
             size: st.size,
+            copy,
             swap_slack,
             producer: if st.constant { None } else { st.producer },
         });
@@ -281,10 +284,18 @@ fn slack_at(
     if need == 0 {
         return 0.0;
     }
+    // What the engines can free, in bytes of memory: a swap that copies fewer bytes than it
+    // frees (a tensor held in whole pages) frees up to this many times its copy, and a bound
+    // must not count the engines short.
+    let freed_per_copied = absent
+        .iter()
+        .map(|x| x.size as f64 / x.copy.max(1) as f64)
+        .fold(1.0, f64::max);
     let engines = |slack: f64| {
         (link.d2h * (slack + a.start[p]))
             .min(link.h2d * (slack + compute - a.end[p]))
             .max(0.0)
+            * freed_per_copied
     };
     // Most operations cannot raise the bound: swapping alone covers them at the bound so far.
     let swappable: u64 = absent

@@ -88,10 +88,11 @@ pub(super) fn peak_seed(t: &Trace, a: &Analysis, budget: u64, link: Link, by_are
         // Rank every candidate by FreeTime alone (largest first).
         if let Decision::Swap { after, back, .. } = c.3 {
             let size = t.storages[c.2].size as f64;
+            let copy = t.copy_bytes(c.2) as f64;
             c.0 = 0;
-            let free_time = a.start[back] - a.end[after] - size / link.d2h - size / link.h2d;
+            let free_time = a.start[back] - a.end[after] - copy / link.d2h - copy / link.h2d;
             c.1 = if by_area {
-                -(free_time.max(0.0) + size / link.h2d) * size
+                -(free_time.max(0.0) + copy / link.h2d) * size
             } else {
                 -free_time
             };
@@ -207,7 +208,7 @@ fn select(
     let mut engines = Engines::new(a, link);
     for &(s, d) in &plan {
         if let Decision::Swap { after, back, .. } = d {
-            engines.take(t.storages[s].size, after, back);
+            engines.take(t.copy_bytes(s), after, back);
         }
     }
     let mut out = simulate(t, budget, link, &plan);
@@ -246,7 +247,8 @@ fn select(
             // then it waits for the next round, to be weighed against recomputation again.
             if let Decision::Swap { after, back, .. } = d {
                 let size = t.storages[s].size;
-                let cost = (-engines.free_time(a, size, (after, p, back))).max(0.0);
+                let copy = t.copy_bytes(s);
+                let cost = (-engines.free_time(a, copy, (after, p, back))).max(0.0);
                 let weight = match sel.rank {
                     Rank::Msps => 1.0,
                     Rank::Area => (a.start[back] - a.end[after]).max(1e-9),
@@ -259,7 +261,7 @@ fn select(
                 if cost > ranked * 1.25 {
                     continue;
                 }
-                engines.take(size, after, back);
+                engines.take(copy, after, back);
             }
             let (after, back) = match d {
                 Decision::Swap { after, back, .. } | Decision::Recompute { after, back } => {
@@ -479,12 +481,13 @@ fn candidates(
         if size == 0.0 {
             continue;
         }
+        let copy = t.copy_bytes(s);
         let gap = a.start[back] - a.end[after];
         // (A selection that only recomputes never weighs a swap.)
         let free_time = if sel.mech == Mechanism::Recompute {
-            gap - size / link.d2h - size / link.h2d
+            gap - copy as f64 / link.d2h - copy as f64 / link.h2d
         } else {
-            engines.free_time(a, st.size, (after, p, back))
+            engines.free_time(a, copy, (after, p, back))
         };
         let swap_cost = (-free_time).max(0.0);
         // Sources the program frees before `back` are kept alive for the recomputation (DTR
@@ -534,7 +537,7 @@ fn candidates(
                 size,
                 Decision::Swap {
                     after,
-                    trigger: a.trigger(after, back, size / link.h2d),
+                    trigger: a.trigger(after, back, copy as f64 / link.h2d),
                     back,
                 },
                 Extension::default(),

@@ -102,7 +102,7 @@ fn moves(
     let mut v = Vec::new();
     for (k, &(s, d)) in plan.iter().enumerate() {
         let acc = &a.accesses[s];
-        let size = t.storages[s].size as f64;
+        let size = t.copy_bytes(s) as f64; // (what a copy moves)
         // The last access at or before `after`: where a copy out may start.
         let last = |after: usize| {
             let i = acc.partition_point(|&x| x <= after);

@@ -105,8 +105,8 @@ fn to_swaps(
         let Some(p) = t.storages[s].producer else {
             continue;
         };
-        let size = t.storages[s].size as f64;
-        let transfer = size / link.d2h + size / link.h2d;
+        let copy = t.copy_bytes(s) as f64;
+        let transfer = copy / link.d2h + copy / link.h2d;
         // Room in the gap (FreeTime >= 0), or a swap's exposed part cheaper than recomputing.
         let exposed = (transfer - (a.start[back] - a.end[after])).max(0.0);
         if exposed < t.ops[p].time_s {
@@ -123,10 +123,10 @@ fn to_swaps(
             let Decision::Recompute { after, back } = d else {
                 continue;
             };
-            let size = t.storages[s].size as f64;
+            let copy = t.copy_bytes(s) as f64;
             cand[at].1 = Decision::Swap {
                 after,
-                trigger: a.trigger(after, back, size / link.h2d),
+                trigger: a.trigger(after, back, copy / link.h2d),
                 back,
             };
         }

@@ -10,6 +10,12 @@ use crate::trace::{Event, Held, Record};
 /// Makes `t` the model as held by `h` (its budget: [`Held::left_of`]).
 pub fn as_held(t: &mut Trace, h: &Held) {
     let gran = h.gran.max(1);
+    // A swap copies the tensor's own bytes, not its pages (the shim's copies in and out).
+    t.copied = t
+        .storages
+        .iter()
+        .map(|s| if s.size >= h.min_tensor { s.size } else { 0 })
+        .collect();
     for s in &mut t.storages {
         s.size = if s.size >= h.min_tensor {
             s.size.div_ceil(gran) * gran
@@ -65,6 +71,9 @@ mod tests {
         assert_eq!(h.left_of_device(50_000), 48_500);
         let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
         assert_eq!(sizes, [0, 4096, 8192, 12_288]);
+        // A swap copies the tensor's own bytes, not its pages.
+        assert_eq!(t.copied, [0, 4096, 4097, 10_000]);
+        assert_eq!(t.copy_bytes(3), 10_000);
         assert_eq!(t.ops[0].scratch, 4096);
         // The pool outgrows the budget: nothing left, not an underflow.
         assert_eq!(h.left_of(10), 0);

@@ -250,10 +250,11 @@ impl<'a> Sim<'a> {
                         }
                         let size = t.storages[s].size;
                         if swap {
+                            let copy = t.copy_bytes(s);
                             let start = sim.now.max(sim.d2h_free);
-                            let end = start + size as f64 / link.d2h;
+                            let end = start + copy as f64 / link.d2h;
                             sim.d2h_free = end;
-                            sim.out.swapped_out += size;
+                            sim.out.swapped_out += copy;
                             sim.leave(s, end);
                         } else {
                             sim.mem -= size;

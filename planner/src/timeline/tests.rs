@@ -127,6 +127,22 @@ fn a_late_trigger_stalls() {
     ));
 }
 
+/// Hand-computed: a held in whole pages (100 B) whose swap copies its own 50 B: the late
+/// swap-in of [`a_late_trigger_stalls`] waits 0.5 s, not 1, while the memory a frees and takes
+/// back is still its 100 B (at op 2 under [`a_hidden_swap`]'s plan: 300 B).
+#[test]
+fn a_swap_copies_the_tensor_not_its_pages() {
+    let mut t = chain();
+    t.copied = t.storages.iter().map(|s| s.size).collect();
+    t.copied[0] = 50;
+    let o = simulate(&t, 300, LINK, &swap_a(3));
+    assert_eq!(o.stall_s, 0.5);
+    assert_eq!(o.makespan, 4.5);
+    assert_eq!((o.swapped_out, o.swapped_in), (50, 50));
+    assert!(!simulate(&t, 299, LINK, &swap_a(2)).feasible);
+    assert!(simulate(&t, 300, LINK, &swap_a(2)).feasible);
+}
+
 /// Hand-computed: recomputing a re-runs op 0 (1 s) before op 3.
 #[test]
 fn a_recompute() {
