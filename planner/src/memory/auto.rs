@@ -9,7 +9,7 @@
 
 use super::analysis::Analysis;
 use super::capuchin::{
-    Rank, Selection, both_selection, capuchin_from, iterative, iterative_from, peak_seed,
+    Rank, Selection, both_selection, by_pages, capuchin_from, iterative, iterative_from, peak_seed,
     recompute_after, recompute_first, refine_swaps, swap_only_from,
 };
 use super::hybrid::hybrid_from;
@@ -200,28 +200,11 @@ pub(super) fn portfolio(
             s.offer(x);
         }
     }
-    // A trace held in pages (the shim's) copies each tensor's own bytes, fewer than the pages
-    // it frees. The selection's FreeTime sees the copy engines only at the baseline's timing,
-    // and queues they build up in the replay make copies late: estimated at the pages instead
-    // (the estimate before the copies were counted exactly), the selection leaves them that
-    // margin, and may pick other tensors (BERT at half its peak, simulated H100: 83.0 ms
-    // against 90.8). Judged, as every plan, by the exact replay.
-    if !t.copied.is_empty() {
-        let mut by_pages = t.clone();
-        by_pages.copied.clear();
-        for sel in [by_area(Mechanism::Both), Selection::of(Mechanism::Both)] {
-            if !s.go_on() {
-                break;
-            }
-            let (mut plan, mut out) =
-                iterative_from(&by_pages, a, budget, link, sel, Vec::new(), more);
-            if out.feasible {
-                refine_swaps(&by_pages, a, budget, link, &mut plan, &mut out, more);
-            }
-            for (p, _) in with_passive(&by_pages, a, budget, link, sel.mech, (plan, out), more) {
-                let o = simulate(t, budget, link, &p);
-                s.offer((p, o));
-            }
+    // Capuchin's and the swap selection run as if copies moved whole pages in those policies'
+    // own steps (`capuchin::by_pages`); the ranking by memory-time does here.
+    if s.go_on() {
+        for x in by_pages(t, a, budget, link, by_area(Mechanism::Both), more) {
+            s.offer(x);
         }
     }
     // The static policies: vDNN, AutoSwap (cheap; rarely best).
