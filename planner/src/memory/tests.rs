@@ -1044,3 +1044,35 @@ fn the_selections_also_run_as_if_copies_moved_whole_pages() {
     }
     assert!(behind.is_empty(), "{behind:#?}");
 }
+
+/// Capuchin's policy takes tensors accessed more than once in the iteration (§4.5): its
+/// selection never moves a constant accessed once (an optimizer's momentum, whose gap spans the
+/// iteration), which the other selections may take.
+#[test]
+fn capuchins_selection_takes_tensors_accessed_more_than_once() {
+    use super::capuchin::{Selection, both_selection, iterative_from};
+    let mut r = Rng(7);
+    let mut others_took = 0;
+    for case in 0..120 {
+        let mut t = random_trace(&mut r, 12 + case % 16);
+        // A momentum: made before the iteration, read and updated by the last operation alone.
+        t.storages.push(Storage {
+            size: 30 + r.below(40),
+            constant: true,
+            producer: None,
+        });
+        let m = t.storages.len() - 1;
+        let last = t.ops.len() - 1;
+        t.ops[last].inputs.push(m);
+        let budget = (t.peak() as f64 * (0.5 + 0.1 * (case % 4) as f64)) as u64;
+        let a = Analysis::new(&t);
+        assert_eq!(a.accesses[m].len(), 1);
+        let moves = |plan: &Plan| plan.iter().any(|&(s, _)| s == m);
+        let (plan, _) = both_selection(&t, &a, budget, LINK, &|| true);
+        assert!(!moves(&plan), "case {case}: {plan:?}");
+        let sel = Selection::of(Mechanism::Both);
+        let (plan, _) = iterative_from(&t, &a, budget, LINK, sel, Vec::new(), &|| true);
+        others_took += usize::from(moves(&plan));
+    }
+    assert!(others_took > 0, "no case where a momentum was worth taking");
+}
