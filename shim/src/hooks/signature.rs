@@ -309,7 +309,7 @@ fn shape(info: &[u8], index: usize, signed: bool) -> Option<Shape> {
     let dims = usize::try_from(dims)
         .ok()
         .filter(|&n| n <= TENSORINFO_DIMS)?;
-    let mut dim: Vec<(u64, u64)> = (0..dims)
+    let dim: Vec<(u64, u64)> = (0..dims)
         .map(|k| Some((at(k)?, at(TENSORINFO_DIMS + k)?)))
         .collect::<Option<_>>()?;
     let elements = dim
@@ -325,20 +325,24 @@ fn shape(info: &[u8], index: usize, signed: bool) -> Option<Shape> {
     let last = dim.iter().try_fold(0u64, |o, &(size, stride)| {
         o.checked_add((size - 1).checked_mul(stride)?)
     })?;
-    // Dense: each stride, smallest first, is the product of the sizes below it (any order of
-    // dimensions; size-1 dimensions take no room).
-    dim.retain(|&(size, _)| size > 1);
-    dim.sort_by_key(|&(_, stride)| stride);
-    let mut next = 1u64;
-    let dense = dim.iter().all(|&(size, stride)| {
-        let ok = stride == next;
-        next = next.saturating_mul(size);
-        ok
-    });
     Some(Shape {
         elements,
         extent: last + 1,
-        dense,
+        dense: dense(dim, 1),
+    })
+}
+
+/// Whether dimensions of (size, stride) place their elements densely from offset 0: each
+/// stride, smallest first, is `unit` (one element's stride) times the product of the sizes
+/// below it (any order of dimensions; size-1 dimensions take no room).
+pub(super) fn dense(mut dim: Vec<(u64, u64)>, unit: u64) -> bool {
+    dim.retain(|&(size, _)| size > 1);
+    dim.sort_by_key(|&(_, stride)| stride);
+    let mut next = unit;
+    dim.iter().all(|&(size, stride)| {
+        let ok = stride == next;
+        next = next.saturating_mul(size);
+        ok
     })
 }
 

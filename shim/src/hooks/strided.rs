@@ -104,25 +104,19 @@ pub fn touches(
         .ok()
         .filter(|&d| d <= MAX_DIMS)?;
     // (size, the output's stride in bytes) of each dimension.
-    let mut dim: Vec<(u64, u64)> = (0..dims)
+    let dim: Vec<(u64, u64)> = (0..dims)
         .map(|d| {
             let size = u32_at(buf, closure + 4 + 12 * d)?;
             let stride = u32_at(buf, closure + 4 + 12 * MAX_DIMS + 4 * k * d)?;
             Some((u64::from(size), u64::from(stride)))
         })
         .collect::<Option<_>>()?;
-    if dim.iter().map(|&(s, _)| s).product::<u64>() != n {
+    // (Checked: 25 sizes from the buffer may overflow.)
+    if dim.iter().try_fold(1u64, |p, &(s, _)| p.checked_mul(s)) != Some(n) {
         return None;
     }
-    // Dense: each stride, smallest first, the element size times the sizes below it.
-    dim.retain(|&(size, _)| size > 1);
-    dim.sort_by_key(|&(_, stride)| stride);
-    let mut next = elem;
-    let dense = dim.iter().all(|&(size, stride)| {
-        let ok = stride == next;
-        next = next.saturating_mul(size);
-        ok
-    });
+    // The output's strides are in bytes: one element's is its size.
+    let dense = super::signature::dense(dim, elem);
     let mut out: Vec<Touch> = Vec::new();
     for (at, w) in words(layout, buf) {
         // The calculator holds integers only (and stale bytes past `dims`).
@@ -320,6 +314,10 @@ mod tests {
         let copy = parse(COPY).unwrap();
         // Sizes that do not multiply to N: not the layout this module reads.
         let (layout, b) = launch(2, 300, &[(256, 4)], &[0x2000, 0x1000], 8, 0);
+        assert_eq!(touches(copy, &layout, &b, find(1024)), None);
+        // Sizes whose product overflows.
+        let huge = [(u32::MAX, 4); 3];
+        let (layout, b) = launch(2, 256, &huge, &[0x2000, 0x1000], 8, 0);
         assert_eq!(touches(copy, &layout, &b, find(1024)), None);
         // More dimensions than the calculator holds.
         let (layout, mut b) = launch(2, 256, &[(256, 4)], &[0x2000, 0x1000], 8, 0);
