@@ -1,10 +1,11 @@
 //! Which allocations a kernel launch touches: each parameter's offset and size come from
 //! `cuFuncGetParamInfo` (via `cudaGetFuncBySymbol` for runtime kernels); every 8-byte word of
 //! every parameter, structs included, that holds an address inside a known allocation is a touch.
-//! Kernels do not say what they read or write, so these touches are `rw`, with two documented
-//! exceptions where the kernel's name and parameters say it: PyTorch's elementwise kernels
-//! over contiguous operands (see [`elementwise`]), and kernels whose demangled signature types
-//! every parameter (see [`super::signature`]: `const` pointers are read).
+//! Kernels do not say what they read or write, so these touches are `rw`, with three documented
+//! exceptions where the kernel's name and parameters say it ([`Reader`]): PyTorch's elementwise
+//! kernels over contiguous operands (see [`elementwise`]) and over strided ones (see
+//! [`super::strided`]), and kernels whose demangled signature types every parameter (see
+//! [`super::signature`]: `const` pointers are read).
 
 use crate::real::{CUDA, CUDART, resolve};
 use crate::state;
@@ -231,20 +232,12 @@ pub fn touches(
         let (alloc, offset) = state::points_into(w)?;
         Some((alloc, offset, state::allocation(alloc)?.1))
     };
-    if let Some(t) = operands(func, runtime).and_then(|o| elementwise(o, &layout, &buf, find)) {
-        return t;
-    }
-    if let Some(t) = strided_operands(func, runtime)
-        .and_then(|o| super::strided::touches(o, &layout, &buf, find))
-    {
-        return t;
-    }
-    if let Some(t) = signature(func, runtime)
-        .and_then(|sig| super::signature::touches(&sig, &layout, &buf, grid, find))
-    {
-        return t;
-    }
-    pointed(&layout, &buf, find)
+    let exact = reader(func, runtime).and_then(|r| match r {
+        Reader::Contiguous(o) => elementwise(o, &layout, &buf, find),
+        Reader::Strided(o) => super::strided::touches(o, &layout, &buf, find),
+        Reader::Typed(sig) => super::signature::touches(&sig, &layout, &buf, grid, find),
+    });
+    exact.unwrap_or_else(|| pointed(&layout, &buf, find))
 }
 
 /// Where in a kernel's parameter buffer its pointers are, where its name says (an elementwise
@@ -253,14 +246,14 @@ pub fn touches(
 /// happens to equal one. None for a kernel left to the conservative rule (any word may be one).
 pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
     let layout = layout(func, runtime)?;
-    if let Some((k, _)) = operands(func, runtime) {
-        let &(data_off, data_size) = layout.get(2)?;
-        return (k > 0 && data_size == 8 * k).then(|| (0..k).map(|i| data_off + 8 * i).collect());
+    match reader(func, runtime)? {
+        Reader::Contiguous((k, _)) => {
+            let &(data_off, data_size) = layout.get(2)?;
+            (k > 0 && data_size == 8 * k).then(|| (0..k).map(|i| data_off + 8 * i).collect())
+        }
+        Reader::Strided((k, _)) => super::strided::pointer_words(k, &layout),
+        Reader::Typed(sig) => sig.pointer_words(&layout),
     }
-    if let Some((k, _)) = strided_operands(func, runtime) {
-        return super::strided::pointer_words(k, &layout);
-    }
-    signature(func, runtime)?.pointer_words(&layout)
 }
 
 /// Every allocation a parameter word points into, `rw`.
@@ -369,37 +362,38 @@ fn elementwise(
     Some(out)
 }
 
-/// [`super::signature::parse`] of each kernel's name, once per kernel.
-static SIGNATURES: PerKernel<super::signature::Signature> = Mutex::new(None);
-
-fn signature(func: usize, runtime: bool) -> Option<super::signature::Signature> {
-    cached(&SIGNATURES, (func, runtime), || {
-        super::signature::parse(&name(func, runtime)?)
-    })
-}
-
 /// An elementwise kernel's operand count and output element size (see [`elementwise`]).
 pub(super) type Operands = (usize, u64);
 
-/// [`parse`] of each kernel's name, once per kernel.
-static OPERANDS: PerKernel<Operands> = Mutex::new(None);
-
-fn operands(func: usize, runtime: bool) -> Option<Operands> {
-    cached(&OPERANDS, (func, runtime), || parse(&name(func, runtime)?))
+/// How a kernel's parameters are read exactly, from its demangled name (the three parsers
+/// recognise disjoint names: the TensorIterator kernels take a functor or a closure, which a
+/// typed signature never does).
+#[derive(Clone)]
+enum Reader {
+    /// A TensorIterator kernel over contiguous operands ([`parse`], [`elementwise`]).
+    Contiguous(Operands),
+    /// A TensorIterator kernel over strided operands ([`super::strided`]).
+    Strided(Operands),
+    /// A kernel whose signature types every parameter ([`super::signature`]).
+    Typed(super::signature::Signature),
 }
 
-/// [`super::strided::parse`] of each kernel's name, once per kernel.
-static STRIDED: PerKernel<Operands> = Mutex::new(None);
+/// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
+static READERS: PerKernel<Reader> = Mutex::new(None);
 
-fn strided_operands(func: usize, runtime: bool) -> Option<Operands> {
-    cached(&STRIDED, (func, runtime), || {
-        super::strided::parse(&name(func, runtime)?)
+fn reader(func: usize, runtime: bool) -> Option<Reader> {
+    cached(&READERS, (func, runtime), || {
+        let name = name(func, runtime)?;
+        parse(&name)
+            .map(Reader::Contiguous)
+            .or_else(|| super::strided::parse(&name).map(Reader::Strided))
+            .or_else(|| super::signature::parse(&name).map(Reader::Typed))
     })
 }
 
 /// The operand count and output element size of a TensorIterator kernel for contiguous
 /// operands, from its demangled name; None for any other kernel.
-fn parse(name: &str) -> Option<Operands> {
+pub(super) fn parse(name: &str) -> Option<Operands> {
     let rest = name
         .strip_prefix("void at::native::vectorized_elementwise_kernel<")
         .or_else(|| name.strip_prefix("void at::native::unrolled_elementwise_kernel<"))?;

@@ -239,6 +239,23 @@ mod tests {
         );
     }
 
+    /// The launch hook keeps one reader per kernel (`launch::Reader`): the contiguous and
+    /// typed-signature parsers must not claim these names, nor this one theirs.
+    #[test]
+    fn no_other_reader_claims_a_strided_kernel() {
+        const GELU: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>, false>(int, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>)";
+        const MAX_POOL: &str = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, int>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)";
+        for name in [COPY, ADD, MASKED] {
+            assert_eq!(super::super::launch::parse(name), None, "{name}");
+            assert_eq!(super::super::signature::parse(name), None, "{name}");
+        }
+        assert!(super::super::launch::parse(GELU).is_some());
+        assert!(super::super::signature::parse(MAX_POOL).is_some());
+        for name in [GELU, MAX_POOL] {
+            assert_eq!(parse(name), None, "{name}");
+        }
+    }
+
     #[test]
     fn a_permuted_copy_writes_its_output_whole_and_reads_its_input() {
         // [8, 4, 8] floats read through a transpose into a dense output (strides 4, 256, 32
