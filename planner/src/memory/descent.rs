@@ -102,7 +102,7 @@ fn moves(
     let mut v = Vec::new();
     for (k, &(s, d)) in plan.iter().enumerate() {
         let acc = &a.accesses[s];
-        let size = t.copy_bytes(s) as f64; // (what a copy moves)
+        let copy = t.copy_bytes(s) as f64;
         // The last access at or before `after`: where a copy out may start.
         let last = |after: usize| {
             let i = acc.partition_point(|&x| x <= after);
@@ -113,7 +113,7 @@ fn moves(
             Decision::Recompute { after, back } if acc.binary_search(&back).is_ok() => {
                 let Some(rerun) = rerun else { continue };
                 let after = last(after);
-                let trigger = a.trigger(after, back, size / link.h2d);
+                let trigger = a.trigger(after, back, copy / link.h2d);
                 let swap = Decision::Swap {
                     after,
                     trigger,
@@ -128,19 +128,19 @@ fn moves(
             } => {
                 let early = last(after);
                 if early < after {
-                    let trigger = a.trigger(early, back, size / link.h2d).min(trigger);
+                    let trigger = a.trigger(early, back, copy / link.h2d).min(trigger);
                     let swap = Decision::Swap {
                         after: early,
                         trigger,
                         back,
                     };
-                    v.push((size / link.d2h, k, swap));
+                    v.push((copy / link.d2h, k, swap));
                 }
                 let wait = waited[s];
                 if wait <= 0.0 {
                     continue;
                 }
-                let sooner = a.trigger(after, back, size / link.h2d + wait).min(trigger);
+                let sooner = a.trigger(after, back, copy / link.h2d + wait).min(trigger);
                 if sooner < trigger {
                     let swap = Decision::Swap {
                         after,
