@@ -11,6 +11,7 @@ mod candidates;
 pub(crate) mod hash;
 mod neighbourhood;
 mod run;
+pub mod stalls;
 
 use crate::model::Trace;
 use candidates::{Candidates, Verdict};

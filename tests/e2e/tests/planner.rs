@@ -69,6 +69,26 @@ fn plan_answers_in_json_and_imports_round_trip() {
             "ResNet-32's peak, as DTR measured it"
         );
         assert_eq!(v["feasible"], true);
+        // The stalls by cause add up to the stall time, and the forward and backward passes
+        // to the same.
+        let lost = |k: &str| {
+            let l = &v["stalls"][k];
+            ["swap_in_s", "memory_s", "recompute_s"]
+                .iter()
+                .map(|c| {
+                    l[c].as_f64()
+                        .unwrap_or_else(|| panic!("stalls.{k}.{c} in {v}"))
+                })
+                .sum::<f64>()
+        };
+        let stall = v["stall_s"].as_f64().unwrap();
+        assert!(stall > 0.0, "a plan under half the peak stalls: {v}");
+        assert!((lost("all") - stall).abs() <= 1e-9 * stall, "{v}");
+        assert!(
+            (lost("forward") + lost("backward") - stall).abs() <= 1e-9 * stall,
+            "{v}"
+        );
+        assert!(!v["stalls"]["worst"].as_array().unwrap().is_empty(), "{v}");
         assert!(v["peak_bytes_planned"].as_u64().unwrap() <= v["budget_bytes"].as_u64().unwrap());
         assert!(v["overhead"].as_f64().unwrap() < 1.1);
     }
@@ -176,7 +196,7 @@ fn explain_names_every_decision_for_every_policy() {
     let (Some(densenet), Some(resnet32)) = (log("tv_densenet121"), log("resnet32")) else {
         return;
     };
-    let mut seen = (false, false, false);
+    let mut seen = (false, false, false, false);
     for policy in POLICIES {
         let o = Command::new(marmoset())
             .arg("plan")
@@ -190,10 +210,12 @@ fn explain_names_every_decision_for_every_policy() {
         seen.0 |= text.contains("its last use");
         seen.1 |= text.contains("kept past the program's free");
         seen.2 |= text.contains("swap out after op");
+        assert!(text.contains("  stalled "), "{policy}: {text}");
+        seen.3 |= text.contains("the operations that lost the most");
     }
     assert!(
-        seen.0 && seen.1 && seen.2,
-        "dead drops, kept sources and swaps all explained: {seen:?}"
+        seen.0 && seen.1 && seen.2 && seen.3,
+        "dead drops, kept sources, swaps and where time is lost all explained: {seen:?}"
     );
     // A budget nothing can meet: the answer says where it stays over, and by how much.
     let o = Command::new(marmoset())

@@ -588,6 +588,7 @@ fn plan(
                 "swapped_bytes": o.swapped_out,
                 "recomputed_ops": o.recomputed_ops,
                 "stall_s": o.stall_s,
+                "stalls": stall_json(&t, o),
                 "lower_bound_time_s": bound.is_finite().then_some(bound),
                 "lower_bound_overhead": bound.is_finite().then_some(bound / base),
                 "gap": (o.feasible && bound.is_finite()).then_some(o.makespan / bound - 1.0),
@@ -808,6 +809,7 @@ fn plan(
         }
     }
     if explain {
+        explain_stalls(&t, &o);
         for (s, d) in &plan {
             let size = t.storages[*s].size;
             match d {
@@ -842,6 +844,53 @@ fn plan(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a plan's stalls go, for `--explain`: by cause and pass, then the operations that
+/// lost the most.
+fn explain_stalls(t: &planner::model::Trace, o: &planner::timeline::Outcome) {
+    let b = planner::timeline::stalls::breakdown(t, o, 10);
+    // The causes that lost time, each with its seconds.
+    let causes = |l: &planner::timeline::stalls::Lost| {
+        let parts: Vec<String> = [
+            ("waiting for swap-ins", l.swap_in_s),
+            ("waiting for copies out to free memory", l.memory_s),
+            ("recomputing", l.recompute_s),
+        ]
+        .iter()
+        .filter(|x| x.1 > 0.0)
+        .map(|(what, s)| format!("{s:.6} s {what}"))
+        .collect();
+        if parts.is_empty() {
+            "0 s".to_string()
+        } else {
+            format!("{:.6} s: {}", l.total(), parts.join(", "))
+        }
+    };
+    println!("  stalled {}", causes(&b.all));
+    println!("    in the forward pass {}", causes(&b.forward));
+    println!("    in the backward pass {}", causes(&b.backward));
+    if !b.worst.is_empty() {
+        println!("  the operations that lost the most:");
+    }
+    for (op, l) in &b.worst {
+        println!("    op {op} ({}): {}", t.ops[*op].name, causes(l));
+    }
+}
+
+/// The stall breakdown as `--json` gives it.
+fn stall_json(t: &planner::model::Trace, o: &planner::timeline::Outcome) -> serde_json::Value {
+    let b = planner::timeline::stalls::breakdown(t, o, 10);
+    serde_json::json!({
+        "all": b.all,
+        "forward": b.forward,
+        "backward": b.backward,
+        "worst": b.worst.iter().map(|(op, l)| serde_json::json!({
+            "op": op,
+            "name": t.ops[*op].name,
+            "lost": l,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// `plan --policy smartpool`: SmartPool lays every tensor out in one pool (it swaps and
