@@ -236,6 +236,7 @@ pub fn touches(
         Reader::Contiguous(o) => elementwise(o, &layout, &buf, find),
         Reader::Strided(o) => super::strided::touches(o, &layout, &buf, find),
         Reader::Typed(sig) => super::signature::touches(&sig, &layout, &buf, grid, find),
+        Reader::Foreach(l) => super::multi_tensor::touches(l, &layout, &buf, grid, find),
     });
     exact.unwrap_or_else(|| pointed(&layout, &buf, find))
 }
@@ -253,6 +254,7 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
         }
         Reader::Strided((k, _)) => super::strided::pointer_words(k, &layout),
         Reader::Typed(sig) => sig.pointer_words(&layout),
+        Reader::Foreach(l) => super::multi_tensor::pointer_words(l, &layout),
     }
 }
 
@@ -365,7 +367,7 @@ fn elementwise(
 /// An elementwise kernel's operand count and output element size (see [`elementwise`]).
 pub(super) type Operands = (usize, u64);
 
-/// How a kernel's parameters are read exactly, from its demangled name (the three parsers
+/// How a kernel's parameters are read exactly, from its demangled name (the four parsers
 /// recognise disjoint names: the TensorIterator kernels take a functor or a closure, which a
 /// typed signature never does).
 #[derive(Clone)]
@@ -376,6 +378,8 @@ enum Reader {
     Strided(Operands),
     /// A kernel whose signature types every parameter ([`super::signature`]).
     Typed(super::signature::Signature),
+    /// A foreach kernel over lists of tensors ([`super::multi_tensor`]).
+    Foreach(super::multi_tensor::Lists),
 }
 
 /// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
@@ -388,6 +392,7 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
             .map(Reader::Contiguous)
             .or_else(|| super::strided::parse(&name).map(Reader::Strided))
             .or_else(|| super::signature::parse(&name).map(Reader::Typed))
+            .or_else(|| super::multi_tensor::parse(&name).map(Reader::Foreach))
     })
 }
 

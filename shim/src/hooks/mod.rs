@@ -12,6 +12,7 @@ pub mod cudnn;
 pub mod dl;
 pub mod driver;
 pub mod launch;
+pub mod multi_tensor;
 pub mod runtime;
 pub mod signature;
 pub mod strided;

@@ -58,6 +58,44 @@ fn written_whole(records: &[serde_json::Value], kernel: &str) -> usize {
 
 /// `script` at batch `batch` within `fraction` of its peak; `whole`: kernels (name fragments)
 /// that must be traced, every launch writing its outputs whole (replayable).
+/// The optimizer's foreach launches (SGD's momentum and update) read by their metadata's
+/// layout: every touch has the tensor's own extent (the conservative rule gives none), and the
+/// momentum's scaling (one list) touches no more tensors than the update reads.
+fn foreach_read_exactly(records: &[serde_json::Value]) -> usize {
+    let kernels: Vec<(&serde_json::Value, bool)> = of_kind(records, "kernel")
+        .into_iter()
+        .filter_map(|k| {
+            let n = k["name"].as_str()?;
+            n.contains("multi_tensor_apply_kernel")
+                .then(|| (&k["func"], n.contains("TensorListMetadata<1>")))
+        })
+        .collect();
+    let (mut one, mut read) = (0, 0);
+    let mut launches = 0;
+    for l in of_kind(records, "launch") {
+        let Some(&(_, single)) = kernels.iter().find(|k| *k.0 == l["func"]) else {
+            continue;
+        };
+        launches += 1;
+        let touches = l["touches"].as_array().expect("touches");
+        assert!(
+            !touches.is_empty() && touches.iter().all(|t| t["bytes"].as_u64() > Some(0)),
+            "a foreach launch read as words: {l}"
+        );
+        let count = |a: &str| touches.iter().filter(|t| t["access"] == a).count();
+        if single {
+            one = one.max(touches.len());
+        } else {
+            read = read.max(count("r"));
+        }
+    }
+    assert!(
+        one > 0 && one <= read,
+        "momentum scaled over {one} tensors, the update reads {read}"
+    );
+    launches
+}
+
 fn guided(script: &str, batch: &str, name: &str, fraction: f64, whole: &[&str]) {
     const STEPS: usize = 8;
     let steps = STEPS.to_string();
@@ -96,6 +134,10 @@ fn guided(script: &str, batch: &str, name: &str, fraction: f64, whole: &[&str]) 
         for k in whole {
             assert!(written_whole(&records, k) > 0, "{name}: no launch of {k}");
         }
+        assert!(
+            foreach_read_exactly(&records) > 0,
+            "{name}: no foreach launch"
+        );
         let err = stderr(&out);
         assert!(
             err.contains("the plan guides from this iteration"),
