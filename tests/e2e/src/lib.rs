@@ -306,8 +306,9 @@ pub fn exact_within(at: &str, o: &Output, plain: &str, report: &serde_json::Valu
 /// GraphTask, whose saved thread-local state holds a Python object; releasing it takes the GIL;
 /// if the interpreter began finalizing meanwhile, CPython 3.11 ends that thread with
 /// pthread_exit, and the forced unwind through torch's noexcept destructor calls std::terminate.
-/// No frame of Marmoset or the simulated GPU is on that stack. Rare (none in about 250 loaded runs
-/// on 2026-11-24; twice in a row once in CI, both times while other tests loaded the machine), so
+/// No frame of Marmoset or the simulated GPU is on that stack. Its rate is the host's load, not
+/// Marmoset's: none in about 250 runs on 2026-11-24; with two busy loops on 2 cores (2026-11-28),
+/// 2 of 40 ResNet-50 runs without the shim and 1 of 40 under it; twice in a row once in CI, so
 /// such a run is reported loudly and run again, up to three more times; any other failure, or
 /// the same one four times, stands.
 pub fn torch_output(c: &mut Command) -> Output {
