@@ -122,6 +122,22 @@ pub(super) fn portfolio(
     if let Some(r) = &rec {
         s.policy("recompute", r.clone());
     }
+    // Recomputation where it fits, swaps for what it cannot move: the recomputation's plan
+    // seeds the swap selection, which takes the weights and an optimizer's state (nothing
+    // recomputes what no operation made) and what recomputation left. A transformer's loss at
+    // three tenths of its peak wants both: the activations recomputed, the rest copied out.
+    if let Some(r) = rec.as_ref().filter(|r| !r.1.feasible)
+        && s.go_on()
+    {
+        let sel = Selection {
+            relieve: true,
+            ..Selection::of(Mechanism::Swap)
+        };
+        let x = iterative_from(t, a, budget, link, sel, r.0.clone(), more);
+        for x in with_passive(t, a, budget, link, Mechanism::Swap, x, more) {
+            s.offer(x);
+        }
+    }
     // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
     let lru = s
         .go_on()

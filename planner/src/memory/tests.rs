@@ -1076,3 +1076,50 @@ fn capuchins_selection_takes_tensors_accessed_more_than_once() {
     }
     assert!(others_took > 0, "no case where a momentum was worth taking");
 }
+
+/// A weight read by operations 0 and 2 must be away while operation 1 makes a tensor as large
+/// (budget 150 B: both are 100 B); its copy back takes 1 s, as long as an operation, so the
+/// in-trigger by time is operation 1 itself: brought back there, it never leaves, and no
+/// number of swaps fits. Relieving, the selection brings it back after operation 1 (a stall,
+/// and a plan that fits).
+#[test]
+fn a_swap_taken_to_relieve_an_operation_comes_back_after_it() {
+    use super::capuchin::{Selection, iterative_from};
+    let mut t = Trace::default();
+    t.storages.push(Storage {
+        size: 100,
+        constant: true,
+        producer: None,
+    });
+    t.storages.push(Storage {
+        size: 100,
+        constant: false,
+        producer: Some(1),
+    });
+    t.ops.push(Op::new("read w", 1.0, vec![0], vec![]));
+    t.ops.push(Op::new("make x", 1.0, vec![], vec![1]));
+    t.ops.push(Op::new("read w again", 1.0, vec![0], vec![]));
+    t.steps = vec![Step::Op(0), Step::Op(1), Step::Free(1), Step::Op(2)];
+    t.validate().unwrap();
+    let link = Link {
+        h2d: 100.0,
+        d2h: 100.0,
+    };
+    let a = Analysis::new(&t);
+    let by_time = Selection::of(Mechanism::Swap);
+    let (plan, out) = iterative_from(&t, &a, 150, link, by_time, Vec::new(), &|| true);
+    assert!(!out.feasible, "{plan:?} {out:?}");
+    let relieving = Selection {
+        relieve: true,
+        ..by_time
+    };
+    let (plan, out) = iterative_from(&t, &a, 150, link, relieving, Vec::new(), &|| true);
+    assert!(out.feasible, "{plan:?} {out:?}");
+    assert!(
+        plan.iter()
+            .any(|(s, d)| *s == 0 && matches!(d, Decision::Swap { trigger, .. } if *trigger == 2)),
+        "{plan:?}"
+    );
+    // Out after operation 0 (1 s), in from operation 2 (1 s): 3 s of compute and 2 s waiting.
+    assert!((out.makespan - 5.0).abs() < 1e-9, "{out:?}");
+}
