@@ -237,6 +237,7 @@ pub fn touches(
         Reader::Strided(o) => super::strided::touches(o, &layout, &buf, find),
         Reader::Typed(sig) => super::signature::touches(&sig, &layout, &buf, grid, find),
         Reader::Foreach(l) => super::multi_tensor::touches(l, &layout, &buf, grid, find),
+        Reader::Attention(k) => super::attention::touches(k, &layout, &buf, grid, find),
     });
     exact.unwrap_or_else(|| pointed(&layout, &buf, find))
 }
@@ -255,6 +256,7 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
         Reader::Strided((k, _)) => super::strided::pointer_words(k, &layout),
         Reader::Typed(sig) => sig.pointer_words(&layout),
         Reader::Foreach(l) => super::multi_tensor::pointer_words(l, &layout),
+        Reader::Attention(_) => super::attention::pointer_words(&layout),
     }
 }
 
@@ -367,7 +369,7 @@ fn elementwise(
 /// An elementwise kernel's operand count and output element size (see [`elementwise`]).
 pub(super) type Operands = (usize, u64);
 
-/// How a kernel's parameters are read exactly, from its demangled name (the four parsers
+/// How a kernel's parameters are read exactly, from its demangled name (the parsers
 /// recognise disjoint names: the TensorIterator kernels take a functor or a closure, which a
 /// typed signature never does).
 #[derive(Clone)]
@@ -380,6 +382,8 @@ enum Reader {
     Typed(super::signature::Signature),
     /// A foreach kernel over lists of tensors ([`super::multi_tensor`]).
     Foreach(super::multi_tensor::Lists),
+    /// The memory-efficient attention's forward ([`super::attention`]).
+    Attention(super::attention::Attention),
 }
 
 /// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
@@ -393,6 +397,7 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
             .or_else(|| super::strided::parse(&name).map(Reader::Strided))
             .or_else(|| super::signature::parse(&name).map(Reader::Typed))
             .or_else(|| super::multi_tensor::parse(&name).map(Reader::Foreach))
+            .or_else(|| super::attention::parse(&name).map(Reader::Attention))
     })
 }
 

@@ -7,6 +7,7 @@
 //! after it), forwards to the real function, and finishes the record with the result. A panic
 //! in either step turns Marmoset off and never reaches the caller; the call is forwarded once.
 
+pub mod attention;
 pub mod cublas;
 pub mod cudnn;
 pub mod dl;

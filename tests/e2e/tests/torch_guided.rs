@@ -209,6 +209,7 @@ fn bert_is_guided_to_the_end_at_half_its_peak_as_predicted() {
             "vectorized_layer_norm_kernel",
             "fused_dropout_kernel",
             "gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda",
+            "fmha_cutlassF_f32",
         ],
     );
 }
