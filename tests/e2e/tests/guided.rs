@@ -530,7 +530,10 @@ fn a_changed_call_sequence_diverges_replans_and_stays_exact() {
 /// iteration's simulated device time is within 10% of the planner's prediction for one guided
 /// iteration. At half the peak on the P100 the host used to wait for the copies out of the
 /// forward pass's 512 MiB evictions (45 ms each) while dead contents it could drop at once
-/// stayed mapped: 236 ms against 101 predicted.
+/// stayed mapped: 236 ms against 101 predicted. At three tenths on the H100, `auto`'s plan has
+/// a 512 MiB swap-in that its back-access waits for by design (its in-trigger after the
+/// operation it makes room for); the feedback moved it one call earlier, where it made the
+/// allocator evict an activation the plan keeps: 46.4 ms against 28.4 predicted.
 #[test]
 fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
     const ARGS: [&str; 4] = ["12", "256", "256", "6"];
@@ -551,7 +554,7 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
             (profile, sim_report(&r)["peak_bytes"].as_u64().unwrap())
         })
         .collect();
-    // The points that were furthest from their prediction (1.19x to 2.34x).
+    // The points that were furthest from their prediction (1.19x to 2.34x; `auto` at 0.3 1.63x).
     for (profile, policy, fraction) in [
         ("p100", "auto", 0.5),
         ("p100", "capuchin", 0.5),
@@ -559,6 +562,7 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
         ("p100", "capuchin", 0.3),
         ("h100", "swap", 0.5),
         ("h100", "capuchin", 0.3),
+        ("h100", "auto", 0.3),
     ] {
         let budget = (peak[profile] as f64 * fraction) as u64;
         let trace = temp_path(&format!("fidelity-{profile}-{policy}-{fraction}.jsonl"));
