@@ -116,6 +116,9 @@ struct Manager {
     /// Prefetched tensors whose copy in had not arrived when an operation needed them (guided
     /// execution's feedback: their in-trigger moves earlier).
     late: Vec<u64>,
+    /// Prefetched tensors that had to make room at their in-trigger: memory is short there, and
+    /// one call earlier it is shorter, so their lateness moves nothing (see `take_late`).
+    cramped: HashSet<u64>,
 }
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
@@ -209,6 +212,7 @@ impl Manager {
             releasing: 0,
             restores: 0,
             late: Vec::new(),
+            cramped: HashSet::new(),
         })
     }
 
@@ -741,6 +745,8 @@ impl Manager {
                 // Prefetched: the operation's stream waits for the copy in, by event.
                 if !done(e) {
                     self.late.push(va);
+                } else {
+                    self.cramped.remove(&va);
                 }
                 let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
                 destroy_event(e);
