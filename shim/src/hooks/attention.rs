@@ -16,7 +16,7 @@
 //! captured Philox state, an accumulator buffer, or a parameter of another size is left to the
 //! conservative rule.
 
-use super::launch::Found;
+use super::launch::{Found, le_at};
 use planner::trace::{Access, Touch};
 
 /// The size of `Params` for 4-byte scalars (float accumulation), by the C layout: the Philox
@@ -59,14 +59,6 @@ pub fn pointer_words(params: &[(usize, usize)]) -> Option<Vec<usize>> {
     (params.len() == 1 && size == PARAMS).then(|| POINTERS.iter().map(|p| at + p).collect())
 }
 
-fn u64_at(buf: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?))
-}
-
-fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(buf.get(at..at + 4)?.try_into().ok()?))
-}
-
 /// The touches of one launch (see the module's comment); None: left to the conservative rule.
 pub fn touches(
     k: Attention,
@@ -79,8 +71,8 @@ pub fn touches(
     if params.len() != 1 || size != PARAMS || k.elem != 4 {
         return None;
     }
-    let word = |off: usize| u64_at(buf, at + off);
-    let int = |off: usize| u32_at(buf, at + off).map(u64::from);
+    let word = |off: usize| le_at(buf, at + off, 8);
+    let int = |off: usize| le_at(buf, at + off, 4);
     // A CUDA graph's capture: the kernel also writes the seed and offset through pointers.
     if buf.get(at + 256).copied()? != 0 || word(72)? != 0 {
         return None;

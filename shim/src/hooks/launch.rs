@@ -419,6 +419,15 @@ pub(super) fn parse(name: &str) -> Option<Operands> {
     Some((k, element_size(rest)?))
 }
 
+/// The unsigned little-endian integer of `bytes` bytes (at most 8) at `at` in a parameter
+/// buffer; None past its end.
+pub(super) fn le_at(buf: &[u8], at: usize, bytes: usize) -> Option<u64> {
+    let b = buf.get(at..at.checked_add(bytes)?)?;
+    let mut w = [0u8; 8];
+    w.get_mut(..bytes)?.copy_from_slice(b);
+    Some(u64::from_le_bytes(w))
+}
+
 /// The size of the first scalar type among a kernel's template arguments.
 pub(super) fn element_size(args: &str) -> Option<u64> {
     const TYPES: [(&str, u64); 9] = [
@@ -454,6 +463,17 @@ pub(super) fn element_size(args: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn le_at_reads_little_endian_integers_and_nothing_past_the_buffer() {
+        let b = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09];
+        assert_eq!(le_at(&b, 0, 2), Some(0x0201));
+        assert_eq!(le_at(&b, 1, 4), Some(0x0504_0302));
+        assert_eq!(le_at(&b, 1, 8), Some(0x0908_0706_0504_0302));
+        assert_eq!(le_at(&b, 6, 4), None);
+        assert_eq!(le_at(&b, usize::MAX, 2), None);
+        assert_eq!(le_at(&b, 0, 9), None);
+    }
 
     /// GELU as torch 2.x names it (demangled by cpp_demangle) and lays it out: (int N at 0, an
     /// empty functor at 4, two operand pointers at 8).

@@ -21,7 +21,7 @@
 //! is one of those read (`rw`), else whole (`w`) where the launch covers every chunk of a
 //! tensor that fills its allocation. Extents are the tensors' own.
 
-use super::launch::{Found, element_size};
+use super::launch::{Found, element_size, le_at};
 use planner::trace::{Access, Touch};
 
 /// Elements per chunk (`kChunkSize`).
@@ -82,13 +82,6 @@ pub fn pointer_words(l: Lists, params: &[(usize, usize)]) -> Option<Vec<usize>> 
     Some((0..l.n * m).map(|i| at + 8 * i).collect())
 }
 
-fn int_at(buf: &[u8], at: usize, bytes: usize) -> Option<u64> {
-    let b = buf.get(at..at + bytes)?;
-    let mut w = [0u8; 8];
-    w[..bytes].copy_from_slice(b);
-    Some(u64::from_le_bytes(w))
-}
-
 /// The touches of one launch of `grid` blocks (see the module's comment); None: left to the
 /// conservative rule.
 pub fn touches(
@@ -110,8 +103,8 @@ pub fn touches(
     // Per tensor the launch works on: its chunks here.
     let mut chunks: Vec<(usize, Vec<u64>)> = Vec::new();
     for k in 0..blocks {
-        let i = int_at(buf, tensor_at + idx * k, idx)? as usize;
-        let c = int_at(buf, chunk_at + 4 * k, 4)?;
+        let i = le_at(buf, tensor_at + idx * k, idx)? as usize;
+        let c = le_at(buf, chunk_at + 4 * k, 4)?;
         if i >= m {
             return None;
         }
@@ -122,13 +115,13 @@ pub fn touches(
     }
     let mut out: Vec<Touch> = Vec::new();
     for (i, mut cs) in chunks {
-        let numel = int_at(buf, numel_at + 8 * i, 8)?;
+        let numel = le_at(buf, numel_at + 8 * i, 8)?;
         let bytes = numel.checked_mul(l.elem).filter(|&x| x > 0)?;
         cs.sort_unstable();
         cs.dedup();
         let every_chunk = cs.iter().copied().eq(0..numel.div_ceil(CHUNK));
         for d in 0..l.n {
-            let (alloc, offset, alloc_size) = find(int_at(buf, at + 8 * (d * m + i), 8)?)?;
+            let (alloc, offset, alloc_size) = find(le_at(buf, at + 8 * (d * m + i), 8)?)?;
             if offset.checked_add(bytes)? > alloc_size {
                 return None;
             }

@@ -21,7 +21,7 @@
 //! calculator whose sizes do not multiply to N, or a closure smaller than the layout leaves
 //! the kernel to the conservative rule.
 
-use super::launch::{Found, Operands, element_size, words};
+use super::launch::{Found, Operands, element_size, le_at, words};
 use planner::trace::{Access, Touch};
 
 /// `MAX_DIMS` of ATen's OffsetCalculator.
@@ -79,10 +79,6 @@ pub fn pointer_words(k: usize, layout: &[(usize, usize)]) -> Option<Vec<usize>> 
         .then(|| (0..k).map(|i| closure + data + 8 * i).collect())
 }
 
-fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(buf.get(at..at + 4)?.try_into().ok()?))
-}
-
 /// The touches of one launch (see the module's comment); None: left to the conservative rule.
 pub fn touches(
     (k, elem): Operands,
@@ -100,15 +96,15 @@ pub fn touches(
     ))
     .ok()?;
     let (calc, _) = closure_layout(k);
-    let dims = usize::try_from(u32_at(buf, closure)?)
+    let dims = usize::try_from(le_at(buf, closure, 4)?)
         .ok()
         .filter(|&d| d <= MAX_DIMS)?;
     // (size, the output's stride in bytes) of each dimension.
     let dim: Vec<(u64, u64)> = (0..dims)
         .map(|d| {
-            let size = u32_at(buf, closure + 4 + 12 * d)?;
-            let stride = u32_at(buf, closure + 4 + 12 * MAX_DIMS + 4 * k * d)?;
-            Some((u64::from(size), u64::from(stride)))
+            let size = le_at(buf, closure + 4 + 12 * d, 4)?;
+            let stride = le_at(buf, closure + 4 + 12 * MAX_DIMS + 4 * k * d, 4)?;
+            Some((size, stride))
         })
         .collect::<Option<_>>()?;
     // (Checked: 25 sizes from the buffer may overflow.)
