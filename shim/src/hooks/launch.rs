@@ -238,6 +238,7 @@ pub fn touches(
         Reader::Typed(sig) => super::signature::touches(&sig, &layout, &buf, grid, find),
         Reader::Foreach(l) => super::multi_tensor::touches(l, &layout, &buf, grid, find),
         Reader::Attention(k) => super::attention::touches(k, &layout, &buf, grid, find),
+        Reader::Reduce => super::reduce::touches(&layout, &buf, find),
     });
     exact.unwrap_or_else(|| pointed(&layout, &buf, find))
 }
@@ -257,6 +258,7 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
         Reader::Typed(sig) => sig.pointer_words(&layout),
         Reader::Foreach(l) => super::multi_tensor::pointer_words(l, &layout),
         Reader::Attention(_) => super::attention::pointer_words(&layout),
+        Reader::Reduce => super::reduce::pointer_words(&layout),
     }
 }
 
@@ -384,6 +386,8 @@ enum Reader {
     Foreach(super::multi_tensor::Lists),
     /// The memory-efficient attention's forward ([`super::attention`]).
     Attention(super::attention::Attention),
+    /// A reduction ([`super::reduce`]).
+    Reduce,
 }
 
 /// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
@@ -398,6 +402,7 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
             .or_else(|| super::signature::parse(&name).map(Reader::Typed))
             .or_else(|| super::multi_tensor::parse(&name).map(Reader::Foreach))
             .or_else(|| super::attention::parse(&name).map(Reader::Attention))
+            .or_else(|| super::reduce::claims(&name).then_some(Reader::Reduce))
     })
 }
 

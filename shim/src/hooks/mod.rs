@@ -14,6 +14,7 @@ pub mod dl;
 pub mod driver;
 pub mod launch;
 pub mod multi_tensor;
+pub mod reduce;
 pub mod runtime;
 pub mod signature;
 pub mod strided;
