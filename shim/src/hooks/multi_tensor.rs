@@ -108,7 +108,14 @@ pub fn touches(
         if i >= m {
             return None;
         }
-        match chunks.iter_mut().find(|x| x.0 == i) {
+        // torch fills the blocks tensor by tensor: the last entry is almost always the one
+        // (this runs on the launch hook, up to 2,240 blocks a launch).
+        let at_last = chunks.last().is_some_and(|x| x.0 == i);
+        match if at_last {
+            chunks.last_mut()
+        } else {
+            chunks.iter_mut().find(|x| x.0 == i)
+        } {
             Some(x) => x.1.push(c),
             None => chunks.push((i, vec![c])),
         }
@@ -271,6 +278,18 @@ mod tests {
                 (2, 280_000, Access::Rw),
                 (4, 280_000, Access::R),
             ]
+        );
+        // Blocks out of tensor order: the same touches.
+        let (params2, buf2) = metadata(
+            2,
+            &addr,
+            &[100_000, 70_000],
+            &[(0, 0), (1, 0), (0, 1), (1, 1)],
+            0x900000,
+        );
+        assert_eq!(
+            touches(parse(ADD).unwrap(), &params2, &buf2, [4, 1, 1], find(size)),
+            Some(t.clone())
         );
         // Only the first tensor's blocks: the second's slots are not touched.
         let t = touches(parse(ADD).unwrap(), &params, &buf, [2, 1, 1], find(size)).unwrap();
