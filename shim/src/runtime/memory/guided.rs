@@ -66,10 +66,11 @@ impl Manager {
         }
         let mut keep = protect.clone();
         keep.insert(va);
-        if self.used + mapped > self.budget {
+        let short = self.used + mapped > self.budget;
+        self.make_room(mapped, &keep).map_err(|_| OUT_OF_MEMORY)?;
+        if short {
             self.cramped.insert(va);
         }
-        self.make_room(mapped, &keep).map_err(|_| OUT_OF_MEMORY)?;
         // The copy starts when the in-trigger's stream reaches the in-trigger, where the plan's
         // timeline starts it, not when the host, running ahead of the device, gets there.
         wait_for(self.swap_in, &HashSet::from([at]));

@@ -602,6 +602,8 @@ impl Manager {
             return Some(0);
         }
         let t = self.tensors.remove(&ptr)?;
+        // Its address may be another tensor's next.
+        self.cramped.remove(&ptr);
         if let Some(e) = t.arrival {
             // A release below waits for the prefetch's copy in too.
             let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(self.join as P, e as P, 0));
