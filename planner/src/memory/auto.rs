@@ -10,7 +10,7 @@
 use super::analysis::Analysis;
 use super::capuchin::{
     Rank, Selection, both_selection, by_pages, capuchin_from, iterative, iterative_from, peak_seed,
-    recompute_after, recompute_first, refine_swaps, swap_only_from,
+    recompute_after, recompute_first, refine_swaps, swap_only_from, swaps_after_recomputation,
 };
 use super::hybrid::hybrid_from;
 use super::passive::{online_below, online_from};
@@ -122,21 +122,14 @@ pub(super) fn portfolio(
     if let Some(r) = &rec {
         s.policy("recompute", r.clone());
     }
-    // Recomputation where it fits, swaps for what it cannot move: the recomputation's plan
-    // seeds the swap selection, which takes the weights and an optimizer's state (nothing
-    // recomputes what no operation made) and what recomputation left. A transformer's loss at
-    // three tenths of its peak wants both: the activations recomputed, the rest copied out.
-    if let Some(r) = rec.as_ref().filter(|r| !r.1.feasible)
-        && s.go_on()
-    {
-        let sel = Selection {
-            relieve: true,
-            ..Selection::of(Mechanism::Swap)
-        };
-        let x = iterative_from(t, a, budget, link, sel, r.0.clone(), more);
-        for x in with_passive(t, a, budget, link, Mechanism::Swap, x, more) {
-            s.offer(x);
-        }
+    // Recomputation where it fits, swaps for what it cannot move (Capuchin's policy runs it
+    // too).
+    let seeded = match &rec {
+        Some(r) if s.go_on() => swaps_after_recomputation(t, a, budget, link, r, more),
+        _ => Vec::new(),
+    };
+    for x in &seeded {
+        s.offer(x.clone());
     }
     // Capuchin's policy: its passive first iteration, its selection, its passive mode behind.
     let lru = s
@@ -155,6 +148,7 @@ pub(super) fn portfolio(
             link,
             [l.clone(), dtr.clone()],
             sel.clone(),
+            seeded,
             more,
             s.all,
         );

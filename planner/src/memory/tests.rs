@@ -1123,3 +1123,67 @@ fn a_swap_taken_to_relieve_an_operation_comes_back_after_it() {
     // Out after operation 0 (1 s), in from operation 2 (1 s): 3 s of compute and 2 s waiting.
     assert!((out.makespan - 5.0).abs() < 1e-9, "{out:?}");
 }
+
+/// A weight W (read by operations 0 and 6) and an activation X (made in 0.1 s by operation 1,
+/// read by operation 8) must both be away while operation 4 makes a tensor twice their size
+/// (budget 200 B). At 50 B/s each copy takes 2 s, and the copy engine can carry one of them
+/// out before operation 4, not both. Capuchin's order takes X first (its swap hides; W's comes
+/// back too late), and W's swap, the only way to move W, then waits for the engine: 1.9 s
+/// waiting at operation 4 and 1 s for W's copy back, 11 s. Recomputing X leaves the engine to
+/// W: 8.1 s of operations, 0.1 s recomputing, W's copy back (2 s from after operation 4) 1 s
+/// late, 9.2 s; the policy finds that plan too.
+#[test]
+fn capuchins_policy_leaves_the_engines_to_what_only_swapping_moves() {
+    use super::capuchin::{both_selection, capuchin};
+    let mut t = Trace::default();
+    let storage = |size, producer: Option<usize>| Storage {
+        size,
+        constant: producer.is_none(),
+        producer,
+    };
+    t.storages = vec![
+        storage(100, None),
+        storage(100, Some(1)),
+        storage(200, Some(4)),
+    ];
+    let (w, x, y) = (0, 1, 2);
+    let spacer = |i: usize| Op::new(&format!("spacer {i}"), 1.0, vec![], vec![]);
+    t.ops = vec![
+        Op::new("read w", 1.0, vec![w], vec![]),
+        Op::new("make x", 0.1, vec![], vec![x]),
+        spacer(2),
+        spacer(3),
+        Op::new("make y", 1.0, vec![], vec![y]),
+        spacer(5),
+        Op::new("read w again", 1.0, vec![w], vec![]),
+        spacer(7),
+        Op::new("read x", 1.0, vec![x], vec![]),
+    ];
+    t.steps = (0..9).map(Step::Op).collect();
+    t.steps.insert(6, Step::Free(y));
+    t.validate().unwrap();
+    let link = Link {
+        h2d: 50.0,
+        d2h: 50.0,
+    };
+    let a = Analysis::new(&t);
+    let (sel, by_order) = both_selection(&t, &a, 200, link, &|| true);
+    let swapped = |plan: &Plan, s| {
+        plan.iter()
+            .any(|&(i, d)| i == s && matches!(d, Decision::Swap { .. }))
+    };
+    assert!(swapped(&sel, x) && swapped(&sel, w), "{sel:?}");
+    assert!(
+        !by_order.feasible || by_order.makespan > 10.0,
+        "{by_order:?}"
+    );
+    let (plan, out) = capuchin(&t, &a, 200, link, &|| true);
+    assert!(out.feasible, "{plan:?} {out:?}");
+    assert!(
+        plan.iter()
+            .any(|&(s, d)| s == x && matches!(d, Decision::Recompute { .. })),
+        "{plan:?}"
+    );
+    assert!(swapped(&plan, w), "{plan:?}");
+    assert!((out.makespan - 9.2).abs() < 1e-9, "{out:?}");
+}
