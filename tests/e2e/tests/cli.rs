@@ -517,6 +517,9 @@ fn random_arguments_never_panic_abort_or_fail_silently() {
     )
     .unwrap();
     let out = temp_path("prop-out.json");
+    // A mutated `-o` may name a relative path ("100000"): it lands here, not in the checkout.
+    let cwd = temp_path("prop-cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
     let (t, log, trace, out) = (
         t.to_str().unwrap(),
         log.as_str(),
@@ -646,6 +649,7 @@ fn random_arguments_never_panic_abort_or_fail_silently() {
         }
         let o = Command::new(marmoset())
             .args(&args)
+            .current_dir(&cwd)
             .env_remove("MARMOSET_POLICY")
             .stdin(Stdio::null())
             .output()
