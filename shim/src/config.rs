@@ -110,6 +110,9 @@ pub struct Config {
     /// Test facility (MARMOSET_TEST_REFUSE_REPLAY=N): the Nth recomputation finds no room
     /// within the budget, as when nothing can be evicted for its workspace or operands.
     pub test_refuse_replay: Option<u64>,
+    /// Test facility (MARMOSET_TEST_FAST_LINK=N): plans assume copies N times faster than this
+    /// run measured, so that their prefetches arrive late and the feedback must move them.
+    pub test_fast_link: Option<u64>,
     /// Test facility (MARMOSET_TEST_FOLD): plan the model with chains folded (`1`, the
     /// default) or unfolded (`0`) (see `runtime::bridge`).
     pub test_fold: Option<bool>,
@@ -150,6 +153,7 @@ impl Default for Config {
             test_corrupt_replay: None,
             test_refuse_replay: None,
             test_fold: None,
+            test_fast_link: None,
             plan_wait: false,
             plan_deadline_ms: 1000,
         }
@@ -298,6 +302,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             &mut c.test_microbatch,
             "a whole number of images, at least 1",
         ),
+        (
+            "MARMOSET_TEST_FAST_LINK",
+            &mut c.test_fast_link,
+            "a whole factor, at least 1",
+        ),
     ] {
         if let Some(v) = var(name) {
             match v.parse::<u64>() {
@@ -436,6 +445,7 @@ mod tests {
             ("MARMOSET_WORKSPACE_TOTAL", "much", "MiB"),
             ("MARMOSET_BATCH_SIZES", "some", "all, pow2, undivided"),
             ("MARMOSET_TEST_MICROBATCH", "0", "at least 1"),
+            ("MARMOSET_TEST_FAST_LINK", "fast", "at least 1"),
         ] {
             let e = parse(env(&[(var, val)])).unwrap_err();
             assert_eq!(e.len(), 1);

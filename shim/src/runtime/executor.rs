@@ -18,8 +18,8 @@
 //!
 //! The plan names tensors as its iteration did (`TensorId`); the tracker gives the current
 //! iteration's allocation. A swap that fails leaves the tensor where it is: the passive
-//! mechanism restores on demand before any use. Not yet: the feedback that moves a late
-//! prefetch's in-trigger earlier.
+//! mechanism restores on demand before any use. At each iteration boundary, the feedback: a
+//! prefetch that arrived late by the device's clock starts one call earlier ([`feedback`]).
 
 use crate::config::Level;
 use crate::runtime::bridge::Ready;

@@ -525,6 +525,86 @@ fn a_changed_call_sequence_diverges_replans_and_stays_exact() {
     );
 }
 
+/// The trainer (12 blocks, batch 256, 256 x 256, 6 iterations) in shape mode on the simulated
+/// `profile`: its unlimited peak.
+fn big_trainer_peak(profile: &str) -> u64 {
+    let r = temp_path(&format!("big-trainer-{profile}-unlimited.json"));
+    let o = run_sim(
+        profile,
+        &[
+            ("SIMGPU_MODE", "shape"),
+            ("SIMGPU_REPORT", r.to_str().unwrap()),
+        ],
+        "trainer",
+        &BIG_TRAINER,
+    );
+    ok(&o);
+    sim_report(&r)["peak_bytes"].as_u64().unwrap()
+}
+
+const BIG_TRAINER: [&str; 4] = ["12", "256", "256", "6"];
+
+/// The trainer of [`big_trainer_peak`] under `policy` within `budget`, in shape mode, the plan
+/// applied from the next iteration boundary, writing `trace`; `env` on top of a clean
+/// environment.
+fn big_trainer_under(
+    profile: &str,
+    policy: &str,
+    budget: u64,
+    trace: &std::path::Path,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let mut c = std::process::Command::new(marmoset());
+    c.arg("run")
+        .arg(format!("--sim={profile}"))
+        .args(["--policy", policy, "--memory-limit", &budget.to_string()])
+        .arg("--trace")
+        .arg(trace)
+        .arg("--")
+        .arg(workloads().join("trainer"))
+        .args(BIG_TRAINER);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("SIMGPU_MODE", "shape")
+        .env("TRAINER_TIMES", "1")
+        .env("MARMOSET_PLAN_WAIT", "1")
+        .envs(env.iter().copied());
+    c.output().expect("run marmoset")
+}
+
+/// Capuchin's feedback judges a prefetch late by the device's clock: the copy in done after the
+/// back-access's stream reached its wait. The host runs ahead of the device, and judged by the
+/// host (the copy not done when the host issued the back-access) the trainer at half its peak
+/// moved 13 in-triggers in a run whose plan has no late prefetch (simulated H100); now none.
+/// Where the plan assumes copies four times faster than they are, its prefetches do arrive
+/// late, and the feedback moves them earlier.
+#[test]
+fn the_feedback_moves_the_prefetches_the_device_waited_for() {
+    let budget = big_trainer_peak("h100") / 2;
+    let triggers = |env: &[(&str, &str)], name: &str| {
+        let trace = temp_path(&format!("feedback-{name}.jsonl"));
+        let o = big_trainer_under("h100", "auto", budget, &trace, env);
+        ok(&o);
+        let records = take_trace(&trace);
+        let plan = *of_kind(&records, "plan").last().expect("a plan");
+        assert!(plan["swaps"].as_u64().unwrap() > 0, "{name}: {plan}");
+        let restores = of_kind(&records, "restore").len();
+        assert!(restores > 0, "{name}: no prefetch");
+        of_kind(&records, "trigger")
+            .iter()
+            .map(|t| (t["from"].as_u64().unwrap(), t["to"].as_u64().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    let on_time = triggers(&[], "as-measured");
+    assert!(on_time.is_empty(), "moved: {on_time:?}");
+    let late = triggers(&[("MARMOSET_TEST_FAST_LINK", "4")], "fast-link");
+    assert!(!late.is_empty(), "no prefetch moved");
+    assert!(late.iter().all(|&(from, to)| to < from), "{late:?}");
+}
+
 /// Guided execution does what the plan's timeline predicts: the trainer of scripts/bench-memory.sh
 /// (batch 256 at 256 x 256, 6 blocks: activations of 512 MiB), in shape mode, where the last
 /// iteration's simulated device time is within 10% of the planner's prediction for one guided
@@ -536,23 +616,9 @@ fn a_changed_call_sequence_diverges_replans_and_stays_exact() {
 /// allocator evict an activation the plan keeps: 46.4 ms against 28.4 predicted.
 #[test]
 fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
-    const ARGS: [&str; 4] = ["12", "256", "256", "6"];
     let peak: std::collections::HashMap<&str, u64> = ["p100", "h100"]
         .into_iter()
-        .map(|profile| {
-            let r = temp_path(&format!("fidelity-{profile}-unlimited.json"));
-            let o = run_sim(
-                profile,
-                &[
-                    ("SIMGPU_MODE", "shape"),
-                    ("SIMGPU_REPORT", r.to_str().unwrap()),
-                ],
-                "trainer",
-                &ARGS,
-            );
-            ok(&o);
-            (profile, sim_report(&r)["peak_bytes"].as_u64().unwrap())
-        })
+        .map(|profile| (profile, big_trainer_peak(profile)))
         .collect();
     // The points that were furthest from their prediction (1.19x to 2.34x; `auto` at 0.3 1.63x).
     for (profile, policy, fraction) in [
@@ -566,24 +632,7 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
     ] {
         let budget = (peak[profile] as f64 * fraction) as u64;
         let trace = temp_path(&format!("fidelity-{profile}-{policy}-{fraction}.jsonl"));
-        let mut c = std::process::Command::new(marmoset());
-        c.arg("run")
-            .arg(format!("--sim={profile}"))
-            .args(["--policy", policy, "--memory-limit", &budget.to_string()])
-            .arg("--trace")
-            .arg(&trace)
-            .arg("--")
-            .arg(workloads().join("trainer"))
-            .args(ARGS);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
-                c.env_remove(k);
-            }
-        }
-        c.env("SIMGPU_MODE", "shape")
-            .env("TRAINER_TIMES", "1")
-            .env("MARMOSET_PLAN_WAIT", "1");
-        let o = c.output().expect("run marmoset");
+        let o = big_trainer_under(profile, policy, budget, &trace, &[]);
         ok(&o);
         let what = format!("{policy} at {fraction} of the peak on the simulated {profile}");
         let err = stderr(&o);

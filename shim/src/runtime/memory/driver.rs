@@ -30,7 +30,7 @@ macro_rules! cu {
         } else {
             // SAFETY: the real driver function named $name has this signature; the arguments are
             // Marmoset's own (addresses it reserved, handles it created, buffers it owns).
-            let r = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) };
+            let r = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> std::ffi::c_int>(p)($($a),*) };
             if r == 0 { Ok(()) } else { Err(r) }
         }
     }};
@@ -90,6 +90,19 @@ pub(super) fn sync_event(e: usize) {
 
 pub(super) fn done(e: usize) -> bool {
     cu!(c"cuEventQuery"(P)(e as P)).is_ok()
+}
+
+/// Whether timed event `a` completed after timed event `b`, by the device's clock; None while
+/// either is still to come. Without timing (an error), true: the caller's cautious answer.
+pub(super) fn finished_after(a: usize, b: usize) -> Option<bool> {
+    if !done(a) || !done(b) {
+        return None;
+    }
+    let mut ms = 0f32;
+    match cu!(c"cuEventElapsedTime"(*mut f32, P, P)(&mut ms, b as P, a as P)) {
+        Ok(()) => Some(ms > 0.0),
+        Err(_) => Some(true),
+    }
 }
 
 /// Makes `to` wait for everything issued so far on each of `from`.

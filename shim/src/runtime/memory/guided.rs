@@ -75,7 +75,8 @@ impl Manager {
         // timeline starts it, not when the host, running ahead of the device, gets there.
         wait_for(self.swap_in, &HashSet::from([at]));
         let (phys, e) = self.copy_in(va, buf, size, mapped)?;
-        let arrival = event().inspect(|&a| {
+        // Timed: the feedback compares it with where the back-access's stream reached it.
+        let arrival = event_flags(0).inspect(|&a| {
             let _ = record(a, self.swap_in as u64);
         });
         self.host_busy.push((e, buf, size));
@@ -239,21 +240,42 @@ pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
     false
 }
 
-/// The allocations whose prefetch arrived late since the last call (guided execution's
-/// feedback), but for those whose prefetch had to make room at its in-trigger: moved a call
-/// earlier, such a prefetch evicts what the plan keeps there (the trainer at 0.3 of its peak,
-/// simulated P100, `capuchin`: a 512 MiB prefetch moved one call earlier made the allocator
-/// evict and restore an activation every iteration, 261.4 ms against 129.9 predicted).
+/// The allocations whose prefetch arrived late (guided execution's feedback), by the device's
+/// clock: the copy in done after the operation's stream reached its wait. The host, running
+/// ahead, often issues the operation before a prefetch that will be in time has arrived; a
+/// prefetch whose events the device has not reached yet is judged at a later call. Left out:
+/// those whose prefetch had to make room at its in-trigger: moved a call earlier, such a
+/// prefetch evicts what the plan keeps there (the trainer at 0.3 of its peak, simulated P100,
+/// `capuchin`: a 512 MiB prefetch moved one call earlier made the allocator evict and restore
+/// an activation every iteration, 261.4 ms against 129.9 predicted).
 pub fn take_late() -> Vec<u64> {
     if !active() {
         return Vec::new();
     }
     with(|m| {
-        let late = std::mem::take(&mut m.late);
-        late.into_iter()
-            .filter(|va| !m.cramped.remove(va))
-            .map(alloc_of)
-            .collect()
+        let mut late = Vec::new();
+        for a in std::mem::take(&mut m.arriving) {
+            // No event where the stream reached the wait: late, as the host saw it.
+            let waited = match a.reached {
+                Some(r) => match finished_after(a.arrival, r) {
+                    Some(w) => w,
+                    None => {
+                        m.arriving.push(a);
+                        continue;
+                    }
+                },
+                None => true,
+            };
+            destroy_event(a.arrival);
+            if let Some(r) = a.reached {
+                destroy_event(r);
+            }
+            let cramped = m.cramped.remove(&a.va);
+            if waited && !cramped {
+                late.push(a.alloc);
+            }
+        }
+        late
     })
     .unwrap_or_default()
 }

@@ -32,6 +32,7 @@
 
 mod driver;
 mod guided;
+mod releases;
 
 pub use guided::{
     evict_planned, mark_dead, matches_or_restore, prefetch, revive, snapshot, take_back, take_late,
@@ -41,6 +42,7 @@ use crate::config::Level;
 use crate::state::{config, log};
 use driver::*;
 use planner::trace::Event;
+use releases::Pending;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::c_int;
 use std::sync::{Mutex, MutexGuard};
@@ -74,17 +76,14 @@ struct Tensor {
     dead: bool,
 }
 
-/// A release waiting for the work issued before it to finish.
-struct Pending {
-    event: usize,
+/// A prefetch the host found still arriving when it issued an operation that needs it: its
+/// copy in's event, and one recorded where the operation's stream reached the wait (none where
+/// it could not be recorded).
+struct Arriving {
     va: u64,
-    mapped: u64,
-    phys: u64,
-    /// Keep the reservation (an eviction, a drop) or free it too (a free).
-    free_va: bool,
-    /// An eviction's copy out: its start event, allocation and bytes, for the `evict` record
-    /// written once the copy is done.
-    copy: Option<(usize, u64, u64)>,
+    alloc: u64,
+    arrival: usize,
+    reached: Option<usize>,
 }
 
 struct Manager {
@@ -113,9 +112,9 @@ struct Manager {
     releases: Vec<Pending>,
     releasing: u64,
     restores: u64,
-    /// Prefetched tensors whose copy in had not arrived when an operation needed them (guided
-    /// execution's feedback: their in-trigger moves earlier).
-    late: Vec<u64>,
+    /// Prefetches whose copy in had not arrived when the host issued an operation that needs
+    /// it: late or not, the device's clock says once both are done (see `take_late`).
+    arriving: Vec<Arriving>,
     /// Prefetched tensors that had to make room at their in-trigger: memory is short there, and
     /// one call earlier it is shorter, so their lateness moves nothing (see `take_late`).
     cramped: HashSet<u64>,
@@ -211,105 +210,9 @@ impl Manager {
             releases: Vec::new(),
             releasing: 0,
             restores: 0,
-            late: Vec::new(),
+            arriving: Vec::new(),
             cramped: HashSet::new(),
         })
-    }
-
-    /// Finishes releases whose work is done (all of them when `wait`).
-    fn reclaim(&mut self, wait: bool) {
-        let mut left = Vec::new();
-        for r in std::mem::take(&mut self.releases) {
-            if wait {
-                sync_event(r.event);
-            } else if !done(r.event) {
-                left.push(r);
-                continue;
-            }
-            self.finish(r);
-        }
-        self.releases = left;
-        let mut busy = Vec::new();
-        for (e, buf, size) in std::mem::take(&mut self.host_busy) {
-            if wait || done(e) {
-                if wait {
-                    sync_event(e);
-                }
-                destroy_event(e);
-                self.host_free.entry(size).or_default().push(buf);
-            } else {
-                busy.push((e, buf, size));
-            }
-        }
-        self.host_busy = busy;
-    }
-
-    /// Waits for the earliest unfinished release only, among those with a copy out or those
-    /// without (false: none left).
-    fn reclaim_earliest(&mut self, copy: bool) -> bool {
-        let Some(i) = self.releases.iter().position(|r| r.copy.is_some() == copy) else {
-            return false;
-        };
-        let r = self.releases.remove(i);
-        sync_event(r.event);
-        self.finish(r);
-        true
-    }
-
-    /// A release whose work is done: the memory goes (and the `evict` record of a copy out).
-    fn finish(&mut self, r: Pending) {
-        if let Some((start, alloc, bytes)) = r.copy {
-            let mut ms = 0f32;
-            let _ = cu!(c"cuEventElapsedTime" (*mut f32, P, P) (&mut ms, start as P, r.event as P));
-            destroy_event(start);
-            crate::trace::emit(Event::Evict {
-                alloc,
-                bytes,
-                stream: self.swap_out as u64,
-                device_ms: ms as f64,
-            });
-        }
-        destroy_event(r.event);
-        let _ = cu!(c"cuMemUnmap"(u64, usize)(r.va, r.mapped as usize));
-        let _ = cu!(c"cuMemRelease"(u64)(r.phys));
-        if r.free_va {
-            let _ = cu!(c"cuMemAddressFree"(u64, usize)(r.va, r.mapped as usize));
-        }
-        self.used -= r.mapped;
-        self.releasing -= r.mapped;
-    }
-
-    /// Queues the release of `va`'s memory after `event` (recorded after its last uses).
-    fn release_after(
-        &mut self,
-        event: usize,
-        va: u64,
-        mapped: u64,
-        phys: u64,
-        copy: Option<(usize, u64, u64)>,
-    ) {
-        self.releasing += mapped;
-        self.releases.push(Pending {
-            event,
-            va,
-            mapped,
-            phys,
-            free_va: false,
-            copy,
-        });
-    }
-
-    /// Takes back the memory of `va` while its release is still queued (the tensor is wanted
-    /// again before its copy out or drop finished): (physical handle, the release's event and
-    /// copy), or None when no release of it is queued.
-    fn cancel_release(&mut self, va: u64) -> Option<Pending> {
-        let i = self
-            .releases
-            .iter()
-            .position(|r| r.va == va && !r.free_va)?;
-        let r = self.releases.remove(i);
-        self.releasing -= r.mapped;
-        Some(r)
     }
 
     fn host_buffer(&mut self, size: u64) -> Option<usize> {
@@ -745,13 +648,27 @@ impl Manager {
             };
             if let Some(e) = t.arrival.take() {
                 // Prefetched: the operation's stream waits for the copy in, by event.
-                if !done(e) {
-                    self.late.push(va);
-                } else {
+                if done(e) {
                     self.cramped.remove(&va);
+                    destroy_event(e);
+                } else {
+                    // The host runs ahead of the device: whether the operation will wait is
+                    // for the stream's clock to say, where it reaches the wait.
+                    let reached = event_flags(0).filter(|&r| {
+                        let ok = record(r, stream).is_ok();
+                        if !ok {
+                            destroy_event(r);
+                        }
+                        ok
+                    });
+                    let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
+                    self.arriving.push(Arriving {
+                        va,
+                        alloc: alloc_of(va),
+                        arrival: e,
+                        reached,
+                    });
                 }
-                let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
-                destroy_event(e);
             }
             let Some(t) = self.tensors.get(&va) else {
                 continue;
