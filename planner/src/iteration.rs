@@ -368,10 +368,27 @@ pub fn steady(calls: &[Call], region: Region, cut: usize) -> Result<Steady, Dive
     } else {
         0
     };
-    let made = allocations(calls, region);
+    let made_all = allocations(calls, region);
+    let freed: std::collections::HashSet<u64> = calls
+        .iter()
+        .filter_map(|c| match c.effect {
+            Effect::Free { id } => Some(id),
+            _ => None,
+        })
+        .collect();
     let mut first_bad: Option<Divergence> = None;
     for w in (1..n).rev() {
         let (a, b) = (cut + (w - 1) * p, cut + w * p);
+        // What an iteration allocates, a later one frees: an allocation made before the pair
+        // and never freed is no iteration's, whatever call stands a period after it (an
+        // optimizer's momentum, made once at its first step: BERT's was named as the k-th
+        // allocation three iterations back, where a gradient of its size stood, and its
+        // planned swap went to that freed gradient every iteration).
+        let made: HashMap<u64, (usize, u64)> = made_all
+            .iter()
+            .filter(|(id, (i, _))| *i >= a || freed.contains(id))
+            .map(|(&id, &v)| (id, v))
+            .collect();
         let bad = (0..p).find_map(|o| {
             let (x, y) = (&calls[a + o], &calls[b + o]);
             if x.token != y.token {
@@ -772,5 +789,46 @@ mod tests {
             steady(&calls, r, r.start).is_err(),
             "a named touch that changes is a divergence"
         );
+    }
+
+    /// An optimizer's momentum: made once, at the first step, where later steps allocate a
+    /// gradient of its size (the same call a period later), and read by every step after; never
+    /// freed. It is the program's, not the iteration's: named by itself. Named by its place,
+    /// "the k-th allocation four iterations back" is a gradient long freed (with the touch
+    /// named by the API, no pair of iterations verified at all).
+    #[test]
+    fn a_buffer_made_once_in_the_repetition_is_named_by_itself() {
+        for inferred in [false, true] {
+            let mut calls = vec![alloc(1, 64), use_(7, &[1])];
+            let start = calls.len();
+            let m = 5;
+            let mut next = 10;
+            for i in 0..5 {
+                let (x, g) = (next, next + 1);
+                next += 2;
+                calls.push(alloc(x, 32));
+                calls.push(use_(1, &[x]));
+                // The first step makes the momentum where the others make the gradient.
+                let made = if i == 0 { m } else { g };
+                calls.push(alloc(made, 64));
+                calls.push(use_(5, &[made, x]));
+                let mut step = use_(9, &[m, 1]);
+                step.inferred = inferred;
+                calls.push(step);
+                calls.push(if i == 0 { use_(6, &[]) } else { free(g, 64) });
+                calls.push(free(x, 32));
+            }
+            let r = Region {
+                start,
+                period: 7,
+                end: calls.len(),
+            };
+            let s = steady(&calls, r, start).expect("the last two steps repeat");
+            assert_eq!(
+                s.names[&m],
+                TensorId::Persistent { alloc: m, size: 64 },
+                "inferred {inferred}"
+            );
+        }
     }
 }
