@@ -249,6 +249,56 @@ fn p100_alexnet_conv2_needs_micro_batches_for_fft() {
     assert!(fwd.contains(" FFT "), "at 32 images FFT fits 64 MiB: {fwd}");
 }
 
+/// SIMGPU_TIMELINE: a line per piece of work issued to an engine. Each starts once its stream
+/// and the host are there, an engine runs one piece at a time, and on two streams a copy and a
+/// kernel overlap: the timing probe's work, as its own clock measured it.
+#[test]
+fn the_timeline_says_when_each_engine_ran_what() {
+    let path = temp_path("timeline.jsonl");
+    let o = run_sim(
+        "h100",
+        &[("SIMGPU_TIMELINE", path.to_str().unwrap())],
+        "sim_probe",
+        &["timing"],
+    );
+    ok(&o);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    let mut by_engine: std::collections::HashMap<String, Vec<(f64, f64)>> = Default::default();
+    for v in &lines {
+        let (start, end) = (f(v, "start"), f(v, "end"));
+        assert!(
+            start + 1e-12 >= f(v, "stream_ready").max(f(v, "host")) && end >= start,
+            "{v}"
+        );
+        let engine = v["engine"].as_str().unwrap().to_string();
+        assert!(["compute", "h2d", "d2h"].contains(&engine.as_str()), "{v}");
+        by_engine.entry(engine).or_default().push((start, end));
+    }
+    for (engine, runs) in &mut by_engine {
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in runs.windows(2) {
+            assert!(w[1].0 + 1e-12 >= w[0].1, "{engine}: {w:?}");
+        }
+    }
+    // The 256 MiB copy (4.88 ms at 55 GB/s) runs beside a kernel on another stream.
+    let long = |e: &str| -> Vec<(f64, f64)> {
+        by_engine[e]
+            .iter()
+            .copied()
+            .filter(|(s, e)| e - s > 4e-3)
+            .collect()
+    };
+    let overlap = long("h2d")
+        .iter()
+        .any(|c| long("compute").iter().any(|k| k.0 < c.1 && c.0 < k.1));
+    assert!(overlap, "{:?} {:?}", long("h2d"), long("compute"));
+}
+
 #[test]
 fn bad_simulator_settings_are_named_and_fail_cleanly() {
     let o = run_sim("h100", &[("SIMGPU_MEMORY", "lots")], "sim_probe", &["oom"]);
@@ -260,6 +310,17 @@ fn bad_simulator_settings_are_named_and_fail_cleanly() {
     );
     let o = run_sim("h100", &[("SIMGPU_MODE", "fast")], "sim_probe", &["oom"]);
     assert!(stderr(&o).contains("SIMGPU_MODE") && !o.status.success());
+    let o = run_sim(
+        "h100",
+        &[("SIMGPU_TIMELINE", "/nonexistent/dir/t.jsonl")],
+        "sim_probe",
+        &["oom"],
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("SIMGPU_TIMELINE") && err.contains("/nonexistent/dir") && !o.status.success(),
+        "{err}"
+    );
 }
 
 #[test]

@@ -188,6 +188,9 @@ pub struct Device {
     pub sticky: Option<i32>,
     pub kernels: HashMap<u64, Kernel>,
     pub report: Option<String>,
+    /// SIMGPU_TIMELINE: one JSON line per piece of work issued to an engine (where its stream
+    /// and the host stood, when it ran), to find what a stream waited for.
+    pub timeline: Option<std::io::BufWriter<std::fs::File>>,
     pub pools: Vec<u64>,
     /// Fatbin kernels by cost-model family: launches, simulated seconds, bytes counted.
     pub fatbin_families: BTreeMap<&'static str, (u64, f64, f64)>,
@@ -222,14 +225,16 @@ impl Device {
             Some(v) => parse_fail(&v)?,
             None => FailSpec::default(),
         };
-        Ok(Device::new(
-            profile,
-            json,
-            capacity,
-            mode,
-            fail,
-            env("SIMGPU_REPORT"),
-        ))
+        let timeline = match env("SIMGPU_TIMELINE") {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(&path)
+                    .map_err(|e| format!("SIMGPU_TIMELINE={path:?}: {e}"))?,
+            )),
+            None => None,
+        };
+        let mut d = Device::new(profile, json, capacity, mode, fail, env("SIMGPU_REPORT"));
+        d.timeline = timeline;
+        Ok(d)
     }
 
     fn new(
@@ -280,6 +285,7 @@ impl Device {
             sticky: None,
             kernels: HashMap::new(),
             report,
+            timeline: None,
             pools: Vec::new(),
             fatbin_families: BTreeMap::new(),
         }
@@ -839,8 +845,22 @@ impl Device {
         host_cost: f64,
     ) -> Result<(f64, f64), i32> {
         self.host_now += host_cost;
-        let ready = self.stream_ready(h)?.max(self.host_now);
+        let stream_ready = self.stream_ready(h)?;
+        let ready = stream_ready.max(self.host_now);
         let (s, e) = self.engines[engine].schedule(ready, dur);
+        if let Some(w) = self.timeline.as_mut() {
+            use std::io::Write;
+            let name = ["compute", "h2d", "d2h"]
+                .get(engine)
+                .copied()
+                .unwrap_or("?");
+            let _ = writeln!(
+                w,
+                "{{\"stream\":{},\"engine\":\"{name}\",\"stream_ready\":{stream_ready:.9},\"host\":{:.9},\"start\":{s:.9},\"end\":{e:.9}}}",
+                Self::norm(h),
+                self.host_now
+            );
+        }
         if let Some(st) = self.streams.get_mut(&Self::norm(h)) {
             st.ready = e;
         }

@@ -32,7 +32,7 @@ static DEVICE: LazyLock<Result<Mutex<Device>, String>> = LazyLock::new(|| {
         e
     })?;
     Device::guard_address_space();
-    if d.report.is_some() {
+    if d.report.is_some() || d.timeline.is_some() {
         // SAFETY: registering a plain extern "C" function with atexit.
         unsafe { libc::atexit(write_report) };
     }
@@ -62,7 +62,13 @@ fn with(f: impl FnOnce(&mut Device) -> Result<(), CUresult>) -> CUresult {
 }
 
 extern "C" fn write_report() {
-    let Ok(d) = lock() else { return };
+    let Ok(mut d) = lock() else { return };
+    if let Some(w) = d.timeline.as_mut() {
+        use std::io::Write;
+        if let Err(e) = w.flush() {
+            eprintln!("simgpu: cannot write SIMGPU_TIMELINE: {e}");
+        }
+    }
     if let Some(path) = &d.report
         && let Err(e) = std::fs::write(path, d.report_json())
     {
