@@ -20,7 +20,7 @@
 //! whole trace and plans one steady iteration (not the first).
 
 use crate::trace::{Access, Event, Record};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What a call does to the allocation table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,7 +369,7 @@ pub fn steady(calls: &[Call], region: Region, cut: usize) -> Result<Steady, Dive
         0
     };
     let made_all = allocations(calls, region);
-    let freed: std::collections::HashSet<u64> = calls
+    let freed: HashSet<u64> = calls
         .iter()
         .filter_map(|c| match c.effect {
             Effect::Free { id } => Some(id),

@@ -155,7 +155,8 @@ pub(super) fn portfolio(
             s.all,
         );
         if !s.all {
-            cap_start = Some(cap.clone());
+            // As `offer` keeps it, so that it compares with the best plan so far.
+            cap_start = Some(super::carried(t, budget, link, cap.clone()));
         }
         s.policy("capuchin", cap);
     }

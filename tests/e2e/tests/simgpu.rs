@@ -262,11 +262,7 @@ fn the_timeline_says_when_each_engine_ran_what() {
         &["timing"],
     );
     ok(&o);
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = take_trace(&path);
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
     let mut by_engine: std::collections::HashMap<String, Vec<(f64, f64)>> = Default::default();
     for v in &lines {
