@@ -129,6 +129,41 @@ impl Config {
     pub fn microbatching(&self) -> bool {
         self.workspace_limit.is_some() || self.workspace_total.is_some()
     }
+
+    /// Settings that are valid but do nothing in this combination: a line each, said at start
+    /// so that no setting is ignored without a word.
+    pub fn without_effect(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.disable {
+            let mut idle: Vec<&str> = Vec::new();
+            if self.memory_limit.is_some() {
+                idle.push("MARMOSET_MEMORY_LIMIT (the program sees the whole device)");
+            }
+            if self.microbatching() {
+                idle.push("the workspace limit (no micro-batching)");
+            }
+            if self.trace.is_some() {
+                idle.push("MARMOSET_TRACE (no trace is written)");
+            }
+            if self.policy != Policy::None && self.memory_limit.is_none() {
+                idle.push("MARMOSET_POLICY");
+            }
+            if !idle.is_empty() {
+                lines.push(format!(
+                    "marmoset: MARMOSET_DISABLE=1 turns Marmoset off, so these do nothing: {}",
+                    idle.join(", ")
+                ));
+            }
+            return lines;
+        }
+        if self.verify && self.policy.guided().is_none() {
+            lines.push(format!(
+                "marmoset: MARMOSET_VERIFY=1 checks recomputations, which only a planner policy makes; under `{}` it has nothing to check",
+                self.policy.name()
+            ));
+        }
+        lines
+    }
 }
 
 impl Default for Config {
@@ -399,6 +434,30 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k: &str| m.get(k).cloned()
+    }
+
+    #[test]
+    fn settings_without_effect_are_named() {
+        let said = |pairs: &[(&str, &str)]| parse(env(pairs)).unwrap().without_effect();
+        assert!(said(&[]).is_empty());
+        assert!(said(&[("MARMOSET_VERIFY", "1"), ("MARMOSET_POLICY", "auto")]).is_empty());
+        for policy in ["lru", "none"] {
+            let lines = said(&[("MARMOSET_VERIFY", "1"), ("MARMOSET_POLICY", policy)]);
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            assert!(lines[0].contains("MARMOSET_VERIFY") && lines[0].contains(policy));
+        }
+        let lines = said(&[
+            ("MARMOSET_DISABLE", "1"),
+            ("MARMOSET_MEMORY_LIMIT", "0.5"),
+            ("MARMOSET_VERIFY", "1"),
+        ]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("MARMOSET_MEMORY_LIMIT") && lines[0].contains("whole device"));
+        assert!(
+            !lines[0].contains("MARMOSET_POLICY"),
+            "implied by the budget: {lines:?}"
+        );
+        assert!(said(&[("MARMOSET_DISABLE", "1")]).is_empty());
     }
 
     #[test]

@@ -61,6 +61,11 @@ fn start() {
         }
     };
     let disabled = cfg.disable;
+    if cfg.log >= Level::Warn {
+        for l in cfg.without_effect() {
+            eprintln!("{l}");
+        }
+    }
     let _ = CONFIG.set(cfg);
     if disabled {
         STATE.store(PASS_THROUGH, Ordering::Release);

@@ -234,7 +234,8 @@ pub fn run(
         }
     };
     // Guided execution: the prefetches whose in-trigger this call is; then every tensor the
-    // call touches must be resident before it runs.
+    // call touches must be resident before it runs, and stay so until it is issued.
+    let mut hold = crate::memory::Hold::none();
     if let Some(p) = &pending {
         let (touches, stream) = (p.event.touches(), stream_of(&p.event));
         if crate::runtime::tracker::enabled() {
@@ -250,26 +251,31 @@ pub fn run(
                 ));
             }
         }
-        if let Err(code) = crate::memory::before(&p.event, stream) {
-            // cuDNN speaks its own codes: a device allocation failure, or a driver failure.
-            let code = match (&p.event, code) {
-                (Event::Cudnn { .. }, 2) => 4004,
-                (Event::Cudnn { .. }, _) => 5001,
-                // cuBLAS: CUBLAS_STATUS_ALLOC_FAILED, or EXECUTION_FAILED.
-                (Event::Cublas { .. }, 2) => 3,
-                (Event::Cublas { .. }, _) => 13,
-                _ => code,
-            };
-            if let Some(p) = pending {
-                let _ = catch_unwind(AssertUnwindSafe(|| p.finish(code)));
+        match crate::memory::before(&p.event, stream) {
+            // Its operands stay held until the call below is issued.
+            Ok(h) => hold = h,
+            Err(code) => {
+                // cuDNN speaks its own codes: a device allocation failure, or a driver failure.
+                let code = match (&p.event, code) {
+                    (Event::Cudnn { .. }, 2) => 4004,
+                    (Event::Cudnn { .. }, _) => 5001,
+                    // cuBLAS: CUBLAS_STATUS_ALLOC_FAILED, or EXECUTION_FAILED.
+                    (Event::Cublas { .. }, 2) => 3,
+                    (Event::Cublas { .. }, _) => 13,
+                    _ => code,
+                };
+                if let Some(p) = pending {
+                    let _ = catch_unwind(AssertUnwindSafe(|| p.finish(code)));
+                }
+                return code;
             }
-            return code;
         }
     }
     if let Some(p) = &mut pending {
         p.start_timing();
     }
     let r = real();
+    drop(hold);
     if let Some(p) = pending
         && catch_unwind(AssertUnwindSafe(|| {
             p.finish(r);

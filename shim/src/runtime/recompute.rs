@@ -612,7 +612,8 @@ fn replay_with(
     ws: u64,
     corrupt: bool,
 ) -> Result<(), String> {
-    crate::memory::before(event, Some(stream))
+    // Held until the replay below is issued.
+    let _hold = crate::memory::before(event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
     if let (Some(k), Event::Launch { .. }) = (&r.kernel, event) {
         return launch(k, addrs, stream, corrupt);

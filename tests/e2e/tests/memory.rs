@@ -218,6 +218,49 @@ fn the_budget_is_what_the_program_sees_as_the_device() {
 }
 
 #[test]
+fn a_budget_above_the_device_is_the_device_said_once() {
+    // 1 GiB asked of a 48 MiB device, by a program whose 64 MiB are all live at once: the
+    // device is the budget, the program sees it, and evictions keep the program within it.
+    let device = 48u64 << 20;
+    let plain = run_sim("h100", &[], "threads", &["4", "8", "3", "2048"]);
+    ok(&plain);
+    let r = temp_path("budget-above-device.json");
+    let o = under_shim(
+        "h100",
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "1GiB"),
+            ("MARMOSET_LOG", "warn"),
+            ("SIMGPU_MEMORY", &device.to_string()),
+            ("SIMGPU_REPORT", r.to_str().unwrap()),
+        ],
+        "threads",
+        &["4", "8", "3", "2048"],
+    );
+    ok(&o);
+    assert_eq!(stdout(&o), stdout(&plain));
+    let err = stderr(&o);
+    assert_eq!(
+        err.matches("is more than the device has").count(),
+        1,
+        "{err}"
+    );
+    let rep = sim_report(&r);
+    assert!(rep["peak_bytes"].as_u64().unwrap() <= device, "{rep}");
+    let seen = under_shim(
+        "h100",
+        &[
+            ("MARMOSET_POLICY", "lru"),
+            ("MARMOSET_MEMORY_LIMIT", "1GiB"),
+            ("SIMGPU_MEMORY", &device.to_string()),
+        ],
+        "sim_probe",
+        &["oom"],
+    );
+    assert_eq!(num(&seen, "total"), device as f64, "{}", stdout(&seen));
+}
+
+#[test]
 fn the_lru_policy_asks_pytorch_for_one_allocation_per_tensor_without_overriding_the_user() {
     let show = |env: &[(&str, &str)]| {
         let mut c = std::process::Command::new(marmoset());

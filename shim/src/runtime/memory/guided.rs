@@ -41,7 +41,10 @@ impl Manager {
     /// Guided execution's eviction after the evicted-access: Ok when the tensor left.
     fn evict_planned(&mut self, va: u64) -> Result<(), c_int> {
         match self.tensors.get(&va) {
-            Some(t) if !t.internal && matches!(t.place, Place::Resident(_)) => self.evict(va),
+            // A call of another thread that touches it is being issued: it stays (see `hold`).
+            Some(t) if !t.internal && t.pins == 0 && matches!(t.place, Place::Resident(_)) => {
+                self.evict(va)
+            }
             _ => Err(1),
         }
     }

@@ -32,7 +32,10 @@
 
 mod driver;
 mod guided;
+mod hold;
 mod releases;
+
+pub use hold::Hold;
 
 pub use guided::{
     evict_planned, mark_dead, matches_or_restore, prefetch, revive, snapshot, take_back, take_late,
@@ -41,6 +44,7 @@ pub use guided::{
 use crate::config::Level;
 use crate::state::{config, log};
 use driver::*;
+use hold::{oom, with_room};
 use planner::trace::Event;
 use releases::Pending;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -74,6 +78,8 @@ struct Tensor {
     /// Resident, but its contents are not needed (the plan says the next access overwrites them
     /// whole): released without a copy when room is needed.
     dead: bool,
+    /// Calls that touch it and are not issued yet (see `hold`): never a victim while held.
+    pins: u32,
 }
 
 /// A prefetch the host found still arriving when it issued an operation that needs it: its
@@ -118,6 +124,8 @@ struct Manager {
     /// Prefetched tensors that had to make room at their in-trigger: memory is short there, and
     /// one call earlier it is shorter, so their lateness moves nothing (see `take_late`).
     cramped: HashSet<u64>,
+    /// Why the last attempt ran out of memory, said once it is final (see `hold`).
+    oom: Option<(Level, String)>,
 }
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
@@ -166,6 +174,16 @@ impl Manager {
             cu!(c"cuMemGetInfo_v2" (*mut usize, *mut usize) (&mut free, &mut total)).ok()?;
         }
         let budget = match cfg.memory_limit {
+            // A budget above the device's memory cannot be kept: the device is the budget.
+            Some(crate::config::Limit::Bytes(b)) if b > total as u64 => {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "memory: MARMOSET_MEMORY_LIMIT={b} B is more than the device has ({total} B): the budget is the device's memory"
+                    ),
+                );
+                total as u64
+            }
             Some(crate::config::Limit::Bytes(b)) => b,
             Some(crate::config::Limit::Fraction(f)) => (total as f64 * f) as u64,
             None => total as u64,
@@ -212,6 +230,7 @@ impl Manager {
             restores: 0,
             arriving: Vec::new(),
             cramped: HashSet::new(),
+            oom: None,
         })
     }
 
@@ -354,6 +373,7 @@ impl Manager {
                 .filter(|(va, t)| {
                     matches!(t.place, Place::Resident(_))
                         && !t.internal
+                        && t.pins == 0
                         && !protect.contains(va)
                         && !refused.contains(va)
                 })
@@ -383,6 +403,11 @@ impl Manager {
                         .get(va)
                         .is_some_and(|t| self.host_used.saturating_add(t.size) > self.host_limit)
                 });
+                let held = self
+                    .tensors
+                    .values()
+                    .filter(|t| t.pins > 0 && matches!(t.place, Place::Resident(_)))
+                    .count();
                 let why = if host_full {
                     format!(
                         "evicting more would exceed MARMOSET_HOST_LIMIT ({} B of pinned host memory, {} B held)",
@@ -390,6 +415,8 @@ impl Manager {
                     )
                 } else if !refused.is_empty() {
                     format!("evicting {} tensor(s) failed", refused.len())
+                } else if held > 0 {
+                    format!("{held} tensor(s) held by calls being issued")
                 } else {
                     "nothing left to evict".to_string()
                 };
@@ -451,9 +478,10 @@ impl Manager {
                 return Ok(p);
             }
             if let Err(why) = self.make_room(class, &HashSet::new()) {
-                log(
+                oom(
+                    self,
                     Level::Warn,
-                    &format!("memory: out of memory for {size} B: {why}"),
+                    format!("memory: out of memory for {size} B: {why}"),
                 );
                 return Err(OUT_OF_MEMORY);
             }
@@ -468,9 +496,10 @@ impl Manager {
         // record names (a library's own workspace), and an unmapped range traps. What is not
         // written yet is not dead for the same reason: only a plan says what is.
         if let Err(why) = self.make_room(mapped, &HashSet::new()) {
-            log(
+            oom(
+                self,
                 Level::Warn,
-                &format!("memory: out of memory for {size} B: {why}"),
+                format!("memory: out of memory for {size} B: {why}"),
             );
             return Err(OUT_OF_MEMORY);
         }
@@ -494,6 +523,7 @@ impl Manager {
                 internal,
                 arrival: None,
                 dead: false,
+                pins: 0,
             },
         );
         Ok(va)
@@ -685,9 +715,10 @@ impl Manager {
                 continue;
             }
             if let Err(why) = self.make_room(mapped, &protect) {
-                log(
+                oom(
+                    self,
                     Level::Error,
-                    &format!("memory: out of memory for an operation: {why}"),
+                    format!("memory: out of memory for an operation: {why}"),
                 );
                 return Err(OUT_OF_MEMORY);
             }
@@ -839,7 +870,7 @@ pub fn alloc(out: *mut u64, size: usize) -> Option<c_int> {
         unsafe { *out = 0 };
         return Some(0);
     }
-    match with(|m| m.alloc(size as u64, false))? {
+    match with_room(|m| m.alloc(size as u64, false))? {
         Ok(p) => {
             // SAFETY: non-null output pointer.
             unsafe { *out = p };
@@ -882,7 +913,7 @@ pub fn alloc_internal(size: usize) -> Option<u64> {
     if !active() {
         return None;
     }
-    with(|m| m.alloc(size as u64, true).ok())?
+    with_room(|m| m.alloc(size as u64, true)).and_then(Result::ok)
 }
 
 pub fn free(ptr: u64, stream: Option<u64>) -> Option<c_int> {
@@ -913,11 +944,12 @@ pub fn mem_info(free: *mut usize, total: *mut usize) -> Option<c_int> {
 }
 
 /// Before an operation: every tensor it touches resident, its bytes copied back only where the
-/// operation reads them. Err: the operation cannot run.
-pub fn before(event: &Event, stream: Option<u64>) -> Result<(), c_int> {
+/// operation reads them, and held there until the returned [`Hold`] is dropped, which the
+/// caller does once the operation is issued on its stream. Err: the operation cannot run.
+pub fn before(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> {
     let touches = event.touches();
     if !active() || touches.is_empty() {
-        return Ok(());
+        return Ok(Hold::none());
     }
     let allocs: HashMap<u64, (u64, u64)> = touches
         .iter()
@@ -927,7 +959,12 @@ pub fn before(event: &Event, stream: Option<u64>) -> Result<(), c_int> {
         .into_iter()
         .filter_map(|(id, role)| allocs.get(&id).map(|a| (a.0, role.reads())))
         .collect();
-    with(|m| m.ensure(&vas, stream.unwrap_or(0))).unwrap_or(Ok(()))
+    let held: Vec<u64> = vas.iter().map(|v| v.0).collect();
+    with_room(|m| {
+        m.ensure(&vas, stream.unwrap_or(0))?;
+        Ok(Hold::take(m, held.clone()))
+    })
+    .unwrap_or(Ok(Hold::none()))
 }
 
 /// At exit: waits for the copies out still under way, so that their `evict` records are
