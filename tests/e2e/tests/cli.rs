@@ -268,6 +268,52 @@ fn signals_reach_the_program_and_marmoset_ends_as_it_does() {
     }
 }
 
+#[test]
+fn a_signal_sent_to_marmosets_group_reaches_the_program_once() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    // The program counts the SIGINTs it gets; another process signals the whole group that
+    // marmoset leads, as a job runner or `kill -INT -PGID` does.
+    let program = "import signal, sys, time\n\
+n = 0\n\
+def got(*_):\n    global n\n    n += 1\n\
+signal.signal(signal.SIGINT, got)\n\
+print('ready', flush=True)\n\
+end = time.time() + 0.6\n\
+while time.time() < end:\n    time.sleep(0.01)\n\
+print(n, flush=True)\n";
+    for run in 0..8 {
+        let mut c = Command::new(marmoset());
+        c.args(["run", "--no-shim", "--", "python3", "-c", program])
+            .stdout(Stdio::piped())
+            .process_group(0);
+        // SAFETY: signal() with SIG_DFL is async-signal-safe, between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut child = c.spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        // SAFETY: signalling the process group this test just made.
+        assert_eq!(unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) }, 0);
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "run {run}: {status:?}");
+        assert_eq!(
+            line.trim(),
+            "1",
+            "run {run}: the program got SIGINT {} times",
+            line.trim()
+        );
+    }
+}
+
 fn table(name: &str) -> std::path::PathBuf {
     let t = temp_path(name);
     std::fs::write(

@@ -187,18 +187,24 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 /// Running the program with SIGINT, SIGTERM and SIGHUP forwarded to it.
 mod signals {
     use std::process::{Command, ExitCode};
-    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
     const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
     /// The program's pid once it runs (0 before).
     static CHILD: AtomicI32 = AtomicI32::new(0);
 
+    /// Whether the program runs in its own process group (set before it starts).
+    static OWN_GROUP: AtomicBool = AtomicBool::new(false);
+
     extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-        // A signal the terminal sent to the whole foreground group reached the program too;
-        // only what a process sent to marmoset alone goes on (as sudo does).
+        // In marmoset's group, a signal the terminal sent to the whole foreground group reached
+        // the program too; only what a process sent to marmoset alone goes on (as sudo does).
         // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-        if !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL {
+        if !OWN_GROUP.load(Ordering::Acquire)
+            && !info.is_null()
+            && unsafe { (*info).si_code } == libc::SI_KERNEL
+        {
             return;
         }
         let pid = CHILD.load(Ordering::Acquire);
@@ -227,14 +233,53 @@ mod signals {
         }
     }
 
+    /// Whether marmoset is the foreground job of its controlling terminal: then the terminal's
+    /// signals (Ctrl-C) reach the whole group, the program included, and the program must stay
+    /// in that group to read the terminal.
+    fn terminal_foreground() -> bool {
+        // SAFETY: opening the controlling terminal (if any) read-only, asking its foreground
+        // group, and closing it; no memory is shared.
+        unsafe {
+            let fd = libc::open(
+                c"/dev/tty".as_ptr(),
+                libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return false;
+            }
+            let fg = libc::tcgetpgrp(fd);
+            libc::close(fd);
+            fg > 0 && fg == libc::getpgrp()
+        }
+    }
+
+    /// Runs the program. As the foreground job of a terminal, it shares marmoset's process
+    /// group (the terminal's signals reach it directly; marmoset forwards only what a process
+    /// sent to marmoset). Otherwise it gets a group of its own, so that a signal sent to
+    /// marmoset's group reaches it once, through marmoset, and it dies with marmoset
+    /// (PR_SET_PDEATHSIG) as it would have with the group.
     pub fn run(mut cmd: Command, name: &str) -> anyhow::Result<ExitCode> {
         use std::os::unix::process::CommandExt;
+        let own_group = !terminal_foreground();
+        OWN_GROUP.store(own_group, Ordering::Release);
         // Blocked until the pid is known, so none is lost in between; the program itself starts
         // with them unblocked.
         mask(true);
-        // SAFETY: the closure only calls pthread_sigmask, which is async-signal-safe.
+        if own_group {
+            cmd.process_group(0);
+        }
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure only calls pthread_sigmask, prctl, getppid and _exit, which are
+        // async-signal-safe.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
+                if own_group {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                    // marmoset died before the line above: nobody would forward or wait.
+                    if libc::getppid() != parent {
+                        libc::_exit(128 + libc::SIGKILL);
+                    }
+                }
                 mask(false);
                 Ok(())
             })
