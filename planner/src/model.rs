@@ -1,7 +1,7 @@
 //! The planner's trace model: storages (the memory a tensor occupies), operations with their
 //! durations, inputs, outputs and in-place writes, and the program order of operations and
 //! frees, with the iteration's annotations. Imported from DTR's logs ([`import_dtr`]) and from
-//! Marmoset's traces ([`from_marmoset`], [`crate::shimtrace`]).
+//! Marmoset's traces ([`crate::shimtrace`]).
 //!
 //! DTR's format (anchors.md): JSON lines; `ANNOTATE` START (skip what comes before) and
 //! BACKWARD; `CONSTANT name` then `MEMORY name bytes`; `CALL name args result time` with, for each
@@ -87,7 +87,7 @@ pub struct Trace {
     /// simulator, which can do both.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replay_in_place: bool,
-    /// The shim will carry the plan out (`shimtrace::carried_out`): every policy's plan comes
+    /// The shim will carry the plan out (`memory::carried_out`): every policy's plan comes
     /// back as carried out, and `auto` judges each plan it weighs that way. Set by the shim's
     /// planner and by `marmoset plan` on the trace of a run that planned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -475,12 +475,6 @@ pub fn import_dtr(text: &str) -> Result<Trace, String> {
     }
     t.validate()?;
     Ok(t)
-}
-
-/// Builds the model of one steady iteration of a Marmoset trace (`MARMOSET_TRACE` with
-/// `MARMOSET_TRACE_TIMING=1`): see [`crate::shimtrace`].
-pub fn from_marmoset(records: &[crate::trace::Record]) -> Result<Trace, String> {
-    crate::shimtrace::convert(records).map(|c| c.trace)
 }
 
 #[cfg(test)]

@@ -464,7 +464,7 @@ fn candidates(
             // have to be recomputed first, at its producer's cost (ranked by MSPS).
             let may_source = a.horizon[s] > p;
             // Weights stay: the optimizer and the next iteration read them. The shim drops
-            // dead contents only at the program's free (see `shimtrace::carried_out`).
+            // dead contents only at the program's free (see `carried_out::carried_out`).
             if !t.replay_in_place
                 && next > 0
                 && !st.constant

@@ -13,6 +13,7 @@ mod auto;
 mod autoswap;
 pub mod bound;
 mod capuchin;
+pub mod carried_out;
 mod descent;
 mod dtr;
 mod engines;
@@ -216,7 +217,7 @@ pub fn run_until(
 /// A plan as the shim carries it out, where it does ([`Trace::shim_carries_out`]).
 pub(super) fn carried(t: &Trace, budget: u64, link: Link, x: (Plan, Outcome)) -> (Plan, Outcome) {
     if t.shim_carries_out {
-        crate::shimtrace::as_carried_out(t, budget, link, x)
+        carried_out::as_carried_out(t, budget, link, x)
     } else {
         x
     }

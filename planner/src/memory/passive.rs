@@ -61,15 +61,15 @@ pub(super) fn passive_run_by(
     // Where the shim carries the plan out (`Trace::shim_carries_out`), it replays into the
     // program's memory and keeps nothing past the program's free of it: a drop is only
     // carried out where the producer's sources still hold their contents at the back-access
-    // (`shimtrace::carried_out`), and nothing goes for good before the program frees it.
+    // (`carried_out::carried_out`), and nothing goes for good before the program frees it.
     // DTR's runtime keeps freed sources as metadata instead (the horizon below).
     let shim = t.shim_carries_out;
     let for_good = (!shim).then_some(usize::MAX);
-    let until = (shim && !swap).then(|| crate::shimtrace::valid_until(t));
+    let until = (shim && !swap).then(|| super::carried_out::valid_until(t));
     let sourced = |s: usize, back: usize| {
         until
             .as_ref()
-            .is_none_or(|u| crate::shimtrace::sourced(t, u, s, back))
+            .is_none_or(|u| super::carried_out::sourced(t, u, s, back))
     };
     let evictable = |s: usize, op: usize| -> Option<usize> {
         let acc = &a.accesses[s];

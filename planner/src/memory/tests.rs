@@ -198,7 +198,7 @@ fn where_the_shim_carries_plans_out_auto_judges_them_so() {
         for f in [0.9, 0.7, 0.5, 0.3] {
             let budget = (peak as f64 * f) as u64;
             // The best plan as planned, then carried out: what judging after the search gives.
-            let after = crate::shimtrace::as_carried_out(
+            let after = crate::memory::carried_out::as_carried_out(
                 &t,
                 budget,
                 LINK,
@@ -209,13 +209,13 @@ fn where_the_shim_carries_plans_out_auto_judges_them_so() {
             t.shim_carries_out = false;
             let (plan, o) = &all[0].1;
             assert_eq!(
-                &crate::shimtrace::carried_out(&t, plan),
+                &crate::memory::carried_out::carried_out(&t, plan),
                 plan,
                 "case {case} at {f}"
             );
             for (p, (other, oo)) in &all {
                 assert_eq!(
-                    &crate::shimtrace::carried_out(&t, other),
+                    &crate::memory::carried_out::carried_out(&t, other),
                     other,
                     "case {case} {p} at {f}: comes back carried out"
                 );

@@ -331,7 +331,7 @@ fn no_plan(policy: &str, why: String, planning_ms: f64) {
 /// chains (`planner::shimtrace::convert_with`) as the shim carries them out: a plan made on the
 /// unfolded model predicted ResNet-50 at 0.3 of its peak 9% faster than the folded one and ran
 /// 3% slower (simulated H100), so only MARMOSET_TEST_FOLD=0 plans it. The plan is the one the
-/// shim carries out (`planner::shimtrace::as_carried_out`: no `Extend`, no recomputation from
+/// shim carries out (`planner::memory::carried_out::as_carried_out`: no `Extend`, no recomputation from
 /// sources the program frees first), and so is its prediction.
 fn plan_now(policy: &str, budget: u64, records: &[Record]) -> Result<Planned, String> {
     let mut converted = convert_with(records, config().test_fold != Some(false))?;

@@ -87,9 +87,9 @@ impl Steps {
                 })
                 .collect(),
         };
-        let valid_until = planner::shimtrace::valid_until(&c.trace);
+        let valid_until = planner::memory::carried_out::valid_until(&c.trace);
         let sourced = |storage: usize, back: usize| {
-            planner::shimtrace::sourced(&c.trace, &valid_until, storage, back)
+            planner::memory::carried_out::sourced(&c.trace, &valid_until, storage, back)
         };
         let mut last_op = None;
         for step in &c.trace.steps {

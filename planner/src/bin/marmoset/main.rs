@@ -424,7 +424,8 @@ fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)> {
             .iter()
             .rposition(|r| matches!(r.event, planner::trace::Event::Plan { .. }))
             .unwrap_or(records.len());
-        let t = planner::model::from_marmoset(&records[..upto])
+        let t = planner::shimtrace::convert(&records[..upto])
+            .map(|c| c.trace)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         return Ok((t, planner::shimtrace::held_and_links(&records)));
     }

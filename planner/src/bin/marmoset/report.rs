@@ -256,7 +256,7 @@ struct Planned {
 fn plan(text: &str, budget: u64, policy: &str, profile: &str) -> Result<Planned, String> {
     use planner::timeline::Decision;
     let records = planner::trace::read(text)?;
-    let t = planner::model::from_marmoset(&records)?;
+    let t = planner::shimtrace::convert(&records).map(|c| c.trace)?;
     if t.ops.is_empty() {
         return Err("no timed operations: record the trace with MARMOSET_TRACE_TIMING=1".into());
     }
