@@ -1,10 +1,13 @@
 //! CUDA driver hooks: memory, copies, memsets, launches, synchronisation. The bracketed name is
 //! the base name `cuGetProcAddress` is asked for.
 
-use super::runtime::{alloc, copy, free, managed_alloc, managed_free, managed_info, memset, sync};
+use super::runtime::{
+    alloc, copy, free, managed_alloc, managed_alloc_async, managed_free, managed_info, memset,
+    pool_get, pool_set, sync,
+};
 use super::{Pending, hooks, launch};
 use planner::trace::Event;
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 type P = *mut c_void;
 type D = u64;
@@ -53,12 +56,16 @@ hooks! {
     ["cuMemFree"] fn cuMemFree_v2(p: D) => free("cuMemFree_v2", p, None),
         call = managed_free(entry, p, None).unwrap_or_else(|| unsafe { real(p) });
     ["cuMemAllocAsync"] fn cuMemAllocAsync(p: *mut D, size: usize, s: P) => alloc("cuMemAllocAsync", p, size, Some(s as u64)),
-        call = managed_alloc(entry, p, size).unwrap_or_else(|| unsafe { real(p, size, s) });
+        call = managed_alloc_async(entry, p, size, None).unwrap_or_else(|| unsafe { real(p, size, s) });
     ["cuMemAllocFromPoolAsync"] fn cuMemAllocFromPoolAsync(p: *mut D, size: usize, pool: P, s: P) =>
         alloc("cuMemAllocFromPoolAsync", p, size, Some(s as u64)),
-        call = managed_alloc(entry, p, size).unwrap_or_else(|| unsafe { real(p, size, pool, s) });
+        call = managed_alloc_async(entry, p, size, Some(pool as u64)).unwrap_or_else(|| unsafe { real(p, size, pool, s) });
     ["cuMemFreeAsync"] fn cuMemFreeAsync(p: D, s: P) => free("cuMemFreeAsync", p, Some(s as u64)),
         call = managed_free(entry, p, Some(s as u64)).unwrap_or_else(|| unsafe { real(p, s) });
+    ["cuMemPoolGetAttribute"] fn cuMemPoolGetAttribute(pool: P, attr: c_int, v: P) => None,
+        call = pool_get(entry, pool as u64, attr, v).unwrap_or_else(|| unsafe { real(pool, attr, v) });
+    ["cuMemPoolSetAttribute"] fn cuMemPoolSetAttribute(pool: P, attr: c_int, v: P) => None,
+        call = pool_set(entry, pool as u64, attr, v).unwrap_or_else(|| unsafe { real(pool, attr, v) });
     ["cuMemGetInfo"] fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => None,
         call = managed_info(entry, free, total).unwrap_or_else(|| unsafe { real(free, total) });
     ["cuMemcpy"] fn cuMemcpy(dst: D, src: D, n: usize) => copy("cuMemcpy", dst, src, n, None, None);

@@ -192,8 +192,69 @@ pub fn managed_alloc(entry: &'static super::Entry, out: *mut u64, size: usize) -
     super::attempt(entry, || crate::memory::alloc(out, size))
 }
 
+/// A stream-ordered allocation under a memory policy: Marmoset allocates, and counts it in the
+/// statistics of `pool` (None: the device's current pool); None: forward to the real allocator.
+pub fn managed_alloc_async(
+    entry: &'static super::Entry,
+    out: *mut u64,
+    size: usize,
+    pool: Option<u64>,
+) -> Option<c_int> {
+    let r = managed_alloc(entry, out, size)?;
+    if r == 0 {
+        // SAFETY: Marmoset's allocation succeeded, so `out` is non-null and holds the new pointer.
+        let ptr = unsafe { *out };
+        super::attempt(entry, || {
+            crate::memory::stats::allocated(ptr, size as u64, pool);
+            Some(())
+        });
+    }
+    Some(r)
+}
+
 pub fn managed_free(entry: &'static super::Entry, ptr: u64, stream: Option<u64>) -> Option<c_int> {
-    super::attempt(entry, || crate::memory::free(ptr, stream))
+    super::attempt(entry, || {
+        crate::memory::stats::freed(ptr);
+        crate::memory::free(ptr, stream)
+    })
+}
+
+/// A memory pool's statistic under a memory policy, from Marmoset's counts (memory::stats);
+/// None: the real pool's attribute.
+pub fn pool_get(
+    entry: &'static super::Entry,
+    pool: u64,
+    attr: c_int,
+    value: *mut c_void,
+) -> Option<c_int> {
+    let v = super::attempt(entry, || crate::memory::stats::figure(pool, attr))?;
+    if value.is_null() {
+        return Some(crate::memory::stats::INVALID_VALUE);
+    }
+    // SAFETY: the caller's non-null output for one of the pool's figures, a cuuint64_t.
+    unsafe { *(value as *mut u64) = v };
+    Some(0)
+}
+
+/// A pool's high mark reset under a memory policy (memory::stats); None: the real pool's
+/// attribute.
+pub fn pool_set(
+    entry: &'static super::Entry,
+    pool: u64,
+    attr: c_int,
+    value: *mut c_void,
+) -> Option<c_int> {
+    if !crate::memory::stats::is_figure(attr) {
+        return None;
+    }
+    let v = if value.is_null() {
+        u64::MAX
+    } else {
+        // SAFETY: the caller's non-null input for one of the pool's figures, a cuuint64_t.
+        unsafe { *(value as *const u64) }
+    };
+    let r = super::attempt(entry, || crate::memory::stats::set(pool, attr, v))?;
+    Some(r.err().unwrap_or(0))
 }
 
 pub fn managed_info(
@@ -213,15 +274,19 @@ hooks! {
     [""] fn cudaFree(p: P) => free("cudaFree", p as u64, None),
         call = managed_free(entry, p as u64, None).unwrap_or_else(|| unsafe { real(p) });
     [""] fn cudaMallocAsync(p: *mut P, size: usize, s: P) => alloc("cudaMallocAsync", p as *mut u64, size, Some(s as u64)),
-        call = managed_alloc(entry, p as *mut u64, size).unwrap_or_else(|| unsafe { real(p, size, s) });
+        call = managed_alloc_async(entry, p as *mut u64, size, None).unwrap_or_else(|| unsafe { real(p, size, s) });
     [""] fn cudaMallocFromPoolAsync(p: *mut P, size: usize, pool: P, s: P) =>
         alloc("cudaMallocFromPoolAsync", p as *mut u64, size, Some(s as u64)),
-        call = managed_alloc(entry, p as *mut u64, size).unwrap_or_else(|| unsafe { real(p, size, pool, s) });
+        call = managed_alloc_async(entry, p as *mut u64, size, Some(pool as u64)).unwrap_or_else(|| unsafe { real(p, size, pool, s) });
     [""] fn cudaFreeAsync(p: P, s: P) => free("cudaFreeAsync", p as u64, Some(s as u64)),
         call = managed_free(entry, p as u64, Some(s as u64)).unwrap_or_else(|| unsafe { real(p, s) });
     [""] fn cudaMallocHost(p: *mut P, size: usize) => None;
     [""] fn cudaHostAlloc(p: *mut P, size: usize, flags: c_uint) => None;
     [""] fn cudaFreeHost(p: P) => None;
+    [""] fn cudaMemPoolGetAttribute(pool: P, attr: c_int, v: P) => None,
+        call = pool_get(entry, pool as u64, attr, v).unwrap_or_else(|| unsafe { real(pool, attr, v) });
+    [""] fn cudaMemPoolSetAttribute(pool: P, attr: c_int, v: P) => None,
+        call = pool_set(entry, pool as u64, attr, v).unwrap_or_else(|| unsafe { real(pool, attr, v) });
     [""] fn cudaMemGetInfo(free: *mut usize, total: *mut usize) => None,
         call = managed_info(entry, free, total).unwrap_or_else(|| unsafe { real(free, total) });
     [""] fn cudaMemcpy(dst: P, src: *const c_void, n: usize, kind: c_int) =>

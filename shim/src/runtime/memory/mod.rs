@@ -34,6 +34,7 @@ mod driver;
 mod guided;
 mod hold;
 mod releases;
+pub mod stats;
 
 pub use hold::Hold;
 
@@ -466,6 +467,7 @@ impl Manager {
             return Err(e);
         }
         self.used += mapped;
+        stats::mapped(self, va, mapped);
         Ok(phys)
     }
 

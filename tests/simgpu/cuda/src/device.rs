@@ -192,8 +192,22 @@ pub struct Device {
     /// and the host stood, when it ran), to find what a stream waited for.
     pub timeline: Option<std::io::BufWriter<std::fs::File>>,
     pub pools: Vec<u64>,
+    /// Each pool's figures, and the allocations made from a pool (address -> pool, bytes).
+    pool_use: HashMap<u64, PoolUse>,
+    pool_allocs: HashMap<u64, (u64, u64)>,
     /// Fatbin kernels by cost-model family: launches, simulated seconds, bytes counted.
     pub fatbin_families: BTreeMap<&'static str, (u64, f64, f64)>,
+}
+
+/// A stream-ordered memory pool's figures (`cuMemPoolGetAttribute`): the bytes of its live
+/// allocations (each as the device rounds it, to 512 B) and the high marks since their last reset.
+/// The simulated pool keeps nothing back: a free returns its memory at once, so the pool's
+/// reserved memory is its used memory, with a high mark of its own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PoolUse {
+    pub used: u64,
+    pub used_high: u64,
+    pub reserved_high: u64,
 }
 
 /// Where a trap happened, for the message.
@@ -287,6 +301,8 @@ impl Device {
             report,
             timeline: None,
             pools: Vec::new(),
+            pool_use: HashMap::new(),
+            pool_allocs: HashMap::new(),
             fatbin_families: BTreeMap::new(),
         }
     }
@@ -425,11 +441,65 @@ impl Device {
         Ok(va)
     }
 
+    /// The device's default memory pool (made at its first use).
+    pub fn default_pool(&mut self) -> u64 {
+        if self.pools.is_empty() {
+            let h = self.new_handle();
+            self.pools.push(h);
+        }
+        self.pools[0]
+    }
+
+    /// cuMemAllocAsync and cuMemAllocFromPoolAsync: an allocation from `pool`, counted in the
+    /// pool's figures until it is freed (by either free).
+    pub fn pool_malloc(&mut self, pool: u64, size: u64) -> Result<u64, i32> {
+        let a = self.malloc(size)?;
+        let bytes = size.div_ceil(SMALL_ALIGN) * SMALL_ALIGN;
+        self.pool_allocs.insert(a, (pool, bytes));
+        let u = self.pool_use.entry(pool).or_default();
+        u.used += bytes;
+        u.used_high = u.used_high.max(u.used);
+        u.reserved_high = u.reserved_high.max(u.used);
+        Ok(a)
+    }
+
+    /// A pool's attribute (CUmemPool_attribute): RESERVED_MEM_CURRENT (5), RESERVED_MEM_HIGH (6),
+    /// USED_MEM_CURRENT (7), USED_MEM_HIGH (8); None for the others.
+    pub fn pool_figure(&self, pool: u64, attr: i32) -> Option<u64> {
+        let u = self.pool_use.get(&pool).copied().unwrap_or_default();
+        match attr {
+            5 | 7 => Some(u.used),
+            6 => Some(u.reserved_high),
+            8 => Some(u.used_high),
+            _ => None,
+        }
+    }
+
+    /// Sets a pool's high mark (6 or 8) to the value's: only 0 is allowed, and it resets the mark
+    /// to the current figure.
+    pub fn pool_reset(&mut self, pool: u64, attr: i32, value: u64) -> Result<(), i32> {
+        if value != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let u = self.pool_use.entry(pool).or_default();
+        match attr {
+            6 => u.reserved_high = u.used,
+            8 => u.used_high = u.used,
+            _ => return Err(INVALID_VALUE),
+        }
+        Ok(())
+    }
+
     pub fn free(&mut self, ptr: u64) -> Result<(), i32> {
         if ptr == 0 {
             return Ok(());
         }
         let phys = self.allocs.remove(&ptr).ok_or(INVALID_VALUE)?;
+        if let Some((pool, bytes)) = self.pool_allocs.remove(&ptr)
+            && let Some(u) = self.pool_use.get_mut(&pool)
+        {
+            u.used -= bytes;
+        }
         self.mappings.remove(&ptr);
         self.reservations.remove(&ptr);
         if let Some(p) = self.phys.get_mut(&phys) {
@@ -1129,6 +1199,34 @@ mod tests {
     fn dev(capacity: u64, mode: Mode) -> Device {
         let (p, j) = Profile::load("h100").unwrap();
         Device::new(p, j, capacity, mode, FailSpec::default(), None)
+    }
+
+    #[test]
+    fn a_pool_counts_its_own_allocations_and_resets_its_high_marks() {
+        let mut d = dev(64 << 20, Mode::Shape);
+        let pool = d.default_pool();
+        // Neither a module's variables nor a plain allocation is the pool's.
+        d.alloc_mapped(4 << 20).unwrap();
+        let plain = d.malloc(1 << 20).unwrap();
+        let a = d.pool_malloc(pool, 1000).unwrap();
+        let b = d.pool_malloc(pool, 3 << 20).unwrap();
+        assert_eq!(d.pool_figure(pool, 7), Some(1024 + (3 << 20)));
+        d.free(b).unwrap();
+        d.free(plain).unwrap();
+        assert_eq!(d.pool_figure(pool, 7), Some(1024));
+        assert_eq!(d.pool_figure(pool, 5), Some(1024));
+        assert_eq!(d.pool_figure(pool, 8), Some(1024 + (3 << 20)));
+        assert_eq!(d.pool_figure(pool, 6), Some(1024 + (3 << 20)));
+        assert_eq!(d.pool_reset(pool, 8, 5), Err(INVALID_VALUE));
+        assert_eq!(d.pool_reset(pool, 7, 0), Err(INVALID_VALUE));
+        d.pool_reset(pool, 8, 0).unwrap();
+        assert_eq!(d.pool_figure(pool, 8), Some(1024));
+        assert_eq!(d.pool_figure(pool, 6), Some(1024 + (3 << 20)));
+        d.pool_reset(pool, 6, 0).unwrap();
+        assert_eq!(d.pool_figure(pool, 6), Some(1024));
+        d.free(a).unwrap();
+        assert_eq!(d.pool_figure(pool, 7), Some(0));
+        assert_eq!(d.pool_figure(pool, 3), None);
     }
 
     #[test]

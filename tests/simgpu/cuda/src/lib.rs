@@ -235,7 +235,9 @@ pub extern "C" fn cuMemFree_v2(p: CUdeviceptr) -> CUresult {
     })
 }
 
-fn alloc_async(p: *mut CUdeviceptr, size: usize, stream: Handle) -> CUresult {
+/// A stream-ordered allocation from `pool` (None: the device's current pool, its default one:
+/// the simulated device has no cuDeviceSetMemPool).
+fn alloc_async(p: *mut CUdeviceptr, size: usize, pool: Option<u64>, stream: Handle) -> CUresult {
     with(|d| {
         if p.is_null() {
             return Err(INVALID_VALUE);
@@ -243,15 +245,20 @@ fn alloc_async(p: *mut CUdeviceptr, size: usize, stream: Handle) -> CUresult {
         if !d.valid_stream(stream as u64) {
             return Err(INVALID_HANDLE);
         }
+        let pool = match pool {
+            Some(h) if d.pools.contains(&h) => h,
+            Some(_) => return Err(INVALID_VALUE),
+            None => d.default_pool(),
+        };
         d.host_now += d.profile.api_call();
-        let a = d.malloc(size as u64)?;
+        let a = d.pool_malloc(pool, size as u64)?;
         out(p, a)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAllocAsync(p: *mut CUdeviceptr, size: usize, stream: Handle) -> CUresult {
-    alloc_async(p, size, stream)
+    alloc_async(p, size, None, stream)
 }
 
 #[unsafe(no_mangle)]
@@ -261,13 +268,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     pool: Handle,
     stream: Handle,
 ) -> CUresult {
-    let known = lock()
-        .map(|d| d.pools.contains(&(pool as u64)))
-        .unwrap_or(false);
-    if !known {
-        return INVALID_VALUE;
-    }
-    alloc_async(p, size, stream)
+    alloc_async(p, size, Some(pool as u64), stream)
 }
 
 #[unsafe(no_mangle)]
@@ -289,11 +290,8 @@ pub extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: c_int) -> CU
         if dev != 0 {
             return Err(101);
         }
-        if d.pools.is_empty() {
-            let h = d.new_handle();
-            d.pools.push(h);
-        }
-        out(pool, d.pools[0] as Handle)
+        let h = d.default_pool();
+        out(pool, h as Handle)
     })
 }
 
@@ -320,23 +318,32 @@ pub extern "C" fn cuMemPoolTrimTo(pool: Handle, _keep: usize) -> CUresult {
     })
 }
 
+/// A pool's attributes: the reuse flags and the release threshold are accepted and have no
+/// effect (the simulated pool keeps nothing back); the high marks (RESERVED_MEM_HIGH 6,
+/// USED_MEM_HIGH 8) are reset to the current figures by a 0, the only value allowed; the current
+/// figures are read-only.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolSetAttribute(
-    pool: Handle,
-    _attr: c_int,
-    value: *mut c_void,
-) -> CUresult {
+pub extern "C" fn cuMemPoolSetAttribute(pool: Handle, attr: c_int, value: *mut c_void) -> CUresult {
     with(|d| {
         if !d.pools.contains(&(pool as u64)) || value.is_null() {
             return Err(INVALID_VALUE);
         }
-        Ok(())
+        match attr {
+            1..=4 => Ok(()),
+            6 | 8 => {
+                // SAFETY: the high marks' value type is cuuint64_t; non-null (checked above).
+                let v = unsafe { *(value as *const u64) };
+                d.pool_reset(pool as u64, attr, v)
+            }
+            _ => Err(INVALID_VALUE),
+        }
     })
 }
 
 /// A pool's attributes: the reuse flags read as off and the release threshold as 0; the
-/// reserved and used figures (current and high) are the device's, since the simulated device has
-/// one memory from which every pool allocates without caching.
+/// reserved and used figures (current and high) are those of the allocations made from this
+/// pool (`Device::pool_malloc`), not the device's: modules' variables and plain allocations are
+/// no pool's.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c_void) -> CUresult {
     with(|d| {
@@ -346,9 +353,10 @@ pub extern "C" fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c
         match attr {
             1..=3 => out(value as *mut c_int, 0),
             4 => out(value as *mut u64, 0),
-            5 | 7 => out(value as *mut u64, d.used),
-            6 | 8 => out(value as *mut u64, d.peak),
-            _ => Err(INVALID_VALUE),
+            _ => match d.pool_figure(pool as u64, attr) {
+                Some(v) => out(value as *mut u64, v),
+                None => Err(INVALID_VALUE),
+            },
         }
     })
 }
