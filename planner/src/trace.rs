@@ -3,6 +3,8 @@
 //! documented in `docs/trace-schema.md`; a change of meaning bumps the version.
 
 use serde::{Deserialize, Serialize};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -217,6 +219,10 @@ pub enum Event {
         pid: u32,
         policy: String,
         marmoset: String,
+        /// The run this process belongs to: every process started by one `marmoset run` (or
+        /// under one first process loaded with the shim) shares it; see [`sibling_path`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
     },
     /// A device allocation (plain, stream-ordered or from a pool).
     Alloc {
@@ -466,51 +472,199 @@ pub fn read(text: &str) -> Result<Vec<Record>, String> {
     read_with_cut(text).map(|(records, _)| records)
 }
 
-/// Reads a trace like [`read`], and says where it was cut: a last line without its newline that
-/// is not a whole record (a writer stopped mid-record: a full disk, a killed process) is left
-/// out, with a note naming it; a bad line anywhere else is an error.
+/// Reads a trace like [`read`], and says where it was cut (see [`read_lines`]).
 pub fn read_with_cut(text: &str) -> Result<(Vec<Record>, Option<String>), String> {
-    let mut out = Vec::new();
-    let mut cut = None;
-    let lines = text.lines().count();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let r: Record = match serde_json::from_str(line) {
-            Ok(r) => r,
-            // The writer's own last line when a write failed (docs/trace-schema.md).
-            Err(_) if i + 1 == lines && line.contains("\"trace_cut\"") => {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-                let why = v["trace_cut"]["error"].as_str().unwrap_or("unknown");
-                cut = Some(format!(
-                    "cut: writing it failed ({why}); read the {} complete records before that",
-                    out.len()
-                ));
-                break;
-            }
-            Err(e) if i + 1 == lines && !text.ends_with('\n') => {
-                cut = Some(format!(
-                    "cut: line {} is an incomplete record ({e}); read the {} complete records before it",
-                    i + 1,
-                    out.len()
-                ));
-                break;
-            }
-            Err(e) => return Err(format!("line {}: {e}", i + 1)),
-        };
+    let (mut out, cut) = read_lines(text, |line| {
+        let r: Record = serde_json::from_str(line).map_err(|e| e.to_string())?;
         if let Event::Header { schema, .. } = &r.event
             && *schema != SCHEMA_VERSION
         {
             return Err(format!(
-                "line {}: trace schema {schema}, this marmoset reads {SCHEMA_VERSION}",
-                i + 1
+                "trace schema {schema}, this marmoset reads {SCHEMA_VERSION}"
             ));
         }
-        out.push(r);
-    }
+        Ok(r)
+    })?;
     out.sort_by_key(|r| r.seq);
     Ok((out, cut))
+}
+
+/// The one reading of a trace's lines, whatever each line becomes (`parse`: a typed [`Record`],
+/// or a JSON value for readers that keep kinds they do not know). Every non-empty line is
+/// parsed, in file order, and a trace may end early in two ways, each read up to its last whole
+/// record with a note saying so (the second value):
+/// - its last line is the writer's `trace_cut` mark (a write failed: a full disk, a size limit);
+/// - its last line, after a whole record, has no newline and is not JSON (a writer stopped
+///   mid-record).
+///
+/// Any other line that does not parse is an error naming the line.
+pub fn read_lines<T>(
+    text: &str,
+    mut parse: impl FnMut(&str) -> Result<T, String>,
+) -> Result<(Vec<T>, Option<String>), String> {
+    let mut out = Vec::new();
+    let last = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, _)| i)
+        .last();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let is_last = Some(i) == last;
+        if is_last && let Some(why) = cut_mark(line) {
+            let note = format!(
+                "cut: writing it failed ({why}); read the {} complete records before that",
+                out.len()
+            );
+            return Ok((out, Some(note)));
+        }
+        match parse(line) {
+            Ok(r) => out.push(r),
+            // Cut inside a record: not JSON at all, after at least one whole record (a record
+            // that is whole JSON but wrong is an error wherever it stands, and a file whose
+            // only line is not JSON is not a trace).
+            Err(e)
+                if is_last
+                    && !out.is_empty()
+                    && !text.ends_with('\n')
+                    && serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() =>
+            {
+                let note = format!(
+                    "cut: line {} is an incomplete record ({e}); read the {} complete records before it",
+                    i + 1,
+                    out.len()
+                );
+                return Ok((out, Some(note)));
+            }
+            Err(e) => return Err(format!("line {}: {e}", i + 1)),
+        }
+    }
+    Ok((out, None))
+}
+
+/// The error a `trace_cut` line names (docs/trace-schema.md), if `line` is one.
+fn cut_mark(line: &str) -> Option<String> {
+    if !line.contains("\"trace_cut\"") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let mark = v.as_object()?.get("trace_cut")?;
+    Some(
+        mark.get("error")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("unknown")
+            .to_string(),
+    )
+}
+
+/// A new run id: what the processes of one run write in their headers (see [`sibling_path`]).
+/// Unique enough across runs of one host: the creating process's pid and the time.
+pub fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{nanos:x}", std::process::id())
+}
+
+/// Where another process of the same run writes its trace, beside `base`: the tag before the
+/// extension (`t.jsonl` -> `t.rank1.jsonl`, `t.4242.jsonl`, `t.4242-2.jsonl`; `t` -> `t.4242`).
+/// Tags are `rank<R>` (the process's RANK, as torchrun sets it), `<pid>`, or `<pid>-<n>`.
+pub fn sibling_path(base: &Path, tag: &str) -> PathBuf {
+    let name = base.file_name().unwrap_or_default();
+    let (stem, ext) = split_name(name.as_bytes());
+    let mut n = Vec::with_capacity(name.len() + tag.len() + 1);
+    n.extend_from_slice(stem);
+    n.push(b'.');
+    n.extend_from_slice(tag.as_bytes());
+    n.extend_from_slice(ext);
+    base.with_file_name(std::ffi::OsStr::from_bytes(&n))
+}
+
+/// A file name split before its last extension (`t.jsonl` -> `t`, `.jsonl`; `t` -> `t`, ``;
+/// `.trace` -> `.trace`, ``).
+fn split_name(name: &[u8]) -> (&[u8], &[u8]) {
+    match name.iter().rposition(|&b| b == b'.') {
+        Some(i) if i > 0 => name.split_at(i),
+        _ => (name, &[]),
+    }
+}
+
+/// Whether `tag` is one [`sibling_path`] makes.
+fn is_sibling_tag(tag: &[u8]) -> bool {
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if let Some(r) = tag.strip_prefix(b"rank") {
+        return digits(r);
+    }
+    match tag.iter().position(|&b| b == b'-') {
+        Some(i) => digits(&tag[..i]) && digits(&tag[i + 1..]),
+        None => digits(tag),
+    }
+}
+
+/// The files beside `base` named as its siblings ([`sibling_path`]), of any run, sorted.
+pub fn sibling_files(base: &Path) -> Vec<PathBuf> {
+    let Some(name) = base.file_name() else {
+        return Vec::new();
+    };
+    let (stem, ext) = split_name(name.as_bytes());
+    let dir = match base.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.as_bytes();
+            n.strip_prefix(stem)
+                .and_then(|r| r.strip_prefix(b"."))
+                .and_then(|r| r.strip_suffix(ext))
+                .is_some_and(is_sibling_tag)
+        })
+        .map(|e| base.with_file_name(e.file_name()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The run id in the header of the trace at `path`: None when it is not a regular file, does
+/// not start with a header, or its header names no run. Reads the first line only.
+pub fn run_of(path: &Path) -> Option<String> {
+    use std::io::Read;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let mut first = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut first)
+        .ok()?;
+    run_in_header(&first)
+}
+
+/// The run id of a trace's first line (`text`: the file's first bytes).
+pub fn run_in_header(text: &[u8]) -> Option<String> {
+    let end = text.iter().position(|&b| b == b'\n')?;
+    match serde_json::from_slice::<Record>(&text[..end]).ok()?.event {
+        Event::Header { run, .. } => run,
+        _ => None,
+    }
+}
+
+/// The traces one run wrote at `base`: `base` first when it is that run's, then its siblings of
+/// that run ([`sibling_files`]).
+pub fn traces_of_run(base: &Path, run: &str) -> Vec<PathBuf> {
+    std::iter::once(base.to_path_buf())
+        .chain(sibling_files(base))
+        .filter(|p| run_of(p).as_deref() == Some(run))
+        .collect()
 }
 
 #[cfg(test)]
@@ -720,5 +874,80 @@ mod tests {
         assert!(e.starts_with("line 2:"), "{e}");
         let e = read_with_cut(&format!("{}\n{b}", &a[..30])).unwrap_err();
         assert!(e.starts_with("line 1:"), "{e}");
+    }
+
+    #[test]
+    fn any_line_reader_reads_the_cut_mark_the_same_way() {
+        let a =
+            r#"{"seq":1,"t_ns":0,"tid":1,"kind":"sync","api":"cudaDeviceSynchronize","result":0}"#;
+        let mark = r#"{"trace_cut":{"records":1,"error":"No space left on device (os error 28)"}}"#;
+        let as_value =
+            |l: &str| serde_json::from_str::<serde_json::Value>(l).map_err(|e| e.to_string());
+        // Blank lines after the mark change nothing; typed and untyped readers say the same.
+        let text = format!("{a}\n{mark}\n\n");
+        let (values, note) = read_lines(&text, as_value).unwrap();
+        assert_eq!(values.len(), 1);
+        assert_eq!(note, read_with_cut(&text).unwrap().1);
+        assert!(note.unwrap().contains("No space left"));
+        // A mark anywhere but at the end is not a record.
+        let e = read_with_cut(&format!("{mark}\n{a}\n")).unwrap_err();
+        assert!(e.starts_with("line 1:"), "{e}");
+        // A single line that is not JSON is not a trace cut short: it is not a trace.
+        assert!(
+            read_with_cut("nonsense")
+                .unwrap_err()
+                .starts_with("line 1:")
+        );
+    }
+
+    #[test]
+    fn other_processes_of_a_run_trace_beside_its_path() {
+        assert_eq!(
+            sibling_path(Path::new("d/t.jsonl"), "rank1"),
+            Path::new("d/t.rank1.jsonl")
+        );
+        assert_eq!(sibling_path(Path::new("t"), "42"), Path::new("t.42"));
+        assert_eq!(
+            sibling_path(Path::new("/x/.trace"), "42-2"),
+            Path::new("/x/.trace.42-2")
+        );
+        assert_eq!(
+            sibling_path(Path::new("a.b/t.tar.gz"), "7"),
+            Path::new("a.b/t.tar.7.gz")
+        );
+        let dir = std::env::temp_dir().join(format!("marmoset-siblings-{}", new_run_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let header = |run: &str| {
+            format!(
+                "{{\"seq\":0,\"t_ns\":0,\"tid\":1,\"kind\":\"header\",\"schema\":1,\"pid\":1,\"policy\":\"none\",\"marmoset\":\"x\",\"run\":\"{run}\"}}\n"
+            )
+        };
+        for (name, text) in [
+            ("t.jsonl", header("a")),
+            ("t.12.jsonl", header("a")),
+            ("t.rank2.jsonl", header("b")),
+            ("t.3-2.jsonl", String::new()),
+            ("t.backup.jsonl", header("a")),
+            ("t.jsonl.1", header("a")),
+            ("u.1.jsonl", header("a")),
+            ("t.rank.jsonl", header("a")),
+        ] {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let base = dir.join("t.jsonl");
+        let names = |v: Vec<PathBuf>| -> Vec<String> {
+            v.iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            names(sibling_files(&base)),
+            ["t.12.jsonl", "t.3-2.jsonl", "t.rank2.jsonl"]
+        );
+        assert_eq!(names(traces_of_run(&base, "a")), ["t.jsonl", "t.12.jsonl"]);
+        assert_eq!(names(traces_of_run(&base, "b")), ["t.rank2.jsonl"]);
+        assert_eq!(run_of(&dir), None);
+        assert_eq!(run_of(&dir.join("t.3-2.jsonl")), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -34,6 +34,9 @@ fn init() {
     if cfg.disable {
         return;
     }
+    if cfg.trace.is_some() {
+        trace::name_the_run();
+    }
     let (set, log, memory_ok) = config::framework_settings(cfg.policy, |k| std::env::var(k).ok());
     if !memory_ok {
         state::refuse_memory_policy();

@@ -23,7 +23,9 @@ const HOST_TID0: u64 = 10_000;
 pub fn export(trace: &Path, output: &Path, simulated: bool) -> Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(trace)
         .with_context(|| format!("cannot read {}", trace.display()))?;
-    let recs = records(&text).map_err(|e| anyhow::anyhow!("{}: {e:#}", trace.display()))?;
+    let (recs, cut) = records(&text).map_err(|e| anyhow::anyhow!("{}: {e:#}", trace.display()))?;
+    crate::note_cut(trace, cut.as_deref());
+    crate::note_siblings(trace);
     let v = chrome(&recs, simulated);
     let n = v["traceEvents"].as_array().map_or(0, Vec::len);
     std::fs::write(output, serde_json::to_string(&v)?)

@@ -401,10 +401,36 @@ fn microbatch(
 fn read_trace(path: &Path, text: &str) -> Result<Vec<planner::trace::Record>> {
     let (records, cut) = planner::trace::read_with_cut(text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    note_cut(path, cut.as_deref());
+    Ok(records)
+}
+
+/// Says on stderr, once, that the trace at `path` was cut and why (`cut`: the reader's note).
+pub(crate) fn note_cut(path: &Path, cut: Option<&str>) {
     if let Some(note) = cut {
         eprintln!("marmoset: {}: {note}", path.display());
     }
-    Ok(records)
+}
+
+/// Says on stderr, in one line, which other traces of the same run lie beside `path` (the
+/// other processes of the run: planner::trace::sibling_path).
+pub(crate) fn note_siblings(path: &Path) {
+    let Some(run) = planner::trace::run_of(path) else {
+        return;
+    };
+    let others: Vec<String> = planner::trace::traces_of_run(path, &run)
+        .iter()
+        .filter(|p| p.as_path() != path)
+        .map(|p| p.display().to_string())
+        .collect();
+    if !others.is_empty() {
+        eprintln!(
+            "marmoset: {}: the same run traced {} other process(es) beside it: {}",
+            path.display(),
+            others.len(),
+            others.join(", ")
+        );
+    }
 }
 
 /// A trace to plan, and (a Marmoset trace whose run planned) how the shim's allocator held
@@ -941,6 +967,7 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let records = read_trace(path, &text)?;
+    note_siblings(path);
     let s = planner::inspect::summarize(&records);
     if json {
         let v = serde_json::json!({

@@ -52,6 +52,8 @@ struct Measured {
     device_ms_by_kind: BTreeMap<String, f64>,
     header: Option<Value>,
     records: usize,
+    /// Why the trace ends before its program did, when its writer cut it.
+    cut: Option<String>,
 }
 
 struct Track {
@@ -65,33 +67,28 @@ pub fn u(v: &Value, k: &str) -> Option<u64> {
     v.get(k).and_then(Value::as_u64)
 }
 
-/// The trace's records as JSON values, sorted by `seq`: record kinds this version does not know
-/// (a newer shim's) are kept, not refused; a line that is not a record is an error naming it.
-pub fn records(text: &str) -> Result<Vec<Value>> {
-    let mut recs: Vec<Value> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| anyhow::anyhow!("line {}: {e}", i + 1))?;
+/// The trace's records as JSON values, sorted by `seq`, read as every reader of traces reads
+/// them (`planner::trace::read_lines`: a trace cut by its writer is read up to its last whole
+/// record, and the second value says so): record kinds this version does not know (a newer
+/// shim's) are kept, not refused; a line that is not a record is an error naming it.
+pub fn records(text: &str) -> Result<(Vec<Value>, Option<String>)> {
+    let (mut recs, cut) = planner::trace::read_lines(text, |line| {
+        let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
         if u(&v, "seq").is_none() || v.get("kind").and_then(Value::as_str).is_none() {
-            bail!(
-                "line {}: not a Marmoset trace record (no seq or kind)",
-                i + 1
-            );
+            return Err("not a Marmoset trace record (no seq or kind)".into());
         }
-        recs.push(v);
-    }
+        Ok(v)
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
     if recs.is_empty() {
         bail!("the trace is empty");
     }
     recs.sort_by_key(|r| u(r, "seq"));
-    Ok(recs)
+    Ok((recs, cut))
 }
 
 fn measure(text: &str) -> Result<Measured> {
-    let recs = records(text)?;
+    let (recs, cut) = records(text)?;
     let t0 = recs.iter().filter_map(|r| u(r, "t_ns")).min().unwrap_or(0);
     let ms = |r: &Value| (u(r, "t_ns").unwrap_or(t0).saturating_sub(t0)) as f64 / 1e6;
     let mut timing: HashMap<u64, f64> = HashMap::new();
@@ -113,6 +110,7 @@ fn measure(text: &str) -> Result<Measured> {
         device_ms_by_kind: BTreeMap::new(),
         header: None,
         records: recs.len(),
+        cut,
     };
     let mut live: HashMap<u64, Track> = HashMap::new();
     let (mut allocated, mut on_device) = (0u64, 0u64);
@@ -435,6 +433,8 @@ pub fn report(o: &Options) -> Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(o.trace)
         .with_context(|| format!("cannot read {}", o.trace.display()))?;
     let m = measure(&text).map_err(|e| anyhow::anyhow!("{}: {e:#}", o.trace.display()))?;
+    crate::note_cut(o.trace, m.cut.as_deref());
+    crate::note_siblings(o.trace);
     let budget = match o.budget {
         Some(b) => Some(parse_budget(b, m.peak)?),
         None => m

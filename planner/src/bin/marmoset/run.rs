@@ -124,6 +124,13 @@ impl RunArgs {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let mut cmd = Command::new(&a.cmd[0]);
+    // Every process of the program writes its own trace, each naming this run in its header:
+    // the first at the path, the others beside it (planner::trace::sibling_path).
+    let run_id = planner::trace::new_run_id();
+    let trace = a
+        .trace
+        .as_ref()
+        .map(|t| std::path::absolute(t).unwrap_or_else(|_| t.clone()));
     cmd.args(&a.cmd[1..]);
     let settings = a.settings();
     for (flag, _, value, check) in &settings {
@@ -159,9 +166,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
                 cmd.env(var, v);
             }
         }
-        // The trace's own path as given (it may not be valid UTF-8).
-        if let Some(t) = &a.trace {
-            cmd.env("MARMOSET_TRACE", t);
+        // The trace's own path (it may not be valid UTF-8), absolute, so that a process of the
+        // program that changes directory writes beside the others.
+        if let Some(t) = &trace {
+            clear_previous(t);
+            cmd.env("MARMOSET_TRACE", t).env("MARMOSET_RUN_ID", &run_id);
         }
     }
     if let Some(profile) = &a.sim {
@@ -181,7 +190,38 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         cmd.env("LD_LIBRARY_PATH", path)
             .env("SIMGPU_PROFILE", profile);
     }
-    signals::run(cmd, &a.cmd[0])
+    let code = signals::run(cmd, &a.cmd[0])?;
+    if let Some(t) = trace.as_ref().filter(|_| !a.no_shim) {
+        let written = planner::trace::traces_of_run(t, &run_id);
+        if written.len() > 1 {
+            let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+            eprintln!(
+                "marmoset: {} traces, one per process: {}",
+                written.len(),
+                names.join(", ")
+            );
+        }
+    }
+    Ok(code)
+}
+
+/// Removes the traces the previous run left at `base` (the file there and its siblings of that
+/// run), so that what lies there after this run is this run's. A file a live process still
+/// writes (it holds its lock) is left alone, and so is anything that is not a trace with a run.
+fn clear_previous(base: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let Some(previous) = planner::trace::run_of(base) else {
+        return;
+    };
+    for p in planner::trace::traces_of_run(base, &previous) {
+        let Ok(f) = std::fs::File::open(&p) else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor this function owns; the lock ends when `f` closes.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
 }
 
 /// Running the program with SIGINT, SIGTERM and SIGHUP forwarded to it.
