@@ -6,9 +6,15 @@
 //! strides, dilations, groups, mode, data and compute types, math type, layouts; with the device
 //! and cuDNN version for the database) every algorithm is measured at each micro-batch size of
 //! the policy with the real `cudnnFind*AlgorithmEx`, on micro-batch descriptors and scratch
-//! buffers Marmoset owns, under the workspace limit. Results are kept in memory and in a database
-//! file shared by processes. WR picks each kernel's fastest configuration; WD picks one
-//! configuration of each kernel's desirable set under the total.
+//! buffers Marmoset owns, under the workspace limit. The scratch workspace is what the
+//! candidates within the limit need by the library's `Get*WorkspaceSize`, never the limit
+//! itself; when the device refuses it, the candidates that need more are left out, said once,
+//! and that incomplete measurement is not written for other processes. Results are kept in
+//! memory and in a database file shared by processes; an entry read from it is used only if the
+//! library still offers each of its algorithms with no more workspace than the entry records,
+//! else it is dropped with a warning naming the file and the entry, and measured again. WR picks
+//! each kernel's fastest configuration; WD picks one configuration of each kernel's desirable set
+//! under the total.
 //!
 //! The framework's view: algorithm queries answer one result, the plan (its first algorithm, its
 //! time, the workspace the framework must provide: the plan's in WR, 0 in WD); workspace-size
@@ -395,9 +401,128 @@ type FindEx = unsafe extern "C" fn(
     usize,
 ) -> c_int;
 
+/// How many algorithms cuDNN has for the direction (its *AlgorithmMaxCount; cuDNN's enum counts
+/// when the query is missing).
+fn algo_count(h: P, dir: Dir) -> c_int {
+    let query = match dir {
+        Dir::Fwd => real!(
+            CUDNN,
+            c"cudnnGetConvolutionForwardAlgorithmMaxCount",
+            (P, *mut c_int)
+        ),
+        Dir::BwdData => real!(
+            CUDNN,
+            c"cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
+            (P, *mut c_int)
+        ),
+        Dir::BwdFilter => real!(
+            CUDNN,
+            c"cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
+            (P, *mut c_int)
+        ),
+    };
+    let mut n = 0;
+    // SAFETY: real cuDNN query with a valid output pointer.
+    match query {
+        Some(q) if unsafe { q(h, &mut n) } == 0 && (1..=64).contains(&n) => n,
+        _ => match dir {
+            Dir::Fwd => 8,
+            Dir::BwdData => 6,
+            Dir::BwdFilter => 7,
+        },
+    }
+}
+
+/// The workspace cuDNN asks for `algo` on micro-batches of `b` images of the convolution (its
+/// Get*WorkspaceSize); None: the library does not take that algorithm for this convolution.
+fn library_workspace(h: P, sig: &Sig, w_desc: C, c_desc: C, b: u64, algo: c_int) -> Option<u64> {
+    let get = match sig.dir {
+        Dir::Fwd => real!(
+            CUDNN,
+            c"cudnnGetConvolutionForwardWorkspaceSize",
+            (P, C, C, C, C, c_int, *mut usize)
+        ),
+        Dir::BwdData => real!(
+            CUDNN,
+            c"cudnnGetConvolutionBackwardDataWorkspaceSize",
+            (P, C, C, C, C, c_int, *mut usize)
+        ),
+        Dir::BwdFilter => real!(
+            CUDNN,
+            c"cudnnGetConvolutionBackwardFilterWorkspaceSize",
+            (P, C, C, C, C, c_int, *mut usize)
+        ),
+    }?;
+    let b = c_int::try_from(b).ok().filter(|&b| b >= 1)?;
+    let (xd, yd) = (micro_desc(&sig.x, b)?, micro_desc(&sig.y, b)?);
+    let mut size = 0usize;
+    // SAFETY: real cuDNN query on live descriptors (the caller's filter and convolution,
+    // Marmoset's micro-batch tensors) with a valid output pointer.
+    let r = unsafe {
+        match sig.dir {
+            Dir::Fwd => get(h, xd, w_desc, c_desc, yd, algo, &mut size),
+            Dir::BwdData => get(h, w_desc, yd, c_desc, xd, algo, &mut size),
+            Dir::BwdFilter => get(h, xd, yd, c_desc, w_desc, algo, &mut size),
+        }
+    };
+    (r == 0).then_some(size as u64)
+}
+
+/// What a benchmark measured; `complete` is false when the device could not give the scratch
+/// workspace every candidate needs (such measurements are not written to the database).
+struct Measured {
+    micro: Vec<Micro>,
+    complete: bool,
+}
+
+/// The scratch workspace of a benchmark: the most any candidate within the limit needs (the
+/// library's answers, never the limit itself). What the device refuses steps down to the next
+/// smaller need, leaving out the candidates that need more, with one warning.
+/// Returns (address or 0, bytes, whether every candidate fits).
+fn scratch_workspace(needs: &[u64], what: &str) -> (usize, usize, bool) {
+    // Distinct needs, largest first; 0 needs no allocation.
+    let mut levels: Vec<u64> = needs.to_vec();
+    levels.sort_unstable_by(|a, b| b.cmp(a));
+    levels.dedup();
+    let largest = levels.first().copied().unwrap_or(0);
+    for &level in &levels {
+        let Ok(bytes) = usize::try_from(level) else {
+            continue;
+        };
+        let p = if bytes == 0 {
+            Some(0)
+        } else {
+            dev_alloc(bytes)
+        };
+        if let Some(p) = p {
+            if level < largest {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "μ-cuDNN: the device cannot give the {largest} B of scratch workspace that benchmarking {what} needs; measuring only the configurations within {level} B"
+                    ),
+                );
+            }
+            return (p, bytes, level == largest);
+        }
+    }
+    log(
+        Level::Warn,
+        &format!(
+            "μ-cuDNN: the device cannot give any scratch workspace to benchmark {what}; it runs as the caller asks"
+        ),
+    );
+    (0, 0, false)
+}
+
 /// Measures every algorithm at each micro-batch size: real cudnnFind*AlgorithmEx on micro-batch
-/// descriptors, scratch buffers and a scratch workspace of at most `limit` bytes.
-fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -> Vec<Micro> {
+/// descriptors, scratch buffers, and a scratch workspace of what the candidates within `limit`
+/// need.
+fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -> Measured {
+    let failed = Measured {
+        micro: Vec::new(),
+        complete: false,
+    };
     let find: Option<FindEx> = match sig.dir {
         Dir::Fwd => real!(
             CUDNN,
@@ -457,25 +582,42 @@ fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -
             )
         ),
     };
-    let Some(find) = find else { return Vec::new() };
+    let Some(find) = find else { return failed };
     let n = sig.n() as i64;
+    let what = format!("a {:?} convolution of {n} images", sig.dir);
+    // The candidates' workspaces, by the library's own answers.
+    let count = algo_count(h, sig.dir);
+    let needs: Vec<u64> = sizes
+        .iter()
+        .flat_map(|&b| {
+            (0..count).filter_map(move |a| library_workspace(h, sig, w_desc, c_desc, b, a))
+        })
+        .filter(|&w| w <= limit)
+        .collect();
     let (xb, yb, wb) = (
         tensor_bytes(&sig.x, n),
         tensor_bytes(&sig.y, n),
         sig.filter_bytes(),
     );
-    let (Some(x), Some(y), Some(w)) = (dev_alloc(xb), dev_alloc(yb), dev_alloc(wb)) else {
-        return Vec::new();
+    let bufs: Vec<Option<usize>> = [xb, yb, wb].into_iter().map(dev_alloc).collect();
+    let [Some(x), Some(y), Some(w)] = bufs[..] else {
+        bufs.into_iter().flatten().for_each(dev_free);
+        log(
+            Level::Warn,
+            &format!(
+                "μ-cuDNN: the device cannot give the {} B of scratch buffers to benchmark {what}; it runs as the caller asks",
+                xb + yb + wb
+            ),
+        );
+        return failed;
     };
-    // The largest workspace the device lets us have, up to the limit.
-    let mut ws_size = limit.min(1 << 40) as usize;
-    let mut ws = None;
-    while ws.is_none() && ws_size > 0 {
-        ws = dev_alloc(ws_size);
-        if ws.is_none() {
-            ws_size /= 2;
-        }
-    }
+    let (ws, ws_size, complete) = if needs.is_empty() {
+        // The library answered no workspace query: what needs none is still measured, for this
+        // process only.
+        (0, 0, false)
+    } else {
+        scratch_workspace(&needs, &what)
+    };
     let mut out = Vec::new();
     for &b in sizes {
         let (Some(xd), Some(yd)) = (
@@ -486,8 +628,9 @@ fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -
         };
         let mut perf = [AlgoPerf::default(); 16];
         let mut got = 0;
-        let wsp = ws.unwrap_or(0) as P;
-        // SAFETY: real FindEx on Marmoset's own scratch buffers, sized for N >= b images.
+        let wsp = ws as P;
+        // SAFETY: real FindEx on Marmoset's own scratch buffers, sized for N >= b images, and a
+        // scratch workspace of ws_size bytes (null when 0).
         let r = unsafe {
             match sig.dir {
                 Dir::Fwd => find(
@@ -541,7 +684,7 @@ fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -
             continue;
         }
         for p in &perf[..(got.max(0) as usize).min(16)] {
-            if p.status == 0 && p.time >= 0.0 && p.memory as u64 <= limit {
+            if p.status == 0 && p.time >= 0.0 && p.memory as u64 <= limit && p.memory <= ws_size {
                 out.push(Micro {
                     batch: b,
                     algo: p.algo,
@@ -551,10 +694,48 @@ fn benchmark(h: P, sig: &Sig, w_desc: C, c_desc: C, sizes: &[u64], limit: u64) -
             }
         }
     }
-    for p in [Some(x), Some(y), Some(w), ws].into_iter().flatten() {
+    for p in [x, y, w, ws].into_iter().filter(|&p| p != 0) {
         dev_free(p);
     }
-    out
+    Measured {
+        micro: out,
+        complete,
+    }
+}
+
+/// Why a micro-configuration read from the database is not one the library would answer now:
+/// an algorithm (or engine) it does not offer for the convolution at that micro-batch size, a
+/// workspace below what it asks for that choice, or a size or time no benchmark gives. None: it
+/// stands.
+fn invalid_micro(
+    m: &Micro,
+    n: u64,
+    choice: &str,
+    library: impl Fn(u64, c_int) -> Option<u64>,
+) -> Option<String> {
+    if m.batch == 0 || m.batch > n {
+        return Some(format!(
+            "a micro-batch of {} images, for a convolution of {n}",
+            m.batch
+        ));
+    }
+    if !(m.time_ms.is_finite() && m.time_ms >= 0.0) {
+        return Some(format!(
+            "a time of {} ms for {choice} {} on {} images",
+            m.time_ms, m.algo, m.batch
+        ));
+    }
+    match library(m.batch, m.algo) {
+        None => Some(format!(
+            "{choice} {} on {} images, which cuDNN does not offer for this convolution",
+            m.algo, m.batch
+        )),
+        Some(need) if m.workspace < need => Some(format!(
+            "{} B of workspace for {choice} {} on {} images, where cuDNN asks {need} B",
+            m.workspace, m.algo, m.batch
+        )),
+        Some(_) => None,
+    }
 }
 
 // ==================================================================== plans
@@ -606,6 +787,46 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
         pool_size: 0,
     });
     Some(f(s))
+}
+
+/// The database's entry for `key` when the library stands by every micro-configuration in it
+/// (`library`: the workspace it asks for a `choice`, an algorithm or an engine, at a micro-batch
+/// size; None when it does not offer that choice there). A bad entry is dropped, with one
+/// warning naming the cache and the entry, and the kernel is measured again; the new
+/// measurement supersedes it in the file.
+fn cached(
+    key: &str,
+    n: u64,
+    choice: &str,
+    library: impl Fn(u64, c_int) -> Option<u64>,
+) -> Option<Vec<Micro>> {
+    let micro = with_state(|s| s.db.get_or_insert_with(db::load).get(key).cloned()).flatten()?;
+    match micro
+        .iter()
+        .find_map(|m| invalid_micro(m, n, choice, &library))
+    {
+        None => Some(micro),
+        Some(why) => {
+            with_state(|s| s.db.as_mut().map(|d| d.remove(key)));
+            db::dropped(key, &why);
+            None
+        }
+    }
+}
+
+/// Keeps a measurement for this process and, when `complete` (every candidate was measured),
+/// in the database for others.
+fn remember(key: &str, micro: &[Micro], complete: bool) {
+    if micro.is_empty() {
+        return;
+    }
+    if complete {
+        db::append(key, micro);
+    }
+    with_state(|s| {
+        s.db.get_or_insert_with(HashMap::new)
+            .insert(key.to_string(), micro.to_vec());
+    });
 }
 
 /// The configuration the test facility asks for: micro-batches of `b` (the last smaller), each
@@ -666,20 +887,16 @@ pub fn plan(h: P, sig: &Sig, w_desc: C, c_desc: C) -> Option<Arc<KernelPlan>> {
         None => cfg.batch_sizes.name().to_string(),
     };
     let key = sig.key(&device_name(), cudnn_version(), limit, &policy);
-    let cached = with_state(|s| s.db.get_or_insert_with(db::load).get(&key).cloned()).flatten();
+    let cached = cached(&key, n, "algorithm", |b, a| {
+        library_workspace(h, sig, w_desc, c_desc, b, a)
+    });
     let started = std::time::Instant::now();
     let (micro, from_cache) = match cached {
         Some(m) => (m, true),
         None => {
             let m = benchmark(h, sig, w_desc, c_desc, &sizes, limit);
-            if !m.is_empty() {
-                db::append(&key, &m);
-                with_state(|s| {
-                    s.db.get_or_insert_with(HashMap::new)
-                        .insert(key.clone(), m.clone());
-                });
-            }
-            (m, false)
+            remember(&key, &m.micro, m.complete);
+            (m.micro, false)
         }
     };
     let bench_ms = started.elapsed().as_secs_f64() * 1e3;

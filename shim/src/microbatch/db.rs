@@ -1,6 +1,10 @@
 //! The benchmark database: JSON lines in MARMOSET_CACHE_DIR/mucudnn.jsonl, the first line a
 //! header. Appends take an exclusive lock and write one line at once; reads take a shared lock.
-//! A file that is not ours is reported and left alone; a corrupt line is reported and skipped.
+//! A later line for a key supersedes an earlier one: an entry is replaced by appending, so no
+//! writer ever rewrites what others wrote. A file that is not ours is reported and left alone; a
+//! corrupt line (not JSON, not UTF-8, not an entry) is reported and skipped, the others kept. An
+//! entry the library does not stand by when it is used is dropped and measured again
+//! (`microbatch::cached`).
 
 use super::*;
 use std::io::{Read, Seek, Write};
@@ -43,36 +47,39 @@ impl Drop for Lock<'_> {
     }
 }
 
-/// Every entry of the database (first one wins), or nothing when it is absent or not ours.
+/// Every entry of the database (the last line of a key wins), or nothing when it is absent or
+/// not ours.
 pub fn load() -> HashMap<String, Vec<Micro>> {
     let mut out = HashMap::new();
     let Some(p) = path() else { return out };
     let Ok(f) = std::fs::File::open(&p) else {
         return out;
     };
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     {
         let _l = Lock::new(&f, false);
-        if (&f).read_to_string(&mut text).is_err() {
+        if let Err(e) = (&f).read_to_end(&mut bytes) {
             log(
                 Level::Warn,
                 &format!(
-                    "{}: not readable as text; ignoring the benchmark cache",
+                    "{}: cannot be read ({e}); ignoring the benchmark cache",
                     p.display()
                 ),
             );
             return out;
         }
     }
-    let mut lines = text.lines();
+    if bytes.is_empty() {
+        return out;
+    }
+    let mut lines = bytes.split(|&b| b == b'\n');
     match lines.next() {
-        None => return out,
-        Some(h) if h.trim() == HEADER => {}
-        Some(_) => {
+        Some(h) if h.trim_ascii() == HEADER.as_bytes() => {}
+        _ => {
             log(
                 Level::Warn,
                 &format!(
-                    "{}: not a Marmoset benchmark cache; ignoring it",
+                    "{}: not a Marmoset benchmark cache; ignoring it and leaving it as it is",
                     p.display()
                 ),
             );
@@ -80,10 +87,10 @@ pub fn load() -> HashMap<String, Vec<Micro>> {
         }
     }
     let mut corrupt = 0;
-    for line in lines.filter(|l| !l.trim().is_empty()) {
-        match parse(line) {
+    for line in lines.filter(|l| !l.trim_ascii().is_empty()) {
+        match std::str::from_utf8(line).ok().and_then(parse) {
             Some((k, v)) => {
-                out.entry(k).or_insert(v);
+                out.insert(k, v);
             }
             None => corrupt += 1,
         }
@@ -95,6 +102,17 @@ pub fn load() -> HashMap<String, Vec<Micro>> {
         );
     }
     out
+}
+
+/// Says that the entry `key` was dropped, naming the cache file and the entry.
+pub fn dropped(key: &str, why: &str) {
+    let file = path().map_or_else(|| "the benchmark cache".into(), |p| p.display().to_string());
+    log(
+        Level::Warn,
+        &format!(
+            "{file}: dropping the entry {key:?}: it records {why}; measuring the kernel again (the new measurement supersedes it)"
+        ),
+    );
 }
 
 fn parse(line: &str) -> Option<(String, Vec<Micro>)> {

@@ -1,11 +1,12 @@
 //! Planning of recognised backend graphs, at finalisation (and for heuristic queries): every
 //! engine measured at each micro-batch size of the policy on plans Marmoset builds (scratch
-//! buffers, a scratch workspace of the limit, events on the handle's stream), kept in the
+//! buffers, a scratch workspace of what those plans need within the limit, events on the
+//! handle's stream), kept in the
 //! benchmark database; then WR's dynamic program picks the configuration and the plan's
 //! workspace-size query answers its workspace, or, under WD, the desirable set goes to the
 //! knapsack and the query answers 0.
 
-use super::super::{dev_alloc, dev_free, elem_bytes, slot};
+use super::super::{cached, dev_alloc, dev_free, elem_bytes, remember, scratch_workspace, slot};
 use super::{
     ENGINE_DESCRIPTOR, ENGINE_OPERATION_GRAPH, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE, Graph,
     OPERATIONGRAPH_DESCRIPTOR, P, PLAN_ENGINE_CONFIG, Value, child, destroy, i64_of, pack_at,
@@ -14,7 +15,6 @@ use super::{
 use crate::config::Level;
 use crate::state::{config, log};
 use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
-use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::AtomicUsize;
 
@@ -120,23 +120,17 @@ pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
         ),
     };
     let key = key(g, limit, &policy);
-    let cached = super::super::with_state(|s| {
-        s.db.get_or_insert_with(super::super::db::load)
-            .get(&key)
-            .cloned()
-    })
-    .flatten();
-    let micro = match cached {
+    // The library's answer for an engine at a micro-batch size: the workspace of the plan it
+    // builds (None: it builds none).
+    let library = |b: u64, e: c_int| {
+        g.micro_plan(i64::try_from(b).ok()?, e as i64, false)
+            .map(|(_, ws)| ws.max(0) as u64)
+    };
+    let micro = match cached(&key, n, "engine", library) {
         Some(m) => m,
         None => {
-            let m = measure(g, &sizes, limit);
-            if !m.is_empty() {
-                super::super::db::append(&key, &m);
-                super::super::with_state(|s| {
-                    s.db.get_or_insert_with(HashMap::new)
-                        .insert(key.clone(), m.clone());
-                });
-            }
+            let (m, complete) = measure(g, &sizes, limit);
+            remember(&key, &m, complete);
             m
         }
     };
@@ -176,29 +170,40 @@ pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
 
 type EventFn = unsafe extern "C" fn(P) -> c_int;
 
-/// Each engine's time and workspace on micro-batch plans of each size.
-fn measure(g: &Graph, sizes: &[u64], limit: u64) -> Vec<Micro> {
+/// Each engine's time and workspace on micro-batch plans of each size, and whether every plan
+/// within the limit was measured (false when the device could not give the scratch workspace
+/// the largest needs).
+fn measure(g: &Graph, sizes: &[u64], limit: u64) -> (Vec<Micro>, bool) {
     let mut out = Vec::new();
     let Some(h) = g.plan_handle.or(g.graph_handle) else {
-        return out;
-    };
-    let Some(bufs) = Scratch::new(g, limit) else {
-        return out;
+        return (out, false);
     };
     let engines = engine_count(g).unwrap_or(8).min(64);
-    for &b in sizes {
-        for e in 0..engines {
-            if let Some((ms, ws)) = time_one(g, h, &bufs, b as i64, e) {
-                out.push(Micro {
-                    batch: b,
-                    algo: e as i32,
-                    time_ms: ms,
-                    workspace: ws as u64,
-                });
-            }
+    // The candidates: the plans the library builds, with the workspace each asks for.
+    let candidates: Vec<(u64, i64, i64)> = sizes
+        .iter()
+        .flat_map(|&b| (0..engines).map(move |e| (b, e)))
+        .filter_map(|(b, e)| {
+            let (_, ws) = g.micro_plan(b as i64, e, false)?;
+            (ws.max(0) as u64 <= limit).then_some((b, e, ws.max(0)))
+        })
+        .collect();
+    let needs: Vec<u64> = candidates.iter().map(|c| c.2 as u64).collect();
+    let what = format!("a {:?} graph of {} images", g.dir, g.n);
+    let Some(bufs) = Scratch::new(g, &needs, &what) else {
+        return (out, false);
+    };
+    for &(b, e, _) in &candidates {
+        if let Some((ms, ws)) = time_one(g, h, &bufs, b as i64, e) {
+            out.push(Micro {
+                batch: b,
+                algo: e as i32,
+                time_ms: ms,
+                workspace: ws as u64,
+            });
         }
     }
-    out
+    (out, bufs.complete)
 }
 
 /// The graph's engine count, from a micro-batch graph Marmoset builds.
@@ -216,31 +221,52 @@ fn engine_count(g: &Graph) -> Option<i64> {
     n
 }
 
-/// Scratch device buffers: one per tensor with a pointer (whole mini-batch), and a workspace.
+/// Scratch device buffers: one per tensor with a pointer (whole mini-batch), and a workspace of
+/// the most a candidate needs (or less, when the device refuses that: `complete` is then false).
 struct Scratch {
     ptrs: Vec<(i64, i64)>,
     ws: (i64, u64),
+    complete: bool,
 }
 
 impl Scratch {
-    fn new(g: &Graph, limit: u64) -> Option<Scratch> {
+    fn new(g: &Graph, needs: &[u64], what: &str) -> Option<Scratch> {
         let mut s = Scratch {
             ptrs: Vec::new(),
             ws: (0, 0),
+            complete: true,
         };
-        for t in g.tensors.iter().filter(|t| !t.is_virtual) {
-            let span = 1 + t
-                .dims
-                .iter()
-                .zip(&t.strides)
-                .map(|(&d, &st)| (d - 1).max(0) * st)
-                .sum::<i64>();
-            let p = dev_alloc(span as usize * elem_bytes(t.dtype))?;
-            s.ptrs.push((t.uid, p as i64));
+        let sizes: Vec<(i64, usize)> = g
+            .tensors
+            .iter()
+            .filter(|t| !t.is_virtual)
+            .map(|t| {
+                let span = 1 + t
+                    .dims
+                    .iter()
+                    .zip(&t.strides)
+                    .map(|(&d, &st)| (d - 1).max(0) * st)
+                    .sum::<i64>();
+                (t.uid, span.max(0) as usize * elem_bytes(t.dtype))
+            })
+            .collect();
+        for &(uid, size) in &sizes {
+            let Some(p) = dev_alloc(size) else {
+                let bytes: usize = sizes.iter().map(|s| s.1).sum();
+                log(
+                    Level::Warn,
+                    &format!(
+                        "μ-cuDNN: the device cannot give the {bytes} B of scratch buffers to benchmark {what}; it runs as the caller asks"
+                    ),
+                );
+                return None;
+            };
+            s.ptrs.push((uid, p as i64));
         }
-        if limit > 0 {
-            let p = dev_alloc(limit as usize)?;
-            s.ws = (p as i64, limit);
+        if !needs.is_empty() {
+            let (p, size, complete) = scratch_workspace(needs, what);
+            s.ws = (p as i64, size as u64);
+            s.complete = complete;
         }
         Some(s)
     }

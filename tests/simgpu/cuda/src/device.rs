@@ -352,8 +352,9 @@ impl Device {
             return Err(OUT_OF_MEMORY);
         }
         let data = match self.mode {
-            // Zeroed pages from the allocator, committed only when written.
-            Mode::Data => vec![0u8; size as usize],
+            // An allocation the host cannot back fails as the device's own out-of-memory does:
+            // the program gets the error code, nothing else changes.
+            Mode::Data => zeroed(size).ok_or(OUT_OF_MEMORY)?,
             Mode::Shape => Vec::new(),
         };
         self.used += size;
@@ -415,6 +416,11 @@ impl Device {
         } else {
             SMALL_ALIGN
         };
+        // An allocation that fails takes nothing: the address window is checked before memory
+        // is taken.
+        if self.next_va.div_ceil(align) * align + rounded > VA_BASE + VA_SPAN {
+            return Err(OUT_OF_MEMORY);
+        }
         let phys = self.new_phys(rounded)?;
         let va = self.take_va(rounded, align)?;
         self.reservations.insert(
@@ -1182,6 +1188,24 @@ fn parse_fail(v: &str) -> Result<FailSpec, String> {
     Ok(f)
 }
 
+/// `size` zeroed host bytes, the backing of device memory in data mode: pages from the allocator
+/// that are committed only when written. None when the host cannot give them; never aborts.
+fn zeroed(size: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(size).ok()?;
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: the layout's size is non-zero (checked above).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p was allocated by the global allocator with the layout of `len` bytes (align 1),
+    // all of them initialised (zeroed); the Vec owns it from here and frees it with that layout.
+    Some(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
 /// Counts one more `what` and fails it with `code` when it is the one SIMGPU_FAIL names.
 fn injected(count: &mut u64, fail_at: &[u64], what: &str, code: i32) -> Result<(), i32> {
     *count += 1;
@@ -1227,6 +1251,29 @@ mod tests {
         d.free(a).unwrap();
         assert_eq!(d.pool_figure(pool, 7), Some(0));
         assert_eq!(d.pool_figure(pool, 3), None);
+    }
+
+    #[test]
+    fn an_allocation_the_host_cannot_back_fails_as_out_of_memory() {
+        // Within the device's capacity, beyond any host's address space.
+        let mut d = dev(u64::MAX, Mode::Data);
+        let huge = 1 << 60;
+        assert_eq!(d.malloc(huge), Err(OUT_OF_MEMORY));
+        assert_eq!(d.mem_create(huge), Err(OUT_OF_MEMORY));
+        assert_eq!((d.used, d.peak), (0, 0), "nothing taken");
+        assert_eq!(d.sticky, None, "not sticky: the device goes on");
+        let a = d.malloc(1 << 20).unwrap();
+        d.write(a, &[7; 16], "a test").unwrap();
+        let mut back = [0; 16];
+        d.read(a, &mut back, "a test").unwrap();
+        assert_eq!(back, [7; 16]);
+        // Shape mode backs nothing: a terabyte is taken at once.
+        let mut s = dev(u64::MAX, Mode::Shape);
+        s.malloc(1 << 40).unwrap();
+        assert_eq!(s.used, 1 << 40);
+        // An allocation beyond the address window takes nothing either.
+        assert_eq!(s.malloc(huge), Err(OUT_OF_MEMORY));
+        assert_eq!((s.used, s.peak), (1 << 40, 1 << 40));
     }
 
     #[test]
