@@ -234,10 +234,14 @@ fn disable_and_an_unwritable_trace_pass_through() {
     let plain = run_sim("h100", &[], "trainer", &["2"]);
     let (o, records) = run_shim(&[("MARMOSET_DISABLE", "1")], "trainer", &["2"]);
     assert_eq!(stdout(&o), stdout(&plain));
+    // Off, and the trace it was asked for said to be idle, in one line.
+    let err = stderr(&o);
     assert!(
-        records.is_empty() && stderr(&o).is_empty(),
-        "{}",
-        stderr(&o)
+        records.is_empty()
+            && err.lines().count() == 1
+            && err.contains("MARMOSET_DISABLE=1")
+            && err.contains("MARMOSET_TRACE"),
+        "{err}"
     );
     let mut c = std::process::Command::new(marmoset());
     c.args(["run", "--sim", "--trace", "/nonexistent-dir/t.jsonl", "--"])
