@@ -9,7 +9,7 @@
 # [FAMILY:SCALE ...] (MARMOSET=path times another build of the command, a baseline.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -p planner --release -q
+cargo build -p marmoset-cli --release -q
 m=${MARMOSET:-target/release/marmoset}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

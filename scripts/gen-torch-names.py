@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate tests/simgpu/names/: for every CUDA-family library an installed torch links, the
+"""Regenerate simgpu/names/: for every CUDA-family library an installed torch links, the
 functions (and data objects) torch imports from it, one name a line, sorted; for libcuda.so.1
 also the driver functions torch looks up by name with dlsym at run time.
 
@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests", "simgpu", "names")
+OUT = os.path.join(ROOT, "simgpu", "names")
 
 # Imports with no version node name no library: assign them by prefix (order matters).
 UNVERSIONED = [

@@ -9,7 +9,7 @@ if ! ls "$logs"/*.log >/dev/null 2>&1; then
   echo "plan-sweep.sh: DTR's logs are not in $logs: run scripts/fetch-data.sh and set MARMOSET_DATA" >&2
   exit 1
 fi
-cargo build -p planner --release -q
+cargo build -p marmoset-cli --release -q
 for profile in h100 p100; do
   for log in "$logs"/*.log; do
     target/release/marmoset plan "$log" --sweep --profile "$profile"

@@ -63,8 +63,8 @@ mod tests {
         ] {
             assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
         }
-        // Every list of names torch imports (tests/simgpu/names) has a library that serves it.
-        let names = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/simgpu/names");
+        // Every list of names torch imports (simgpu/names) has a library that serves it.
+        let names = concat!(env!("CARGO_MANIFEST_DIR"), "/../simgpu/names");
         for e in std::fs::read_dir(names).unwrap().flatten() {
             let file = e.file_name().into_string().unwrap();
             let so = file.strip_suffix(".txt").unwrap();

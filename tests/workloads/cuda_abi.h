@@ -281,7 +281,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, int name, int
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d);
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack);
 
-/* ---- the simulated GPU's own calls (libcuda.so.1 of tests/simgpu only), found with dlsym */
+/* ---- the simulated GPU's own calls (libcuda.so.1 of simgpu only), found with dlsym */
 typedef struct simgpuKernelCtx simgpuKernelCtx;
 typedef void (*simgpuKernelFn)(simgpuKernelCtx *ctx, void **params);
 typedef CUresult (*simgpuRegisterKernel_t)(const char *name, simgpuKernelFn fn, unsigned nparams,

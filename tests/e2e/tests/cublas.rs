@@ -49,7 +49,7 @@ fn gemms_run_the_same_under_libmarmoset() {
 }
 
 fn profile(name: &str) -> serde_json::Value {
-    let p = root().join(format!("tests/simgpu/profiles/{name}.json"));
+    let p = root().join(format!("simgpu/profiles/{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 

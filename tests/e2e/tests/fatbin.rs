@@ -103,7 +103,7 @@ fn driver() -> Driver {
         assert!(!p.is_null(), "{n:?} missing");
         p
     };
-    // SAFETY: the exported functions have these C signatures (tests/simgpu/cuda/src/modules.rs
+    // SAFETY: the exported functions have these C signatures (simgpu/cuda/src/modules.rs
     // and cuFuncGetParamInfo in lib.rs).
     unsafe {
         Driver {

@@ -1,5 +1,5 @@
 //! Every library torch loads, as the simulated GPU serves it (`marmoset sim-path`): each name
-//! torch imports (tests/simgpu/names/, regenerated from torch by scripts/gen-torch-names.py)
+//! torch imports (simgpu/names/, regenerated from torch by scripts/gen-torch-names.py)
 //! resolves; what is not simulated answers its family's not-supported status and is named once at
 //! SIMGPU_LOG=debug; and the runtime answers the calls a training step makes as the real one does.
 //! The probes are Python ctypes scripts (python3 is what scripts/setup-torch.sh needs anyway).
@@ -16,7 +16,7 @@ fn sim_dir() -> PathBuf {
 }
 
 fn names() -> Vec<(String, Vec<String>)> {
-    let dir = root().join("tests/simgpu/names");
+    let dir = root().join("simgpu/names");
     let mut v: Vec<(String, Vec<String>)> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()

@@ -1,0 +1,6 @@
+// libcufft.so.12 of the simulated GPU: its real soname, and a not-supported stub for every name torch
+// imports from it (simgpu/names/libcufft.so.12.txt).
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcufft.so.12");
+    simgpu_stubgen::generate("libcufft.so.12", std::path::Path::new("src"));
+}

@@ -1,0 +1,6 @@
+// libnccl.so.2 of the simulated GPU: its real soname, and a not-supported stub for every name torch
+// imports from it (simgpu/names/libnccl.so.2.txt).
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl.so.2");
+    simgpu_stubgen::generate("libnccl.so.2", std::path::Path::new("src"));
+}

@@ -1,6 +1,0 @@
-// libcupti.so.13 of the simulated GPU: its real soname, and a not-supported stub for every name torch
-// imports from it (tests/simgpu/names/libcupti.so.13.txt).
-fn main() {
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcupti.so.13");
-    simgpu_stubgen::generate("libcupti.so.13", std::path::Path::new("src"));
-}
