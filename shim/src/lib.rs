@@ -8,24 +8,25 @@
 //! happens until the first CUDA call. `unsafe` is confined to the FFI edge.
 #![allow(clippy::missing_safety_doc)]
 
+mod access;
 mod caller;
-mod config;
+mod core;
 mod hooks;
 mod microbatch;
 mod real;
-mod runtime;
-mod state;
-mod timing;
-mod trace;
+mod sinks;
+mod virt;
 
-use runtime::memory;
-
+use crate::core::config::{self, Config};
+use crate::core::{bus, state};
+use sinks::{timing, trace};
 use std::ffi::{CStr, c_char, c_void};
 
 #[ctor::ctor(unsafe)]
 fn init() {
     // SAFETY: registering a plain extern "C" child handler; no other thread runs yet.
-    unsafe { libc::pthread_atfork(None, None, Some(state::after_fork_in_child)) };
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    state::on_start(start);
     // Framework settings must be in the environment before the framework reads them, which can
     // be before the first CUDA call. Nothing else happens here.
     let Ok(cfg) = config::parse(|k| std::env::var(k).ok()) else {
@@ -53,6 +54,43 @@ fn init() {
             eprintln!("{l}");
         }
     }
+}
+
+/// Starts the listeners at the first CUDA call: the trace writer when a trace is asked for,
+/// the tracker under a planner policy, attached to the bus in that order of sight (the tracker
+/// observes each record, the writer keeps it).
+fn start(c: &Config) -> Result<(), String> {
+    let mut sink: Option<bus::Sink> = None;
+    let mut flushers: Vec<fn()> = Vec::new();
+    if let Some(path) = &c.trace {
+        trace::start(path, c.policy.name())
+            .map_err(|e| format!("cannot write the trace MARMOSET_TRACE={path:?}: {e}"))?;
+        sink = Some(trace::record);
+        flushers.push(trace::flush);
+        // SAFETY: registering a plain extern "C" function with atexit.
+        unsafe { libc::atexit(flush_at_exit) };
+    }
+    let mut observers: Vec<bus::Observer> = Vec::new();
+    if c.policy.guided().is_some() {
+        observers.push(virt::tracker::observe);
+    }
+    bus::attach(observers, sink, flushers);
+    Ok(())
+}
+
+/// At exit: the copies out still under way finish (their `evict` records are written), the
+/// device timings are read, and the trace is flushed.
+extern "C" fn flush_at_exit() {
+    virt::memory::settle();
+    timing::drain(true);
+    trace::flush();
+}
+
+/// After fork the child has no listener threads: it passes everything through, and its copy
+/// of the trace file is closed.
+extern "C" fn after_fork_in_child() {
+    state::after_fork_in_child();
+    trace::forget_after_fork();
 }
 
 /// The real function behind a hooked name (NULL when not hooked or not found). For benchmarks

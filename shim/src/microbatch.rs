@@ -31,9 +31,9 @@ mod wd;
 use wd::register;
 pub(crate) use wd::{register_graph, wd_assignment, wd_mode, wd_pool, without_workspace};
 
-use crate::config::Level;
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use crate::real::{CUDA, CUDART, CUDNN, resolve};
-use crate::state::{config, log};
 use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_int, c_void};
@@ -365,9 +365,9 @@ fn cudnn_version() -> usize {
 
 /// Device memory Marmoset owns (scratch buffers, the WD workspace), from the real cudaMalloc.
 fn dev_alloc(bytes: usize) -> Option<usize> {
-    if crate::memory::active() {
+    if crate::virt::memory::active() {
         // Under a memory policy Marmoset's own buffers count in the budget too.
-        return crate::memory::alloc_internal(bytes).map(|p| p as usize);
+        return crate::virt::memory::alloc_internal(bytes).map(|p| p as usize);
     }
     let malloc = real!(CUDART, c"cudaMalloc", (*mut P, usize))?;
     let mut p: P = std::ptr::null_mut();
@@ -376,7 +376,7 @@ fn dev_alloc(bytes: usize) -> Option<usize> {
 }
 
 fn dev_free(p: usize) {
-    if crate::memory::free(p as u64, None).is_some() {
+    if crate::virt::memory::free(p as u64, None).is_some() {
         return;
     }
     if let Some(free) = real!(CUDART, c"cudaFree", (P)) {
@@ -975,7 +975,7 @@ pub struct Query {
 
 /// The plan that answers a query or runs a call, if micro-batching handles this convolution.
 fn managed(h: P, q: &Query) -> Option<(Arc<KernelPlan>, Configuration)> {
-    if !crate::state::active() || !config().microbatching() {
+    if !crate::core::state::active() || !config().microbatching() {
         return None;
     }
     let sig = signature(q.dir, q.x, q.w, q.conv, q.y)?;

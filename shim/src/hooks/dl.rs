@@ -5,8 +5,8 @@
 
 use super::{Entry, driver_variant, find};
 use crate::caller;
+use crate::core::state;
 use crate::real::{CUDA, CUDART, dlsym_fn};
-use crate::state;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -305,8 +305,8 @@ extern "C" fn dlsym_from(handle: *mut c_void, symbol: *const c_char, caller: usi
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
 
 fn exit_via(name: &CStr, code: c_int) -> ! {
-    crate::timing::drain(false);
-    crate::trace::flush();
+    crate::sinks::timing::drain(false);
+    crate::sinks::trace::flush();
     let f = dlsym_fn()
         // SAFETY: the real dlsym with RTLD_NEXT finds libc's function of that name.
         .map(|d| unsafe { d(libc::RTLD_NEXT, name.as_ptr()) })

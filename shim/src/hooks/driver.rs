@@ -5,7 +5,8 @@ use super::runtime::{
     alloc, copy, free, managed_alloc, managed_alloc_async, managed_free, managed_info, memset,
     pool_get, pool_set, sync,
 };
-use super::{Pending, hooks, launch};
+use super::{Pending, hooks};
+use crate::access::launch;
 use planner::trace::Event;
 use std::ffi::{c_int, c_uint, c_void};
 

@@ -7,19 +7,14 @@
 //! after it), forwards to the real function, and finishes the record with the result. A panic
 //! in either step turns Marmoset off and never reaches the caller; the call is forwarded once.
 
-pub mod attention;
 pub mod cublas;
 pub mod cudnn;
 pub mod dl;
 pub mod driver;
-pub mod launch;
-pub mod multi_tensor;
-pub mod reduce;
 pub mod runtime;
-pub mod signature;
-pub mod strided;
 
-use crate::state::{self, Guard};
+use crate::core::registry;
+use crate::core::state::{self, Guard};
 use planner::trace::{Access, Event, Touch};
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -159,7 +154,7 @@ impl Pending {
 
     fn start_timing(&mut self) {
         if let Some(stream) = self.time_on.take() {
-            self.timing = crate::timing::begin(stream).map(|e| (stream, e));
+            self.timing = crate::sinks::timing::begin(stream).map(|e| (stream, e));
         }
     }
 
@@ -175,15 +170,15 @@ impl Pending {
         {
             // SAFETY: the allocation call succeeded, so it wrote the new pointer through `out`.
             *ptr = unsafe { *out };
-            let (id, s) = state::register_alloc(*ptr, size);
+            let (id, s) = registry::register_alloc(*ptr, size);
             *alloc = id;
             seq = Some(s);
         }
-        let seq = seq.unwrap_or_else(crate::trace::next_seq);
+        let seq = seq.unwrap_or_else(crate::core::bus::next_seq);
         if let Some((stream, start)) = self.timing {
-            crate::timing::end(seq, stream, start);
+            crate::sinks::timing::end(seq, stream, start);
         }
-        crate::trace::emit_seq(seq, self.event);
+        crate::core::bus::publish(seq, self.event);
     }
 }
 
@@ -218,7 +213,7 @@ pub fn run(
         {
             panic!("MARMOSET_TEST_PANIC");
         }
-        if crate::trace::enabled() || crate::memory::active() {
+        if crate::core::bus::listening() || crate::virt::memory::active() {
             pre()
         } else {
             None
@@ -235,13 +230,13 @@ pub fn run(
     };
     // Guided execution: the prefetches whose in-trigger this call is; then every tensor the
     // call touches must be resident before it runs, and stay so until it is issued.
-    let mut hold = crate::memory::Hold::none();
+    let mut hold = crate::virt::memory::Hold::none();
     if let Some(p) = &pending {
         let (touches, stream) = (p.event.touches(), stream_of(&p.event));
-        if crate::runtime::tracker::enabled() {
+        if crate::virt::tracker::enabled() {
             let ids: Vec<u64> = touches.iter().map(|t| t.alloc).collect();
             if catch_unwind(AssertUnwindSafe(|| {
-                crate::runtime::executor::before_call(&ids, stream.unwrap_or(0))
+                crate::virt::executor::before_call(&ids, stream.unwrap_or(0))
             }))
             .is_err()
             {
@@ -251,7 +246,7 @@ pub fn run(
                 ));
             }
         }
-        match crate::memory::before(&p.event, stream) {
+        match crate::virt::memory::before(&p.event, stream) {
             // Its operands stay held until the call below is issued.
             Ok(h) => hold = h,
             Err(code) => {
@@ -280,8 +275,8 @@ pub fn run(
         && catch_unwind(AssertUnwindSafe(|| {
             p.finish(r);
             // Guided execution: the evictions whose evicted-access this call was.
-            if crate::runtime::tracker::enabled() {
-                crate::runtime::executor::after_call();
+            if crate::virt::tracker::enabled() {
+                crate::virt::executor::after_call();
             }
         }))
         .is_err()
@@ -325,7 +320,7 @@ pub fn range(ptr: u64, bytes: u64, access: Access) -> Vec<Touch> {
     if ptr == 0 {
         Vec::new()
     } else {
-        state::touches(ptr, bytes, access)
+        registry::touches(ptr, bytes, access)
     }
 }
 
@@ -359,7 +354,7 @@ macro_rules! hooks {
                 let $entry = entry;
                 let p = entry.real();
                 if p == 0 {
-                    crate::state::log(crate::config::Level::Error, concat!("cannot find the real ", stringify!($name)));
+                    crate::core::state::log(crate::core::config::Level::Error, concat!("cannot find the real ", stringify!($name)));
                     return $fail;
                 }
                 // SAFETY: p is the real function of this exact name, with this signature.

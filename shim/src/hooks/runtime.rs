@@ -1,7 +1,8 @@
 //! CUDA runtime hooks: memory, copies, memsets, launches, synchronisation.
 
-use super::{Pending, hooks, launch, range};
-use crate::state;
+use super::{Pending, hooks, range};
+use crate::access::launch;
+use crate::core::registry;
 use planner::trace::{Access, CopyDir, Event, Replay};
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -43,7 +44,7 @@ pub fn alloc(api: &str, out: *mut u64, size: usize, stream: Option<u64>) -> Opti
 }
 
 pub fn free(api: &str, ptr: u64, stream: Option<u64>) -> Option<Pending> {
-    let (known, seq) = state::unregister_alloc(ptr);
+    let (known, seq) = registry::unregister_alloc(ptr);
     let mut p = Pending::new(Event::Free {
         api: api.into(),
         ptr,
@@ -65,7 +66,7 @@ pub fn copy(
     kind: Option<c_int>,
     stream: Option<u64>,
 ) -> Option<Pending> {
-    let dev = |p: u64| state::points_into(p).is_some();
+    let dev = |p: u64| registry::points_into(p).is_some();
     let dir = match kind {
         Some(0) => CopyDir::H2h,
         Some(1) => CopyDir::H2d,
@@ -107,10 +108,10 @@ pub fn with_lineage(
     replay: impl FnOnce() -> Option<Replay>,
 ) -> Option<Pending> {
     if p.is_some()
-        && (crate::trace::enabled() || crate::runtime::tracker::enabled())
+        && crate::core::bus::listening()
         && let Some(r) = replay()
     {
-        crate::trace::emit(Event::Lineage { replay: r });
+        crate::core::bus::emit(Event::Lineage { replay: r });
     }
     p
 }
@@ -144,7 +145,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 pub fn sync(api: &str, stream: Option<u64>) -> Option<Pending> {
-    crate::timing::drain(false);
+    crate::sinks::timing::drain(false);
     Some(Pending::new(Event::Sync {
         api: api.into(),
         stream,
@@ -189,7 +190,7 @@ fn kernel(
 
 /// Under a memory policy Marmoset allocates; None: forward to the real allocator.
 pub fn managed_alloc(entry: &'static super::Entry, out: *mut u64, size: usize) -> Option<c_int> {
-    super::attempt(entry, || crate::memory::alloc(out, size))
+    super::attempt(entry, || crate::virt::memory::alloc(out, size))
 }
 
 /// A stream-ordered allocation under a memory policy: Marmoset allocates, and counts it in the
@@ -205,7 +206,7 @@ pub fn managed_alloc_async(
         // SAFETY: Marmoset's allocation succeeded, so `out` is non-null and holds the new pointer.
         let ptr = unsafe { *out };
         super::attempt(entry, || {
-            crate::memory::stats::allocated(ptr, size as u64, pool);
+            crate::virt::memory::stats::allocated(ptr, size as u64, pool);
             Some(())
         });
     }
@@ -214,8 +215,8 @@ pub fn managed_alloc_async(
 
 pub fn managed_free(entry: &'static super::Entry, ptr: u64, stream: Option<u64>) -> Option<c_int> {
     super::attempt(entry, || {
-        crate::memory::stats::freed(ptr);
-        crate::memory::free(ptr, stream)
+        crate::virt::memory::stats::freed(ptr);
+        crate::virt::memory::free(ptr, stream)
     })
 }
 
@@ -227,9 +228,9 @@ pub fn pool_get(
     attr: c_int,
     value: *mut c_void,
 ) -> Option<c_int> {
-    let v = super::attempt(entry, || crate::memory::stats::figure(pool, attr))?;
+    let v = super::attempt(entry, || crate::virt::memory::stats::figure(pool, attr))?;
     if value.is_null() {
-        return Some(crate::memory::stats::INVALID_VALUE);
+        return Some(crate::virt::memory::stats::INVALID_VALUE);
     }
     // SAFETY: the caller's non-null output for one of the pool's figures, a cuuint64_t.
     unsafe { *(value as *mut u64) = v };
@@ -244,7 +245,7 @@ pub fn pool_set(
     attr: c_int,
     value: *mut c_void,
 ) -> Option<c_int> {
-    if !crate::memory::stats::is_figure(attr) {
+    if !crate::virt::memory::stats::is_figure(attr) {
         return None;
     }
     let v = if value.is_null() {
@@ -253,7 +254,7 @@ pub fn pool_set(
         // SAFETY: the caller's non-null input for one of the pool's figures, a cuuint64_t.
         unsafe { *(value as *const u64) }
     };
-    let r = super::attempt(entry, || crate::memory::stats::set(pool, attr, v))?;
+    let r = super::attempt(entry, || crate::virt::memory::stats::set(pool, attr, v))?;
     Some(r.err().unwrap_or(0))
 }
 
@@ -262,7 +263,7 @@ pub fn managed_info(
     free: *mut usize,
     total: *mut usize,
 ) -> Option<c_int> {
-    super::attempt(entry, || crate::memory::mem_info(free, total))
+    super::attempt(entry, || crate::virt::memory::mem_info(free, total))
 }
 
 // SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the

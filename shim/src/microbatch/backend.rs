@@ -21,8 +21,8 @@
 //! caller's beta on the first micro-batch, 1 after. Any failure before the first write runs the
 //! caller's plan undivided (under WD in the shared workspace, since the caller was told 0 bytes).
 
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
@@ -487,7 +487,7 @@ pub fn created(ty: c_int, d: usize) {
         *l = (l.0 + 1, true);
     }
     if ty == EXECUTION_PLAN_DESCRIPTOR
-        && crate::state::active()
+        && crate::core::state::active()
         && config().microbatching()
         && let Ok(mut g) = CREATED.lock()
     {

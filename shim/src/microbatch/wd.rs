@@ -4,8 +4,8 @@
 //! workspace, solved again when new kernels appear.
 
 use super::{Kernel, dev_alloc, with_state};
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use planner::microbatch::{Configuration, wd};
 
 pub(crate) fn wd_mode() -> bool {

@@ -6,8 +6,8 @@ use super::{
     C, Graph, P, PACK_DATA_POINTERS, PACK_UNIQUE_IDS, PACK_WORKSPACE, TYPE_INT64, TYPE_VOID_PTR,
     VARIANT_PACK_DESCRIPTOR, count, create, destroy, finalize, plans, raw, set,
 };
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use std::ffi::c_int;
 
 use super::super::elem_bytes;
@@ -131,7 +131,7 @@ fn undivided(g: &Graph, h: P, plan: usize, pack: usize) -> Option<c_int> {
 /// cudnnBackendExecute of a recognised plan as micro-batches. None: run the caller's plan
 /// undivided, as asked (nothing was written).
 pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
-    if !crate::state::active() || !config().microbatching() {
+    if !crate::core::state::active() || !config().microbatching() {
         return None;
     }
     let g = plans(|p| p.get(&plan).cloned())??;

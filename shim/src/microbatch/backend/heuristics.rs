@@ -8,8 +8,8 @@ use super::{
     TYPE_BACKEND_DESCRIPTOR, child, children, count, create, destroy, from_graph, getter, i64_of,
     plan_graph,
 };
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use std::ffi::c_int;
 
 /// `cudnnBackendGetAttribute(heuristics, ENGINEHEUR_RESULTS, ...)` of a graph Marmoset plans: the
@@ -29,7 +29,7 @@ pub fn heuristic_results(
         || ty != TYPE_BACKEND_DESCRIPTOR
         || req < 1
         || v.is_null()
-        || !crate::state::active()
+        || !crate::core::state::active()
         || !config().microbatching()
         || (config().test_microbatch.is_some() && !super::super::wd_mode())
     {

@@ -12,8 +12,8 @@ use super::{
     OPERATIONGRAPH_DESCRIPTOR, P, PLAN_ENGINE_CONFIG, Value, child, destroy, i64_of, pack_at,
     plans, raw,
 };
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::ffi::c_int;
 use std::sync::atomic::AtomicUsize;

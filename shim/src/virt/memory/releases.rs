@@ -66,7 +66,7 @@ impl Manager {
             let mut ms = 0f32;
             let _ = cu!(c"cuEventElapsedTime" (*mut f32, P, P) (&mut ms, start as P, r.event as P));
             destroy_event(start);
-            crate::trace::emit(Event::Evict {
+            crate::core::bus::emit(Event::Evict {
                 alloc,
                 bytes,
                 stream: self.swap_out as u64,

@@ -21,16 +21,29 @@
 //! mechanism restores on demand before any use. At each iteration boundary, the feedback: a
 //! prefetch that arrived late by the device's clock starts one call earlier ([`feedback`]).
 
-use crate::config::Level;
-use crate::runtime::bridge::Ready;
-use crate::runtime::recompute::Recipe;
-use crate::state::log;
+use crate::core::config::Level;
+use crate::core::state::log;
+use crate::virt::recompute::Recipe;
+use crate::virt::sequence::Found;
 use planner::iteration::TensorId;
 use planner::model::Step;
+use planner::shimtrace::Converted;
 use planner::timeline::{Decision, Stall};
+use planner::timeline::{Outcome, Plan};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A plan for the iteration the tracker found.
+pub struct Ready {
+    pub found: Found,
+    /// The model (call offsets, tensor names) and the decisions the executor acts on.
+    pub converted: Converted,
+    pub plan: Plan,
+    pub outcome: Outcome,
+    /// For each storage the plan recomputes: its producing call, ready to replay.
+    pub recipes: HashMap<usize, Recipe>,
+}
 
 /// The plan as the hooks need it: per call offset within the iteration, what to do.
 struct Steps {
@@ -295,7 +308,7 @@ fn step(offset: usize, kind: Kind) -> Vec<TensorId> {
 /// room); `stream`: where it runs (recomputations go there, right before it).
 pub fn before_call(touches: &[u64], stream: u64) {
     // Most calls find nothing dropped: no lock taken for it.
-    let offset = crate::runtime::tracker::next_offset();
+    let offset = crate::virt::sequence::next_offset();
     let planned = offset.map(recomputations).unwrap_or_default();
     if DROPPED.load(Ordering::Relaxed) {
         rebuild_touched(touches, stream, &planned);
@@ -308,19 +321,19 @@ pub fn before_call(touches: &[u64], stream: u64) {
     }
     let ids: Vec<u64> = step(offset, Kind::Prefetch)
         .into_iter()
-        .filter_map(crate::runtime::tracker::resolve)
+        .filter_map(crate::virt::sequence::resolve)
         .collect();
     // Those whose copy out is still queued keep their memory first (no room needed); then the
     // others come in, never at the cost of this call's tensors or of each other.
     let rest: Vec<u64> = ids
         .iter()
         .copied()
-        .filter(|&id| !crate::memory::take_back(id))
+        .filter(|&id| !crate::virt::memory::take_back(id))
         .collect();
     let mut protect = touches.to_vec();
     protect.extend(&ids);
     for id in rest {
-        crate::memory::prefetch(id, &protect, stream);
+        crate::virt::memory::prefetch(id, &protect, stream);
     }
 }
 
@@ -385,14 +398,14 @@ fn redrop() {
 /// Drops the contents of tensor `name` (allocation `id`), dropped for recomputation; under
 /// MARMOSET_VERIFY a host copy is kept first, to compare with the recomputed bytes.
 fn drop_contents(name: TensorId, id: u64) {
-    if crate::state::config().verify
-        && let Some(bytes) = crate::memory::snapshot(id)
+    if crate::core::state::config().verify
+        && let Some(bytes) = crate::virt::memory::snapshot(id)
         && let Ok(mut e) = EXECUTOR.lock()
     {
         e.saved.retain(|s| s.0 != name);
         e.saved.push((name, bytes));
     }
-    crate::memory::mark_dead(id);
+    crate::virt::memory::mark_dead(id);
 }
 
 /// Whether any tensor is dropped for recomputation or orphaned (kept in step with `pinned`
@@ -415,7 +428,7 @@ fn orphans(touches: &[u64], stream: u64) {
             return;
         }
         e.orphans
-            .retain(|o| crate::state::allocation(o.0).is_some());
+            .retain(|o| crate::core::registry::allocation(o.0).is_some());
         let (due, rest) = std::mem::take(&mut e.orphans)
             .into_iter()
             .partition(|o| touches.contains(&o.0));
@@ -425,12 +438,12 @@ fn orphans(touches: &[u64], stream: u64) {
     };
     for (id, recipe) in due {
         // Still there (taken back, or only marked dead): kept as it is.
-        if crate::memory::revive(id) {
+        if crate::virt::memory::revive(id) {
             continue;
         }
         match rebuild(&recipe, stream, id) {
             Ok(()) => {
-                crate::trace::emit(planner::trace::Event::Recompute {
+                crate::core::bus::emit(planner::trace::Event::Recompute {
                     alloc: id,
                     api: recipe.api().to_string(),
                 });
@@ -455,14 +468,14 @@ fn orphans(touches: &[u64], stream: u64) {
 /// for its workspace or operands) runs once more beyond the budget: the dropped contents exist
 /// nowhere else, and the budget is Marmoset's, not the device's.
 fn rebuild(recipe: &Recipe, stream: u64, id: u64) -> Result<(), String> {
-    crate::runtime::recompute::replay(recipe, stream).or_else(|why| {
+    crate::virt::recompute::replay(recipe, stream).or_else(|why| {
         log(
             Level::Warn,
             &format!(
                 "executor: recomputing allocation {id} within the budget failed ({why}); rebuilding it beyond the budget"
             ),
         );
-        crate::memory::beyond_budget(|| crate::runtime::recompute::replay(recipe, stream))
+        crate::virt::memory::beyond_budget(|| crate::virt::recompute::replay(recipe, stream))
     })
 }
 
@@ -562,14 +575,14 @@ fn recompute(roots: &[usize], stream: u64, early: &[(TensorId, usize)], touches:
         }
     }
     for st in &steps {
-        let Some(id) = crate::runtime::tracker::resolve(st.name) else {
+        let Some(id) = crate::virt::sequence::resolve(st.name) else {
             continue;
         };
         // Still there (its memory was never needed meanwhile): kept as it is.
-        if !crate::memory::revive(id) {
+        if !crate::virt::memory::revive(id) {
             match rebuild(&st.recipe, stream, id) {
                 Ok(()) => {
-                    crate::trace::emit(planner::trace::Event::Recompute {
+                    crate::core::bus::emit(planner::trace::Event::Recompute {
                         alloc: id,
                         api: st.recipe.api().to_string(),
                     });
@@ -630,7 +643,7 @@ fn drop_early(name: TensorId, j: usize, touches: &[u64]) {
 /// take their own.
 fn droppable(name: TensorId, recipe: &Recipe) -> Result<(u64, Recipe), String> {
     recipe.ready()?;
-    let id = crate::runtime::tracker::resolve(name).ok_or("it has no allocation now")?;
+    let id = crate::virt::sequence::resolve(name).ok_or("it has no allocation now")?;
     let pinned = recipe
         .pinned()
         .ok_or("one of its tensors has no allocation now")?;
@@ -645,7 +658,7 @@ fn droppable(name: TensorId, recipe: &Recipe) -> Result<(u64, Recipe), String> {
 /// an activation the plan keeps, and restore it, every iteration: 46.4 ms against 28.4
 /// predicted).
 fn feedback() {
-    let late = crate::memory::take_late();
+    let late = crate::virt::memory::take_late();
     if late.is_empty() {
         return;
     }
@@ -662,7 +675,7 @@ fn feedback() {
     for id in late {
         let Some(&(from, name)) = planned
             .iter()
-            .find(|(_, n)| crate::runtime::tracker::resolve(*n) == Some(id))
+            .find(|(_, n)| crate::virt::sequence::resolve(*n) == Some(id))
         else {
             continue;
         };
@@ -690,7 +703,7 @@ fn feedback() {
             }
         };
         if let Some(to) = moved {
-            crate::trace::emit(planner::trace::Event::Trigger {
+            crate::core::bus::emit(planner::trace::Event::Trigger {
                 alloc: id,
                 from: from as u64,
                 to: to as u64,
@@ -710,7 +723,7 @@ fn verify(i: usize, name: TensorId, id: u64, api: &str) {
         };
         e.saved.remove(pos).1
     };
-    if crate::memory::matches_or_restore(id, &saved) {
+    if crate::virt::memory::matches_or_restore(id, &saved) {
         return;
     }
     log(
@@ -737,15 +750,15 @@ pub fn after_call() {
     if DROPPED.load(Ordering::Relaxed) {
         redrop();
     }
-    let params = crate::runtime::recompute::take_params();
-    let Some(offset) = crate::runtime::tracker::last_offset() else {
+    let params = crate::virt::recompute::take_params();
+    let Some(offset) = crate::virt::sequence::last_offset() else {
         return;
     };
     if let Some(params) = params
         && let Ok(mut e) = EXECUTOR.lock()
         && let Some(s) = e.active.as_mut().filter(|s| offset < s.period)
         && let Some(list) = s.refresh.get(&offset).cloned()
-        && let Some(params) = crate::runtime::recompute::decode_params(&params)
+        && let Some(params) = crate::virt::recompute::decode_params(&params)
     {
         // This iteration's parameters for the recipes of the launch just made, before any of
         // its outputs is dropped (below).
@@ -757,13 +770,13 @@ pub fn after_call() {
     }
     feedback();
     for name in step(offset, Kind::Evict) {
-        if let Some(id) = crate::runtime::tracker::resolve(name) {
-            crate::memory::evict_planned(id);
+        if let Some(id) = crate::virt::sequence::resolve(name) {
+            crate::virt::memory::evict_planned(id);
         }
     }
     for name in step(offset, Kind::Drop) {
-        if let Some(id) = crate::runtime::tracker::resolve(name) {
-            crate::memory::mark_dead(id);
+        if let Some(id) = crate::virt::sequence::resolve(name) {
+            crate::virt::memory::mark_dead(id);
         }
     }
     let planned: Vec<(TensorId, usize, Recipe)> = {

@@ -21,7 +21,7 @@
 //! calculator whose sizes do not multiply to N, or a closure smaller than the layout leaves
 //! the kernel to the conservative rule.
 
-use super::launch::{Found, Operands, element_size, le_at, words};
+use super::words::{Found, Operands, element_size, le_at, words};
 use planner::trace::{Access, Touch};
 
 /// `MAX_DIMS` of ATen's OffsetCalculator.
@@ -242,10 +242,10 @@ mod tests {
         const GELU: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>, false>(int, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>)";
         const MAX_POOL: &str = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, int>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)";
         for name in [COPY, ADD, MASKED] {
-            assert_eq!(super::super::launch::parse(name), None, "{name}");
+            assert_eq!(super::super::elementwise::parse(name), None, "{name}");
             assert_eq!(super::super::signature::parse(name), None, "{name}");
         }
-        assert!(super::super::launch::parse(GELU).is_some());
+        assert!(super::super::elementwise::parse(GELU).is_some());
         assert!(super::super::signature::parse(MAX_POOL).is_some());
         for name in [GELU, MAX_POOL] {
             assert_eq!(parse(name), None, "{name}");

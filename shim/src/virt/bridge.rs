@@ -4,10 +4,11 @@
 //! thread, off the hooks' path (Capuchin's measured execution: the program goes on passively
 //! meanwhile). The plan waits in the executor until the next iteration boundary.
 
-use crate::config::Level;
-use crate::runtime::recompute::Recipe;
-use crate::runtime::tracker::Found;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
+use crate::virt::executor::Ready;
+use crate::virt::recompute::Recipe;
+use crate::virt::sequence::Found;
 use planner::iteration::TensorId;
 use planner::shimtrace::{Converted, as_held, convert_with};
 use planner::timeline::{Decision, Link, Outcome, Plan};
@@ -17,17 +18,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
-
-/// A plan for the iteration the tracker found.
-pub struct Ready {
-    pub found: Found,
-    /// The model (call offsets, tensor names) and the decisions the executor acts on.
-    pub converted: Converted,
-    pub plan: Plan,
-    pub outcome: Outcome,
-    /// For each storage the plan recomputes: its producing call, ready to replay.
-    pub recipes: HashMap<usize, Recipe>,
-}
 
 /// The producing calls of the storages `plan` recomputes, from the records it was planned on.
 fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<usize, Recipe> {
@@ -181,7 +171,7 @@ pub fn plan(found: Found, records: Vec<Record>) {
     let Some(policy) = config().policy.guided() else {
         return;
     };
-    let Some(budget) = crate::memory::budget() else {
+    let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
     if let Ok(mut next) = NEXT.lock() {
@@ -233,8 +223,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
     let t0 = Instant::now();
     // Durations come in as their events complete: the calls still running when the
     // iteration was found have theirs now (no waiting: the program's clock is not ours).
-    crate::timing::drain(false);
-    let records = crate::runtime::tracker::records(found.generation).unwrap_or(records);
+    crate::sinks::timing::drain(false);
+    let records = crate::virt::sequence::records(found.generation).unwrap_or(records);
     let records = replayable_now(records);
     let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -251,7 +241,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 Decision::Recompute { .. } => (s, r + 1),
                 Decision::Extend { .. } => (s, r),
             });
-            crate::trace::emit(Event::Plan {
+            crate::core::bus::emit(Event::Plan {
                 policy: policy.into(),
                 budget,
                 start: found.start_seq,
@@ -292,7 +282,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
             let aligned = converted
                 .iteration
                 .as_ref()
-                .is_ok_and(|st| crate::runtime::tracker::realign(found.generation, st.start));
+                .is_ok_and(|st| crate::virt::sequence::realign(found.generation, st.start));
             if !aligned {
                 no_plan(
                     policy,
@@ -302,7 +292,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 return;
             }
             let recipes = recipes(&converted, &plan, &records);
-            crate::runtime::executor::offer(Ready {
+            crate::virt::executor::offer(Ready {
                 found,
                 converted,
                 plan,
@@ -320,7 +310,7 @@ fn no_plan(policy: &str, why: String, planning_ms: f64) {
         Level::Info,
         &format!("bridge: {policy} gave no plan ({why}); execution stays passive"),
     );
-    crate::trace::emit(Event::NoPlan {
+    crate::core::bus::emit(Event::NoPlan {
         policy: policy.into(),
         why,
         planning_ms,
@@ -340,7 +330,7 @@ fn plan_now(policy: &str, budget: u64, records: &[Record]) -> Result<Planned, St
     }
     // The model as the allocator holds its tensors (planner::shimtrace::as_held): pages, and
     // a pool of small tensors off the budget; the plan record says how, for `marmoset plan`.
-    let held = crate::memory::holding();
+    let held = crate::virt::memory::holding();
     let budget = held.map_or(budget, |h| {
         as_held(&mut converted.trace, &h);
         h.left_of(budget)

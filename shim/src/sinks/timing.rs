@@ -63,7 +63,7 @@ fn destroy(e: usize) {
 /// Records the start event before an operation on `stream`.
 pub fn begin(stream: u64) -> Option<usize> {
     // A planner policy measures every operation: the plan is made from these durations.
-    let c = crate::state::config();
+    let c = crate::core::state::config();
     if !c.trace_timing && c.policy.guided().is_none() {
         return None;
     }
@@ -105,7 +105,7 @@ fn drv<F: Copy>(slot: &AtomicUsize, name: &CStr) -> Option<F> {
 /// Writes the durations of completed operations (`wait`: of all of them).
 pub fn drain(wait: bool) {
     // The event calls below must not be traced themselves (outside a hook, e.g. at exit).
-    let _guard = crate::state::Guard::enter();
+    let _guard = crate::core::state::Guard::enter();
     let pairs = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
     if pairs.is_empty() {
         return;
@@ -137,7 +137,7 @@ pub fn drain(wait: bool) {
         let mut ms = 0f32;
         // SAFETY: as above, with a valid output pointer.
         if unsafe { elapsed(&mut ms, p.start as Ev, p.end as Ev) } == 0 {
-            crate::trace::emit(Event::Timing {
+            crate::core::bus::emit(Event::Timing {
                 of: p.seq,
                 device_ms: ms as f64,
             });

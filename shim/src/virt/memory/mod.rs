@@ -42,8 +42,8 @@ pub use guided::{
     evict_planned, mark_dead, matches_or_restore, prefetch, revive, snapshot, take_back, take_late,
 };
 
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
 use driver::*;
 use hold::{oom, with_room};
 use planner::trace::Event;
@@ -159,8 +159,8 @@ fn manager() -> Option<MutexGuard<'static, Option<Manager>>> {
 /// Whether Marmoset manages device memory in this process.
 pub fn active() -> bool {
     config().policy.manages_memory()
-        && crate::state::active()
-        && crate::state::memory_policy_allowed()
+        && crate::core::state::active()
+        && crate::core::state::memory_policy_allowed()
 }
 
 impl Manager {
@@ -176,7 +176,7 @@ impl Manager {
         }
         let budget = match cfg.memory_limit {
             // A budget above the device's memory cannot be kept: the device is the budget.
-            Some(crate::config::Limit::Bytes(b)) if b > total as u64 => {
+            Some(crate::core::config::Limit::Bytes(b)) if b > total as u64 => {
                 log(
                     Level::Warn,
                     &format!(
@@ -185,8 +185,8 @@ impl Manager {
                 );
                 total as u64
             }
-            Some(crate::config::Limit::Bytes(b)) => b,
-            Some(crate::config::Limit::Fraction(f)) => (total as f64 * f) as u64,
+            Some(crate::core::config::Limit::Bytes(b)) => b,
+            Some(crate::core::config::Limit::Fraction(f)) => (total as f64 * f) as u64,
             None => total as u64,
         };
         let mut gran = 0usize;
@@ -338,7 +338,7 @@ impl Manager {
         }
         self.release_after(e, va, mapped, phys, None);
         self.left(va, Place::Empty { dropped: true });
-        crate::trace::emit(Event::Drop {
+        crate::core::bus::emit(Event::Drop {
             alloc: alloc_of(va),
             bytes: size,
         });
@@ -764,7 +764,7 @@ impl Manager {
                 );
                 continue;
             }
-            let timing = crate::timing::begin(self.swap_in as u64);
+            let timing = crate::sinks::timing::begin(self.swap_in as u64);
             // A failed copy leaves the bytes on the host (the tensor stays evicted): one more
             // try, then the operation fails with the driver's error, said once.
             let (phys, e) = match self.copy_in(va, buf, size, mapped) {
@@ -799,11 +799,11 @@ impl Manager {
             if let Some(t) = self.tensors.get_mut(&va) {
                 t.place = Place::Resident(phys);
             }
-            let seq = crate::trace::next_seq();
+            let seq = crate::core::bus::next_seq();
             if let Some(start) = timing {
-                crate::timing::end(seq, self.swap_in as u64, start);
+                crate::sinks::timing::end(seq, self.swap_in as u64, start);
             }
-            crate::trace::emit_seq(
+            crate::core::bus::publish(
                 seq,
                 Event::Restore {
                     alloc: alloc_of(va),
@@ -824,7 +824,9 @@ impl Manager {
 }
 
 fn alloc_of(va: u64) -> u64 {
-    crate::state::points_into(va).map(|(id, _)| id).unwrap_or(0)
+    crate::core::registry::points_into(va)
+        .map(|(id, _)| id)
+        .unwrap_or(0)
 }
 
 fn with<R>(f: impl FnOnce(&mut Manager) -> R) -> Option<R> {
@@ -955,7 +957,7 @@ pub fn before(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> {
     }
     let allocs: HashMap<u64, (u64, u64)> = touches
         .iter()
-        .filter_map(|t| crate::state::allocation(t.alloc).map(|a| (t.alloc, a)))
+        .filter_map(|t| crate::core::registry::allocation(t.alloc).map(|a| (t.alloc, a)))
         .collect();
     let vas: Vec<(u64, bool)> = planner::shimtrace::roles(event, &allocs)
         .into_iter()

@@ -24,7 +24,7 @@ pub(super) fn slot(s: &AtomicUsize, name: &CStr) -> usize {
 macro_rules! cu {
     ($name:literal ($($t:ty),*) ($($a:expr),*)) => {{
         static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let p = $crate::runtime::memory::driver::slot(&SLOT, $name);
+        let p = $crate::virt::memory::driver::slot(&SLOT, $name);
         if p == 0 {
             Err(3)
         } else {

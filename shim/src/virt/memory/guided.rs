@@ -5,8 +5,8 @@
 
 use super::driver::*;
 use super::{Manager, Place, active, alloc_of, with};
-use crate::config::Level;
-use crate::state::log;
+use crate::core::config::Level;
+use crate::core::state::log;
 use planner::trace::Event;
 use std::collections::HashSet;
 use std::ffi::c_int;
@@ -29,7 +29,7 @@ impl Manager {
                 t.place = Place::Empty { dropped: true };
                 let size = t.size;
                 self.host_free.entry(size).or_default().push(b);
-                crate::trace::emit(Event::Drop {
+                crate::core::bus::emit(Event::Drop {
                     alloc: alloc_of(va),
                     bytes: size,
                 });
@@ -95,7 +95,7 @@ impl Manager {
             t.place = Place::Resident(phys);
             t.arrival = Some(arrival);
         }
-        crate::trace::emit(Event::Restore {
+        crate::core::bus::emit(Event::Restore {
             alloc: alloc_of(va),
             bytes: size,
             stream: self.swap_in as u64,
@@ -109,7 +109,7 @@ pub fn evict_planned(id: u64) -> bool {
     if !active() {
         return false;
     }
-    let Some((va, _)) = crate::state::allocation(id) else {
+    let Some((va, _)) = crate::core::registry::allocation(id) else {
         return false;
     };
     with(|m| m.evict_planned(va).is_ok()).unwrap_or(false)
@@ -124,7 +124,7 @@ pub fn take_back(id: u64) -> bool {
     if !active() {
         return false;
     }
-    let Some((va, _)) = crate::state::allocation(id) else {
+    let Some((va, _)) = crate::core::registry::allocation(id) else {
         return false;
     };
     with(|m| m.take_back(va)).unwrap_or(false)
@@ -136,12 +136,12 @@ pub fn prefetch(id: u64, protect: &[u64], at: u64) -> bool {
     if !active() {
         return false;
     }
-    let Some((va, _)) = crate::state::allocation(id) else {
+    let Some((va, _)) = crate::core::registry::allocation(id) else {
         return false;
     };
     let keep: HashSet<u64> = protect
         .iter()
-        .filter_map(|&a| crate::state::allocation(a).map(|x| x.0))
+        .filter_map(|&a| crate::core::registry::allocation(a).map(|x| x.0))
         .collect();
     match with(|m| m.prefetch(va, &keep, at)) {
         Some(Ok(())) => true,
@@ -164,7 +164,7 @@ pub fn mark_dead(id: u64) {
     if !active() {
         return;
     }
-    if let Some((va, _)) = crate::state::allocation(id) {
+    if let Some((va, _)) = crate::core::registry::allocation(id) {
         with(|m| m.mark_dead(va));
     }
 }
@@ -178,7 +178,7 @@ pub fn revive(id: u64) -> bool {
     if !active() {
         return false;
     }
-    let Some((va, _)) = crate::state::allocation(id) else {
+    let Some((va, _)) = crate::core::registry::allocation(id) else {
         return false;
     };
     with(|m| {
@@ -200,7 +200,7 @@ pub fn snapshot(id: u64) -> Option<Vec<u8>> {
     if !active() {
         return None;
     }
-    let (va, size) = crate::state::allocation(id)?;
+    let (va, size) = crate::core::registry::allocation(id)?;
     with(|m| {
         let _ = cu!(c"cuCtxSynchronize"()());
         m.reclaim(true);
@@ -233,7 +233,7 @@ pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
     if now == expected {
         return true;
     }
-    if let Some((va, _)) = crate::state::allocation(id) {
+    if let Some((va, _)) = crate::core::registry::allocation(id) {
         let _ = cu!(c"cuMemcpyHtoD_v2"(u64, P, usize)(
             va,
             expected.as_ptr() as P,

@@ -16,7 +16,7 @@
 //! captured Philox state, an accumulator buffer, or a parameter of another size is left to the
 //! conservative rule.
 
-use super::launch::{Found, le_at};
+use super::words::{Found, le_at};
 use planner::trace::{Access, Touch};
 
 /// The size of `Params` for 4-byte scalars (float accumulation), by the C layout: the Philox
@@ -178,7 +178,7 @@ mod tests {
         assert!(parse(&FMHA.replace("<float,", "<cutlass::half_t,")).is_none());
         assert!(parse("fmha_cutlassB_f32_aligned_64x64_k64_dropout_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80, float, true, true, false, 64, 64, 64, false>::Params)").is_none());
         for other in [
-            super::super::launch::parse(FMHA).is_some(),
+            super::super::elementwise::parse(FMHA).is_some(),
             super::super::strided::parse(FMHA).is_some(),
             super::super::signature::parse(FMHA).is_some(),
             super::super::multi_tensor::parse(FMHA).is_some(),

@@ -1,5 +1,6 @@
-//! The tracker: every record the hooks build (whether or not a trace file is written) as it
-//! happens, online iteration detection, and the position of each call within the iteration.
+//! The observed sequence: every record the hooks build (whether or not a trace file is
+//! written) as it happens, online iteration detection, and the position of each call within
+//! the iteration, which the bridge, the executor and recomputation ask for.
 //!
 //! SINGA's way, on Marmoset's calls: every `CHECK` calls, the calls so far are tokenised
 //! (`planner::iteration::calls`), the repetition is found (`detect`) and verified (`steady`:
@@ -9,8 +10,8 @@
 //! "the program left the measured sequence"): the guided plan stops for the rest of the
 //! iteration, and detection starts again from the divergence, with the allocations still live.
 
-use crate::config::Level;
-use crate::state::{config, log};
+use crate::core::config::Level;
+use crate::core::state::log;
 use planner::iteration::{self, TensorId};
 use planner::trace::{Event, Record};
 use std::collections::HashMap;
@@ -70,77 +71,32 @@ struct Tracker {
     found: Option<Found>,
     next_check: usize,
     stopped: bool,
+    /// Set when the call just seen starts an iteration: the period.
+    boundary: Option<usize>,
 }
 
 static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
 
-/// Whether the tracker runs: a planner policy manages memory.
-pub fn enabled() -> bool {
-    config().policy.guided().is_some() && crate::memory::active()
-}
-
-/// Sees one record (every record the shim writes or would write).
-pub fn observe(r: &Record) {
-    if !enabled() {
-        return;
-    }
-    if let Event::Lineage {
-        replay: planner::trace::Replay::Kernel { params, .. },
-    } = &r.event
-    {
-        crate::runtime::recompute::note_params(params);
-    }
-    let after = {
-        let Ok(mut g) = TRACKER.lock() else { return };
-        let t = g.get_or_insert_with(|| Tracker {
-            records: Vec::new(),
-            tokens: Vec::new(),
-            allocs: Vec::new(),
-            generation: 0,
-            sizes: HashMap::new(),
-            made: Vec::new(),
-            found: None,
-            next_check: CHECK,
-            stopped: false,
-        });
-        t.observe(r)
+/// Sees one record: the sequence so far, updated under the lock; what the caller does next
+/// (an iteration boundary, then planning or a divergence) is returned, for after the lock.
+pub fn see(r: &Record) -> (Option<usize>, After) {
+    let Ok(mut g) = TRACKER.lock() else {
+        return (None, After::Nothing);
     };
-    match after {
-        After::Nothing => {}
-        After::Plan {
-            found,
-            records,
-            calls,
-        } => {
-            crate::trace::emit(Event::Iteration {
-                start: found.start_seq,
-                period: found.period as u64,
-                calls: calls as u64,
-            });
-            log(
-                Level::Info,
-                &format!(
-                    "tracker: an iteration of {} calls, verified after {calls} calls; planning it",
-                    found.period
-                ),
-            );
-            crate::runtime::bridge::plan(found, records);
-        }
-        After::Diverged { seq, call, period } => {
-            crate::trace::emit(Event::Divergence {
-                at: seq,
-                call: call as u64,
-                period: period as u64,
-            });
-            log(
-                Level::Info,
-                &format!(
-                    "tracker: call {call} of the {period}-call iteration left the planned sequence; passive for the rest of it, replanning"
-                ),
-            );
-            crate::runtime::executor::diverged();
-        }
-    }
+    let t = g.get_or_insert_with(|| Tracker {
+        records: Vec::new(),
+        tokens: Vec::new(),
+        allocs: Vec::new(),
+        generation: 0,
+        sizes: HashMap::new(),
+        made: Vec::new(),
+        found: None,
+        next_check: CHECK,
+        stopped: false,
+        boundary: None,
+    });
+    let after = t.observe(r);
+    (t.boundary.take(), after)
 }
 
 impl Tracker {
@@ -191,7 +147,7 @@ impl Tracker {
         if let Some(f) = self.found.clone() {
             if (index - f.boundary).is_multiple_of(f.period) {
                 self.made.push(Vec::new());
-                crate::runtime::executor::boundary(f.period);
+                self.boundary = Some(f.period);
             }
             if let Event::Alloc {
                 alloc, result: 0, ..
@@ -418,6 +374,7 @@ mod tests {
                     found: None,
                     next_check: CHECK,
                     stopped: false,
+                    boundary: None,
                 },
                 seq: 1,
                 next_alloc: 1,

@@ -59,7 +59,7 @@ impl Kernel {
         let runtime = api.starts_with("cuda") || api.starts_with("__cuda");
         // Only the words the kernel's name says are pointers, where it says: a stale integer
         // (an unused TensorInfo slot) may equal an operand's address.
-        let words = crate::hooks::launch::pointer_words(*func as usize, runtime);
+        let words = crate::access::launch::pointer_words(*func as usize, runtime);
         let mut pointers = Vec::new();
         for (i, t) in touches.iter().enumerate() {
             let addr = (base(t.alloc)? + t.offset).to_le_bytes();
@@ -125,7 +125,7 @@ pub(super) fn launch(k: &Kernel, addrs: &[u64], stream: u64, corrupt: bool) -> R
         let n = i32::from_le_bytes([params[at], params[at + 1], params[at + 2], params[at + 3]]);
         params[at..at + 4].copy_from_slice(&(n / 2).to_le_bytes());
     }
-    let f = crate::hooks::launch::driver_function(k.func as usize, k.runtime)
+    let f = crate::access::launch::driver_function(k.func as usize, k.runtime)
         .ok_or("the driver has no handle for the kernel")?;
     let p = match resolve(crate::real::CUDA, c"cuLaunchKernel") {
         0 => return Err("the driver has no cuLaunchKernel".into()),

@@ -19,7 +19,7 @@ mod kernel;
 use kernel::{Kernel, launch};
 pub use kernel::{decode_params, note_params, take_params};
 
-use crate::runtime::tracker;
+use crate::virt::sequence;
 use planner::iteration::TensorId;
 use planner::trace::{Access, Event, Replay, TensorArg, Touch};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -232,7 +232,7 @@ impl Recipe {
                 })
             })
             .collect::<Option<Vec<_>>>()?;
-        let kernel_name = crate::hooks::launch::name(kernel.func as usize, kernel.runtime)
+        let kernel_name = crate::access::launch::name(kernel.func as usize, kernel.runtime)
             .map(|n| planner::shimtrace::short_kernel_name(&n))
             .unwrap_or_else(|| format!("kernel {:#x}", kernel.func));
         Some(Recipe {
@@ -383,9 +383,9 @@ impl Recipe {
         // (allocation, size) of each operand, once.
         let mut held: Vec<(u64, u64)> = Vec::new();
         for a in self.args.iter().filter(|a| !a.scratch) {
-            let id = tracker::resolve(a.tensor)
+            let id = sequence::resolve(a.tensor)
                 .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
-            let (_, size) = crate::state::allocation(id)
+            let (_, size) = crate::core::registry::allocation(id)
                 .ok_or_else(|| format!("{} (allocation {id}) is not live", a.role))?;
             if !held.iter().any(|h| h.0 == id) {
                 held.push((id, size));
@@ -396,7 +396,7 @@ impl Recipe {
         if self.scratch() > 0 {
             bytes.push(self.scratch());
         }
-        if !crate::memory::room_for(&bytes) {
+        if !crate::virt::memory::room_for(&bytes) {
             return Err(format!(
                 "its operands and a {} B workspace would not fit in the budget at once",
                 self.scratch()
@@ -411,8 +411,8 @@ impl Recipe {
     pub fn pinned(&self) -> Option<Recipe> {
         let mut r = self.clone();
         for a in r.args.iter_mut().filter(|a| !a.scratch) {
-            let alloc = tracker::resolve(a.tensor)?;
-            let (_, size) = crate::state::allocation(alloc)?;
+            let alloc = sequence::resolve(a.tensor)?;
+            let (_, size) = crate::core::registry::allocation(alloc)?;
             a.tensor = TensorId::Persistent { alloc, size };
         }
         r.then = self
@@ -472,9 +472,9 @@ impl Recipe {
                     .ok_or_else(|| format!("{} has no scratch", a.role))?
                     .1
             } else {
-                let id = tracker::resolve(a.tensor)
+                let id = sequence::resolve(a.tensor)
                     .ok_or_else(|| format!("{} ({:?}) has no allocation now", a.role, a.tensor))?;
-                let (va, size) = crate::state::allocation(id)
+                let (va, size) = crate::core::registry::allocation(id)
                     .ok_or_else(|| format!("{} (allocation {id}) is not live", a.role))?;
                 if a.offset + a.bytes > size {
                     return Err(format!(
@@ -549,8 +549,10 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     // MARMOSET_TEST_CORRUPT_REPLAY counts recomputations (a chain is one): its first call
     // replays wrongly.
     let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
-    let corrupt = crate::state::config().test_corrupt_replay == Some(n);
-    if crate::state::config().test_refuse_replay == Some(n) && !crate::memory::is_beyond_budget() {
+    let corrupt = crate::core::state::config().test_corrupt_replay == Some(n);
+    if crate::core::state::config().test_refuse_replay == Some(n)
+        && !crate::virt::memory::is_beyond_budget()
+    {
         return Err("no room within the budget (MARMOSET_TEST_REFUSE_REPLAY)".into());
     }
     // The scratch of the tensors written aside first, held over the whole chain (a member
@@ -558,7 +560,7 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     let mut aside: Vec<(TensorId, u64)> = Vec::new();
     let mut got = Ok(());
     for (t, bytes) in r.aside() {
-        match crate::memory::alloc_internal(bytes as usize) {
+        match crate::virt::memory::alloc_internal(bytes as usize) {
             Some(va) => aside.push((t, va)),
             None => {
                 got = Err(format!(
@@ -578,7 +580,7 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
     });
     for (_, va) in aside {
         // Released once the replay, queued on `stream`, is done with it.
-        crate::memory::free(va, Some(stream));
+        crate::virt::memory::free(va, Some(stream));
     }
     done
 }
@@ -593,13 +595,13 @@ fn replay_one(
     // The workspace first: obtaining it may evict, and what the replay touches must stay.
     let ws = match r.scratch() {
         0 => 0,
-        n => crate::memory::alloc_internal(n as usize)
+        n => crate::virt::memory::alloc_internal(n as usize)
             .ok_or_else(|| format!("no room for a {n} B workspace"))?,
     };
     let done = replay_with(r, &event, &addrs, stream, ws, corrupt);
     if ws != 0 {
         // Released once the replay, queued on `stream`, is done with it.
-        crate::memory::free(ws, Some(stream));
+        crate::virt::memory::free(ws, Some(stream));
     }
     done
 }
@@ -613,7 +615,7 @@ fn replay_with(
     corrupt: bool,
 ) -> Result<(), String> {
     // Held until the replay below is issued.
-    let _hold = crate::memory::before(event, Some(stream))
+    let _hold = crate::virt::memory::before(event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
     if let (Some(k), Event::Launch { .. }) = (&r.kernel, event) {
         return launch(k, addrs, stream, corrupt);

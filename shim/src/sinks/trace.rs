@@ -5,7 +5,7 @@
 
 use planner::trace::{Event, Record, SCHEMA_VERSION};
 use std::io::{Seek, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -16,12 +16,7 @@ enum Msg {
 }
 
 static TX: OnceLock<Mutex<Option<SyncSender<Msg>>>> = OnceLock::new();
-static SEQ: AtomicU64 = AtomicU64::new(1);
 static ON: AtomicBool = AtomicBool::new(false);
-
-pub fn next_seq() -> u64 {
-    SEQ.fetch_add(1, Ordering::Relaxed)
-}
 
 pub fn enabled() -> bool {
     ON.load(Ordering::Acquire)
@@ -53,8 +48,8 @@ pub fn start(path: &str, policy: &str) -> std::io::Result<()> {
         .unwrap_or_else(planner::trace::new_run_id);
     let header = Record {
         seq: 0,
-        t_ns: crate::state::now_ns(),
-        tid: crate::state::tid(),
+        t_ns: crate::core::clock::now_ns(),
+        tid: crate::core::clock::tid(),
         event: Event::Header {
             schema: SCHEMA_VERSION,
             pid: std::process::id(),
@@ -68,8 +63,8 @@ pub fn start(path: &str, policy: &str) -> std::io::Result<()> {
     let base = std::path::Path::new(path);
     let (file, at, header_written) = open_own(base, &run, &line)?;
     if at != base {
-        crate::state::log(
-            crate::config::Level::Info,
+        crate::core::state::log(
+            crate::core::config::Level::Info,
             &format!(
                 "this process traces to {} ({path} is another process's trace)",
                 at.display()
@@ -91,8 +86,6 @@ pub fn start(path: &str, policy: &str) -> std::io::Result<()> {
         .spawn(move || writer(out, rx))?;
     let _ = TX.set(Mutex::new(Some(tx)));
     ON.store(true, Ordering::Release);
-    // SAFETY: registering a plain extern "C" function with atexit.
-    unsafe { libc::atexit(flush_at_exit) };
     if !header_written {
         send(header);
     }
@@ -313,8 +306,8 @@ impl Out {
         self.failed = true;
         self.buf = Vec::new();
         ON.store(false, Ordering::Release);
-        crate::state::log(
-            crate::config::Level::Warn,
+        crate::core::state::log(
+            crate::core::config::Level::Warn,
             &format!(
                 "writing the trace {} failed ({e}); tracing stops after {} whole records, the program goes on",
                 self.path, self.records
@@ -351,27 +344,8 @@ fn send(r: Record) {
     }
 }
 
-/// Writes an event with a new sequence number.
-pub fn emit(event: Event) {
-    emit_seq(next_seq(), event);
-}
-
-/// Writes an event with a sequence number taken earlier (allocations and frees).
-pub fn emit_seq(seq: u64, event: Event) {
-    let tracked = crate::runtime::tracker::enabled();
-    if !enabled() && !tracked {
-        return;
-    }
-    let r = Record {
-        seq,
-        t_ns: crate::state::now_ns(),
-        tid: crate::state::tid(),
-        event,
-    };
-    // The tracker sees every record, written to a file or not.
-    if tracked {
-        crate::runtime::tracker::observe(&r);
-    }
+/// The bus's sink: the record goes to the writer thread while tracing is on.
+pub fn record(r: Record) {
     if enabled() {
         send(r);
     }
@@ -384,12 +358,6 @@ pub fn flush() {
     if tx.send(Msg::Flush(rtx)).is_ok() {
         let _ = rrx.recv_timeout(Duration::from_secs(2));
     }
-}
-
-extern "C" fn flush_at_exit() {
-    crate::memory::settle();
-    crate::timing::drain(true);
-    flush();
 }
 
 /// In a forked child the writer thread does not exist; drop the sender without using it, and

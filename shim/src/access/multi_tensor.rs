@@ -21,7 +21,7 @@
 //! is one of those read (`rw`), else whole (`w`) where the launch covers every chunk of a
 //! tensor that fills its allocation. Extents are the tensors' own.
 
-use super::launch::{Found, element_size, le_at};
+use super::words::{Found, element_size, le_at};
 use planner::trace::{Access, Touch};
 
 /// Elements per chunk (`kChunkSize`).
@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn no_other_reader_claims_a_foreach_kernel() {
         for name in [ADD, MUL] {
-            assert_eq!(super::super::launch::parse(name), None, "{name}");
+            assert_eq!(super::super::elementwise::parse(name), None, "{name}");
             assert_eq!(super::super::strided::parse(name), None, "{name}");
             assert!(super::super::signature::parse(name).is_none(), "{name}");
         }

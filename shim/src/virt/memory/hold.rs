@@ -14,8 +14,8 @@
 //! resident before the wait may be evicted by others meanwhile; the next try brings them back.
 
 use super::{Manager, OUT_OF_MEMORY, manager};
-use crate::config::Level;
-use crate::state::log;
+use crate::core::config::Level;
+use crate::core::state::log;
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::Condvar;

@@ -7,8 +7,10 @@
 //! [`super::strided`]), and kernels whose demangled signature types every parameter (see
 //! [`super::signature`]: `const` pointers are read).
 
+use super::elementwise::{elementwise, parse};
+use super::words::{Found, Operands, words};
+use crate::core::registry;
 use crate::real::{CUDA, CUDART, resolve};
-use crate::state;
 use planner::trace::{Access, Touch};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -126,7 +128,7 @@ fn name_uncached(func: usize, runtime: bool) -> Option<Arc<str>> {
             .ok()
             .and_then(|s| s.demangle().ok())
             .unwrap_or(mangled);
-        crate::trace::emit(planner::trace::Event::Kernel {
+        crate::core::bus::emit(planner::trace::Event::Kernel {
             func: func as u64,
             name: demangled.clone(),
         });
@@ -229,8 +231,8 @@ pub fn touches(
         return Vec::new();
     };
     let find = |w: u64| {
-        let (alloc, offset) = state::points_into(w)?;
-        Some((alloc, offset, state::allocation(alloc)?.1))
+        let (alloc, offset) = registry::points_into(w)?;
+        Some((alloc, offset, registry::allocation(alloc)?.1))
     };
     let exact = reader(func, runtime).and_then(|r| match r {
         Reader::Contiguous(o) => elementwise(o, &layout, &buf, find),
@@ -284,93 +286,6 @@ fn pointed(
     out
 }
 
-/// (allocation, offset in it, its size) of an address.
-pub(super) type Found = (u64, u64, u64);
-
-/// Each parameter's 8-byte words as (offset in the buffer, value).
-pub(super) fn words<'a>(
-    layout: &'a [(usize, usize)],
-    buf: &'a [u8],
-) -> impl Iterator<Item = (usize, u64)> + 'a {
-    layout.iter().flat_map(move |&(off, size)| {
-        (0..size.saturating_sub(7)).step_by(8).filter_map(move |k| {
-            let b = buf.get(off + k..off + k + 8)?;
-            Some((off + k, u64::from_le_bytes(b.try_into().ok()?)))
-        })
-    })
-}
-
-/// Exact touches of PyTorch's TensorIterator kernels over contiguous operands
-/// (`vectorized_elementwise_kernel`, `unrolled_elementwise_kernel`: ATen's CUDALoops.cuh). They
-/// take `(int N, functor, array of K operand pointers, ...)` and are launched for one output:
-/// operand 0 is written, N elements from its start, from the others, each read. The output's
-/// element size is taken as the first scalar type the name's template arguments give (the
-/// functor's): the write covers the allocation only where it starts it and N such elements fill
-/// it exactly, and only then is it `w` (written whole, so replaying the kernel rebuilds it).
-/// Such an output that is also an input at the same address (an in-place `relu_`, `add_`) is
-/// an exact read-modify-write of the whole allocation: `rw` with `bytes` the allocation's size.
-/// An output of another type, a view into a larger buffer, or one an input overlaps elsewhere
-/// is `rw` with `bytes` 0 (extent unknown). Any other parameter word that points into an allocation (a functor holding a device
-/// pointer) leaves the kernel to the conservative rule. None: not such a kernel.
-fn elementwise(
-    (k, elem): Operands,
-    layout: &[(usize, usize)],
-    buf: &[u8],
-    find: impl Fn(u64) -> Option<Found>,
-) -> Option<Vec<Touch>> {
-    let (&(n_off, n_size), &(data_off, data_size)) = (layout.first()?, layout.get(2)?);
-    if k == 0 || n_size != 4 || data_size != 8 * k {
-        return None;
-    }
-    let n = i32::from_le_bytes(buf.get(n_off..n_off + 4)?.try_into().ok()?);
-    let data = data_off..data_off + data_size;
-    let mut out: Vec<Touch> = Vec::new();
-    for (at, w) in words(layout, buf) {
-        let found = find(w);
-        if !data.contains(&at) {
-            if found.is_some() {
-                return None;
-            }
-            continue;
-        }
-        let (alloc, offset, size) = found?;
-        if at == data.start {
-            let whole = n > 0 && offset == 0 && size == n as u64 * elem;
-            out.push(Touch {
-                alloc,
-                offset,
-                bytes: if whole { size } else { 0 },
-                access: if whole { Access::W } else { Access::Rw },
-            });
-            continue;
-        }
-        // An input in the output's allocation: read and written. Exactly in place (the same
-        // address as a whole output): an exact read-modify-write of the whole allocation, `rw`
-        // over all its bytes; overlapping otherwise: `rw` of unknown extent.
-        if out[0].alloc == alloc {
-            // (An output's `bytes` is not 0 only where it is written whole.)
-            let exact = offset == out[0].offset && out[0].bytes > 0;
-            out[0].access = Access::Rw;
-            if !exact {
-                out[0].bytes = 0;
-            }
-        }
-        // One touch per distinct address, so that a replay finds every operand's word.
-        if !out.iter().any(|t| t.alloc == alloc && t.offset == offset) {
-            out.push(Touch {
-                alloc,
-                offset,
-                bytes: 0,
-                access: Access::R,
-            });
-        }
-    }
-    Some(out)
-}
-
-/// An elementwise kernel's operand count and output element size (see [`elementwise`]).
-pub(super) type Operands = (usize, u64);
-
 /// How a kernel's parameters are read exactly, from its demangled name (the parsers
 /// recognise disjoint names: the TensorIterator kernels take a functor or a closure, which a
 /// typed signature never does).
@@ -406,67 +321,9 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
     })
 }
 
-/// The operand count and output element size of a TensorIterator kernel for contiguous
-/// operands, from its demangled name; None for any other kernel.
-pub(super) fn parse(name: &str) -> Option<Operands> {
-    let rest = name
-        .strip_prefix("void at::native::vectorized_elementwise_kernel<")
-        .or_else(|| name.strip_prefix("void at::native::unrolled_elementwise_kernel<"))?;
-    // The operand count: `std::array<char*, 3ul>` (c++filt) or `(unsigned long)3`.
-    let k: usize = rest
-        .split("std::array<char*, ")
-        .nth(1)?
-        .trim_start_matches("(unsigned long)")
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()?;
-    Some((k, element_size(rest)?))
-}
-
-/// The unsigned little-endian integer of `bytes` bytes (at most 8) at `at` in a parameter
-/// buffer; None past its end.
-pub(super) fn le_at(buf: &[u8], at: usize, bytes: usize) -> Option<u64> {
-    let b = buf.get(at..at.checked_add(bytes)?)?;
-    let mut w = [0u8; 8];
-    w.get_mut(..bytes)?.copy_from_slice(b);
-    Some(u64::from_le_bytes(w))
-}
-
-/// The size of the first scalar type among a kernel's template arguments.
-pub(super) fn element_size(args: &str) -> Option<u64> {
-    const TYPES: [(&str, u64); 9] = [
-        ("float", 4),
-        ("double", 8),
-        ("c10::Half", 2),
-        ("c10::BFloat16", 2),
-        ("long", 8),
-        ("int", 4),
-        ("short", 2),
-        ("bool", 1),
-        ("signed char", 1),
-    ];
-    let whole_word = |i: usize, w: &str| {
-        let before = args[..i].chars().next_back();
-        let after = args[i + w.len()..].chars().next();
-        let ident = |c: char| c.is_alphanumeric() || c == '_';
-        !before.is_some_and(ident) && !after.is_some_and(ident)
-    };
-    TYPES
-        .iter()
-        .filter_map(|&(w, size)| {
-            let i = args
-                .match_indices(w)
-                .map(|(i, _)| i)
-                .find(|&i| whole_word(i, w))?;
-            Some((i, size))
-        })
-        .min_by_key(|&(i, _)| i)
-        .map(|(_, size)| size)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::words::{element_size, le_at};
     use super::*;
 
     #[test]

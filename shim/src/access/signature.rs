@@ -28,7 +28,7 @@
 //! writable, a captured or pointing `PhiloxCudaState`, and a `TensorInfo` whose layout or
 //! extent does not fit what the name says.
 
-use super::launch::{Found, words};
+use super::words::{Found, words};
 use planner::trace::{Access, Touch};
 
 /// One parameter of a kernel's signature.

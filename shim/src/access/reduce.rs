@@ -14,7 +14,7 @@
 //! the input is read; the outputs, the accumulation buffer, the cross-block buffer and the
 //! semaphores are `rw` (extent unknown: no output is taken as written whole); nothing else.
 
-use super::launch::{Found, le_at};
+use super::words::{Found, le_at};
 use planner::trace::{Access, Touch};
 
 /// The tail's size: src, dst[2], acc_buf, cta_buf, semaphores, base_idx (8 bytes each), two
@@ -117,7 +117,7 @@ mod tests {
             "void at::native::vectorized_elementwise_kernel<4, x>(int)"
         ));
         for other in [
-            super::super::launch::parse(SUM).is_some(),
+            super::super::elementwise::parse(SUM).is_some(),
             super::super::strided::parse(SUM).is_some(),
             super::super::signature::parse(SUM).is_some(),
             super::super::multi_tensor::parse(SUM).is_some(),

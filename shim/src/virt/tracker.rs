@@ -1,0 +1,67 @@
+//! The tracker: the bus's observer under a planner policy. It feeds each record to the
+//! observed sequence ([`sequence`](super::sequence)), and acts on what that finds: an iteration
+//! boundary goes to the executor, a verified iteration to the bridge to be planned, a
+//! divergence to the executor (passive for the rest of the iteration).
+
+use super::sequence::{self, After};
+use crate::core::config::Level;
+use crate::core::state::{config, log};
+use planner::trace::{Event, Record};
+
+/// Whether the tracker runs: a planner policy manages memory.
+pub fn enabled() -> bool {
+    config().policy.guided().is_some() && crate::virt::memory::active()
+}
+
+/// Sees one record (every record the shim writes or would write).
+pub fn observe(r: &Record) {
+    if !enabled() {
+        return;
+    }
+    if let Event::Lineage {
+        replay: planner::trace::Replay::Kernel { params, .. },
+    } = &r.event
+    {
+        crate::virt::recompute::note_params(params);
+    }
+    let (boundary, after) = sequence::see(r);
+    if let Some(period) = boundary {
+        crate::virt::executor::boundary(period);
+    }
+    match after {
+        After::Nothing => {}
+        After::Plan {
+            found,
+            records,
+            calls,
+        } => {
+            crate::core::bus::emit(Event::Iteration {
+                start: found.start_seq,
+                period: found.period as u64,
+                calls: calls as u64,
+            });
+            log(
+                Level::Info,
+                &format!(
+                    "tracker: an iteration of {} calls, verified after {calls} calls; planning it",
+                    found.period
+                ),
+            );
+            crate::virt::bridge::plan(found, records);
+        }
+        After::Diverged { seq, call, period } => {
+            crate::core::bus::emit(Event::Divergence {
+                at: seq,
+                call: call as u64,
+                period: period as u64,
+            });
+            log(
+                Level::Info,
+                &format!(
+                    "tracker: call {call} of the {period}-call iteration left the planned sequence; passive for the rest of it, replanning"
+                ),
+            );
+            crate::virt::executor::diverged();
+        }
+    }
+}
