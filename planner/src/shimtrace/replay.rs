@@ -1,0 +1,280 @@
+//! Lineage and replayability: each call's lineage (what replaying it needs), which calls the
+//! shim's executor can replay to recompute their outputs, and what such a replay covers.
+
+use crate::trace::{Access, Event, Record, Replay};
+use std::collections::HashMap;
+
+/// Each call's lineage, by the call's `seq`: a `lineage` record describes the next call record of
+/// its thread.
+pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
+    let mut waiting: HashMap<u64, &Replay> = HashMap::new();
+    let mut out = HashMap::new();
+    for r in records {
+        match &r.event {
+            Event::Lineage { replay } => {
+                waiting.insert(r.tid, replay);
+            }
+            e if e.api().is_some() => {
+                if let Some(l) = waiting.remove(&r.tid) {
+                    out.insert(r.seq, l);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The cuDNN computations the shim's executor can replay to recompute their output (Capuchin's
+/// recomputation, by the call's record and lineage: descriptors rebuilt from the recorded shapes,
+/// scalars by value). Convolutions are replayed (Chen et al.'s and Capuchin's classic choice: a
+/// convolution's output is rebuilt from its input and weight, which its own backward keeps
+/// anyway): the legacy `cudnnConvolutionForward` with its recorded algorithm and a workspace of
+/// the recorded size, and a backend execution through the program's own execution plan (alive,
+/// see [`Replay::Backend`]) with a variant pack of the recorded unique ids and the current
+/// addresses, when every tensor of it is read or written whole (the workspace aside). Kernels
+/// are replayed too where the shim knew their roles exactly (every touch `r` or `w`, see the
+/// shim's `hooks::launch`): the recorded parameter buffer with each operand's pointer replaced
+/// by the current one. Batch normalisation's training forward pass is replayed for its `y` only
+/// (see `BN_REBUILT`), and with the exact in-place kernels right after it as one chain (see
+/// [`Converted::chains`](super::Converted::chains)). The rest (kernels whose roles are inferred,
+/// library calls whose descriptors the lineage does not carry, host-to-device copies, whose
+/// source the program may have changed) are never recomputed: their outputs are kept or swapped.
+/// cuBLAS GEMMs with beta 0 are replayed too (see [`GEMMS_REPLAYED`]).
+pub const REPLAYED: &[&str] = &[
+    "cudnnActivationForward",
+    "cudnnAddTensor",
+    "cudnnSoftmaxForward",
+    "cudnnConvolutionForward",
+    "cudnnBackendExecute",
+    "cudnnBatchNormalizationForwardTraining",
+    "cudnnBatchNormalizationForwardTrainingEx",
+];
+
+/// The cuBLAS calls the shim replays (with beta 0, host scalars, see [`Replay::Gemm`] and
+/// [`Replay::Lt`]): a GEMM's output is rebuilt from its two operands, as a convolution's is. The
+/// same function is called again with the recorded parameters through Marmoset's own handle.
+/// Pointer-array batches are not: their operands are device memory the host cannot read.
+pub const GEMMS_REPLAYED: &[&str] = &[
+    "cublasSgemm_v2",
+    "cublasDgemm_v2",
+    "cublasGemmEx",
+    "cublasSgemmEx",
+    "cublasSgemmStridedBatched",
+    "cublasDgemmStridedBatched",
+    "cublasGemmStridedBatchedEx",
+    "cublasLtMatmul",
+];
+
+/// cuBLASLt epilogues a replay repeats: none, bias, ReLU or GELU (alone or after a bias), each
+/// of which writes D alone. Those with an auxiliary output or a bias gradient write two
+/// outputs, and are not replayed.
+const LT_EPILOGUES: &[u32] = &[1, 2, 4, 6, 32, 36];
+
+/// cudaDataType values of 8-bit floats, whose matmuls read scale pointers the lineage does not
+/// keep.
+const FP8: &[i32] = &[28, 29];
+
+/// Whether the shim can replay a cuBLAS call: one listed in [`GEMMS_REPLAYED`] with its lineage,
+/// beta 0 (the output written from the operands alone), every operand read or written with a
+/// known extent, one output.
+fn gemm_replays(event: &Event, replay: Option<&Replay>) -> bool {
+    let Event::Cublas {
+        api,
+        tensors,
+        result: 0,
+        ..
+    } = event
+    else {
+        return false;
+    };
+    let operands = || tensors.iter().filter(|t| t.role != "workspace");
+    let one_output = operands().filter(|t| t.access == Access::W).count() == 1
+        && operands().all(|t| matches!(t.access, Access::R | Access::W));
+    let lineage = match replay {
+        Some(Replay::Gemm { beta, .. }) => *beta == 0.0 && api != "cublasLtMatmul",
+        Some(Replay::Lt {
+            beta,
+            epilogue,
+            layouts,
+            ..
+        }) => {
+            *beta == 0.0
+                && api == "cublasLtMatmul"
+                && LT_EPILOGUES.contains(epilogue)
+                && layouts.len() == 4
+                && layouts.iter().all(|l| !FP8.contains(&l.ty))
+        }
+        _ => false,
+    };
+    lineage && one_output && GEMMS_REPLAYED.contains(&api.as_str())
+}
+
+/// Batch normalisation's training forward pass, replayed with no running statistics and no
+/// saved statistics (cuDNN: both running pointers NULL, "not updated"; both saved pointers
+/// NULL, "not saved"): it rebuilds `y` from `x`, `scale` and `bias` and nothing else, so the
+/// running statistics it updates in place and the saved statistics it writes are neither
+/// rebuilt nor sources (see [`replay_scope`]).
+const BN_REBUILT: &[&str] = &["y"];
+const BN_READ: &[&str] = &["x", "scale", "bias"];
+
+fn is_batchnorm(api: &str) -> bool {
+    matches!(
+        api,
+        "cudnnBatchNormalizationForwardTraining" | "cudnnBatchNormalizationForwardTrainingEx"
+    )
+}
+
+/// What a replay of a replayable call covers, where that is less than the call: the
+/// allocations it rebuilds and those it reads (by the tensors' roles and `base`, each
+/// allocation's address when recorded). None: the replay rebuilds every write of the call and
+/// reads everything the call reads (every replayed call but batch normalisation).
+pub fn replay_scope(
+    event: &Event,
+    base: impl Fn(u64) -> Option<u64>,
+) -> Option<(Vec<u64>, Vec<u64>)> {
+    let Event::Cudnn {
+        api,
+        tensors,
+        touches,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    if !is_batchnorm(api) {
+        return None;
+    }
+    let allocs = |roles: &[&str]| -> Vec<u64> {
+        tensors
+            .iter()
+            .filter(|t| roles.contains(&t.role.as_str()))
+            .filter_map(|t| {
+                touches
+                    .iter()
+                    .find(|u| base(u.alloc).is_some_and(|b| b + u.offset == t.ptr))
+                    .map(|u| u.alloc)
+            })
+            .collect()
+    };
+    Some((allocs(BN_REBUILT), allocs(BN_READ)))
+}
+
+/// Whether a launch is an exact in-place update of one whole allocation (see the shim's
+/// `hooks::launch`: PyTorch's elementwise kernel whose output is also an input, starting its
+/// allocation and filling it exactly: `rw` with `bytes` the allocation's size), every other
+/// touch a read, with a recorded parameter buffer: its allocation, given each allocation's
+/// size. A conservative `rw` (bytes 0: extent unknown) is never exact.
+pub fn exact_update(
+    event: &Event,
+    replay: Option<&Replay>,
+    size: impl Fn(u64) -> Option<u64>,
+) -> Option<u64> {
+    let (
+        Event::Launch {
+            touches, result: 0, ..
+        },
+        Some(Replay::Kernel { .. }),
+    ) = (event, replay)
+    else {
+        return None;
+    };
+    let mut rw = touches.iter().filter(|t| t.access != Access::R);
+    let t = rw.next()?;
+    let exact = rw.next().is_none()
+        && t.access == Access::Rw
+        && t.offset == 0
+        && t.bytes > 0
+        && size(t.alloc) == Some(t.bytes)
+        && touches.iter().filter(|u| u.alloc == t.alloc).count() == 1;
+    exact.then_some(t.alloc)
+}
+
+/// Whether the shim can replay this call (see [`REPLAYED`]).
+pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
+    if let Event::Cublas { .. } = event {
+        return gemm_replays(event, replay);
+    }
+    if let (
+        Event::Launch {
+            touches, result: 0, ..
+        },
+        Some(Replay::Kernel { .. }),
+    ) = (event, replay)
+    {
+        // Exact roles only: an `rw` touch may be a write the kernel does not declare, and a
+        // replay would then repeat it on the current contents.
+        return touches.iter().any(|t| t.access == Access::W)
+            && touches.iter().all(|t| t.access != Access::Rw);
+    }
+    let Event::Cudnn {
+        api,
+        tensors,
+        algo,
+        workspace,
+        result: 0,
+        ..
+    } = event
+    else {
+        return false;
+    };
+    // The workspace (and batch normalisation's reserve space) is scratch: a replay brings its
+    // own.
+    let operands = || {
+        tensors
+            .iter()
+            .filter(|t| t.role != "workspace" && t.role != "reserve")
+    };
+    let shaped = operands().all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
+    if let Some(Replay::Backend { .. }) = replay {
+        // Every operand read or written whole, by unique id (the beta of a convolution that
+        // accumulates makes its output `rw`); something written.
+        return api == "cudnnBackendExecute"
+            && shaped
+            && operands().all(|t| t.uid.is_some() && t.access != Access::Rw)
+            && operands().any(|t| t.access == Access::W);
+    }
+    let Some(Replay::Cudnn {
+        alpha: Some(_),
+        beta: Some(beta),
+        dtype: Some(_),
+        conv,
+        activation,
+        softmax,
+        batchnorm,
+    }) = replay
+    else {
+        return false;
+    };
+    // With beta 0 the output is written whole from the inputs alone; otherwise the call reads
+    // the output's old contents, which the recomputed version replaced.
+    if *beta != 0.0 {
+        return false;
+    }
+    shaped
+        && match api.as_str() {
+            "cudnnActivationForward" => activation.is_some(),
+            "cudnnSoftmaxForward" => softmax.is_some(),
+            "cudnnAddTensor" => true,
+            // The recorded algorithm and workspace size, and x, w and y.
+            "cudnnConvolutionForward" => {
+                conv.is_some()
+                    && algo.is_some()
+                    && workspace.is_some()
+                    && ["x", "w", "y"]
+                        .iter()
+                        .all(|r| operands().filter(|t| t.role == *r).count() == 1)
+            }
+            // The plain operation only (no fused add or activation: `z` absent), x, y, scale
+            // and bias once each; the statistics' pointers are not replayed (see BN_REBUILT).
+            api if is_batchnorm(api) => {
+                batchnorm.as_ref().is_some_and(|b| b.ops == 0)
+                    && operands().all(|t| t.role != "z" || t.ptr == 0)
+                    && BN_REBUILT
+                        .iter()
+                        .chain(BN_READ)
+                        .all(|r| operands().filter(|t| t.role == *r).count() == 1)
+            }
+            _ => false,
+        }
+}

@@ -1,0 +1,250 @@
+//! The conversion of a trace into one steady iteration of the model: contents, what crosses
+//! into the next iteration, names, and the traces it refuses.
+
+use super::*;
+
+/// Setup: weights W (1, 100 B) from the host, a Caffe-style blob B (2, 40 B) allocated
+/// once. Each iteration: the input X is allocated (a new id) and copied in, A = conv(X, W)
+/// is allocated (a new id), B = act(A) overwrites B whole, a kernel updates W from B, then
+/// X and A are freed.
+fn program(iters: u64) -> Vec<Event> {
+    let mut v = vec![
+        alloc(1, 100),
+        copy(CopyDir::H2d, 100, vec![touch(1, 100, Access::W)]),
+        alloc(2, 40),
+    ];
+    for i in 0..iters {
+        let (x, a) = (10 + 2 * i, 11 + 2 * i);
+        v.push(alloc(x, 10));
+        v.push(copy(CopyDir::H2d, 10, vec![touch(x, 10, Access::W)]));
+        v.push(alloc(a, 40));
+        v.push(cudnn(
+            "cudnnConvolutionForward",
+            vec![],
+            vec![
+                touch(x, 10, Access::R),
+                touch(1, 100, Access::R),
+                touch(a, 40, Access::W),
+            ],
+        ));
+        v.push(cudnn(
+            "cudnnActivationForward",
+            vec![],
+            vec![touch(a, 40, Access::R), touch(2, 40, Access::W)],
+        ));
+        v.push(kernel(vec![
+            touch(1, 0, Access::Rw),
+            touch(2, 0, Access::Rw),
+        ]));
+        v.push(free(x));
+        v.push(free(a));
+    }
+    v.push(free(1));
+    v.push(free(2));
+    v
+}
+
+#[test]
+fn kernels_are_named_by_their_kernel_record() {
+    let mut v = program(3);
+    v.insert(
+        0,
+        Event::Kernel {
+            func: 0x40,
+            name: "void at::native::scale_kernel<float>(int, float*)".into(),
+        },
+    );
+    let c = convert(&records(v, true)).unwrap();
+    assert_eq!(
+        c.trace.ops.last().unwrap().name,
+        "kernel at::native::scale_kernel<float>"
+    );
+    assert_eq!(
+        short_kernel_name(&format!("void {}(int)", "k".repeat(150))),
+        format!("{}...", "k".repeat(100))
+    );
+}
+
+#[test]
+fn one_steady_iteration_of_contents() {
+    let c = convert(&records(program(3), true)).unwrap();
+    let s = c.iteration.as_ref().unwrap();
+    assert_eq!((s.period, s.iterations, s.index), (8, 3, 2), "{s:?}");
+    assert_eq!(c.untimed, 0);
+    let t = &c.trace;
+    let names: Vec<&str> = t.ops.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "cudaMemcpyAsync",
+            "cudnnConvolutionForward",
+            "cudnnActivationForward",
+            "kernel 0x40"
+        ]
+    );
+    assert_eq!(
+        c.ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+        [1, 3, 4, 5],
+        "each operation's call within the iteration"
+    );
+    assert!(t.ops.iter().all(|o| o.time_s == 1e-3));
+    // Only the weights are carried in: B's contents are dead between iterations (the
+    // kernel read them last; act overwrites them whole), X and A are new every time.
+    let constants: Vec<TensorId> = (0..t.storages.len())
+        .filter(|&s| t.storages[s].constant)
+        .map(|s| c.storages[s].tensor)
+        .collect();
+    assert_eq!(
+        constants,
+        [TensorId::Persistent {
+            alloc: 1,
+            size: 100
+        }]
+    );
+    // The input from the host can be swapped, never recomputed; so can A (the shim does
+    // not replay convolutions) and B (its record has no lineage to replay it from).
+    let x = t.ops[0].outputs[0];
+    assert_eq!(t.storages[x].producer, None);
+    assert_eq!(
+        c.storages[x].tensor,
+        TensorId::Rel {
+            back: 0,
+            k: 0,
+            size: 10
+        }
+    );
+    let a = t.ops[1].outputs[0];
+    assert_eq!((t.storages[a].producer, t.storages[a].size), (None, 40));
+    assert_eq!(t.ops[1].inputs, [x, 0]);
+    let b = t.ops[2].outputs[0];
+    assert_eq!(t.storages[b].producer, None);
+    // The kernel: new versions of both (it may have written either).
+    assert_eq!(t.ops[3].inputs, [0, b]);
+    assert_eq!(t.ops[3].inplace.len(), 2);
+    let (w2, b2) = (t.ops[3].inplace[0].1, t.ops[3].inplace[1].1);
+    // Frees at the last read: X and A after act... X after conv, A after act, B's new
+    // version right after the kernel; the new weights stay (the next iteration reads them).
+    let frees: Vec<usize> = t
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Free(x) => Some(*x),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(frees, [x, a, b2]);
+    assert!(!frees.contains(&w2));
+    // Peak: W + X + A at the convolution... W + A + B at act.
+    assert_eq!(t.peak(), 100 + 40 + 40);
+    assert!(t.ops[3].backward && !t.ops[1].backward);
+}
+
+#[test]
+fn what_the_next_iteration_reads_stays() {
+    // A batch prefetched before the current one is consumed: one is live at every point, so
+    // whatever the cut, a batch made in one iteration is read (then freed) by the next.
+    let mut v = vec![alloc(1, 100)];
+    let mut prev = None;
+    for i in 0..4 {
+        let n = 10 + i;
+        v.push(alloc(n, 8));
+        v.push(copy(CopyDir::H2d, 8, vec![touch(n, 8, Access::W)]));
+        let p = prev.unwrap_or(n);
+        v.push(cudnn(
+            "cudnnActivationForward",
+            vec![],
+            vec![touch(p, 8, Access::R), touch(1, 100, Access::W)],
+        ));
+        v.push(free(if prev.is_some() { p } else { 99 }));
+        prev = Some(n);
+    }
+    let c = convert(&records(v, true)).unwrap();
+    let s = c.iteration.as_ref().unwrap();
+    assert_eq!(
+        (s.period, s.start % 4),
+        (4, 1),
+        "cut before the prefetch: {s:?}"
+    );
+    let t = &c.trace;
+    let carried: Vec<TensorId> = (0..t.storages.len())
+        .filter(|&x| t.storages[x].constant)
+        .map(|x| c.storages[x].tensor)
+        .collect();
+    assert_eq!(
+        carried,
+        [TensorId::Rel {
+            back: 1,
+            k: 0,
+            size: 8
+        }],
+        "the weights are dead (overwritten whole before any read); the last batch is carried"
+    );
+    let made = t.ops[0].outputs[0];
+    assert_eq!(
+        c.storages[made].tensor,
+        TensorId::Rel {
+            back: 0,
+            k: 0,
+            size: 8
+        }
+    );
+    assert!(
+        !t.steps.contains(&Step::Free(made)),
+        "the next batch is kept for the next iteration"
+    );
+    assert!(t.steps.contains(&Step::Free(0)), "the carried batch goes");
+}
+
+/// Random streams of calls over a few allocations (unknown ids, double frees, reads of
+/// nothing, failed calls): an error or a valid model, never a panic.
+#[test]
+fn any_stream_converts_or_says_why() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let access = [Access::R, Access::W, Access::Rw];
+    for _ in 0..300 {
+        let block: Vec<Event> = (0..1 + next(12))
+            .map(|_| {
+                let a = 1 + next(6);
+                let t = |next: &mut dyn FnMut(u64) -> u64| {
+                    touch(1 + next(6), next(3) * 32, access[next(3) as usize])
+                };
+                match next(6) {
+                    0 => alloc(a, 32 * (1 + next(3))),
+                    1 => free(a),
+                    2 => kernel(vec![t(&mut next), t(&mut next)]),
+                    3 => copy(CopyDir::D2d, 64, vec![t(&mut next)]),
+                    4 => cudnn("cudnnAddTensor", vec![], vec![t(&mut next), t(&mut next)]),
+                    _ => Event::Sync {
+                        api: "cudaDeviceSynchronize".into(),
+                        stream: None,
+                        result: next(2) as i32,
+                    },
+                }
+            })
+            .collect();
+        let reps = 1 + next(4);
+        let events: Vec<Event> = (0..reps).flat_map(|_| block.clone()).collect();
+        if let Ok(c) = convert(&records(events, next(5) != 0)) {
+            c.trace.validate().unwrap();
+            assert_eq!(c.ops.len(), c.trace.ops.len());
+            assert_eq!(c.storages.len(), c.trace.storages.len());
+        }
+    }
+}
+
+#[test]
+fn untimed_unrepeated_and_empty_traces() {
+    let e = convert(&records(program(3), false)).unwrap_err();
+    assert!(e.contains("MARMOSET_TRACE_TIMING=1"), "{e}");
+    // One iteration: no repetition; the whole trace is modelled, and says why.
+    let c = convert(&records(program(1), true)).unwrap();
+    assert!(c.iteration.as_ref().unwrap_err().contains("no repeating"));
+    assert_eq!(c.trace.ops.len(), 5, "the weights' copy too");
+    assert!(convert(&[]).is_err());
+}
