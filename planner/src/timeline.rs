@@ -10,6 +10,8 @@
 mod candidates;
 pub(crate) mod hash;
 mod neighbourhood;
+mod outcome;
+mod plan;
 mod run;
 pub mod stalls;
 
@@ -20,105 +22,8 @@ use neighbourhood::Walk;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// What happens to one storage.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Decision {
-    /// Swap out after operation `after`, start the swap-in at the start of `trigger`, needed
-    /// again by `back`.
-    Swap {
-        after: usize,
-        trigger: usize,
-        back: usize,
-    },
-    /// Drop after `after`, re-run its producer before `back`.
-    Recompute { after: usize, back: usize },
-    /// Keep the storage past the program's free of it until operation `until` has run, as a
-    /// source of a later recomputation (DTR keeps such tensors too). Dropped, it costs nothing
-    /// meanwhile, and can itself be recomputed.
-    Extend { until: usize },
-}
-
-/// Decisions per storage; a storage may be moved several times over disjoint intervals.
-pub type Plan = Vec<(usize, Decision)>;
-
-/// PCIe bandwidths in bytes per second.
-#[derive(Debug, Clone, Copy)]
-pub struct Link {
-    pub h2d: f64,
-    pub d2h: f64,
-}
-
-impl Link {
-    pub fn from_profile(p: &simgpu_model::Profile) -> Link {
-        Link {
-            h2d: p.pcie_h2d_gbs * 1e9,
-            d2h: p.pcie_d2h_gbs * 1e9,
-        }
-    }
-}
-
-/// Why time was lost.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Stall {
-    /// Operation `op` waited `secs` for storage `storage` to come back.
-    SwapIn {
-        op: usize,
-        storage: usize,
-        secs: f64,
-    },
-    /// Operation `op` waited `secs` for swap-outs to release memory.
-    Memory { op: usize, secs: f64 },
-    /// Operation `op` re-ran producer `producer` of `storage` (`secs` of compute).
-    Recompute {
-        op: usize,
-        storage: usize,
-        producer: usize,
-        secs: f64,
-    },
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    pub makespan: f64,
-    pub peak: u64,
-    pub stall_s: f64,
-    pub swapped_out: u64,
-    pub swapped_in: u64,
-    pub recomputed_ops: u64,
-    /// Never above the budget, and every recomputation possible.
-    pub feasible: bool,
-    /// The operation at which memory exceeded the budget most, and by how much.
-    pub worst: Option<(usize, u64)>,
-    /// A recomputation needed a storage the program had already freed (an invalid plan).
-    pub invalid: bool,
-    pub stalls: Vec<Stall>,
-    /// Every operation at which memory exceeded the budget, with the excess (largest first).
-    pub overs: Vec<(usize, u64)>,
-    /// What the searches read to choose their next replay (see [`Usage`]).
-    pub usage: Usage,
-}
-
-/// The memory curve of a replay and the extensions it used: a search reads them to leave out
-/// replays that cannot succeed.
-#[derive(Clone, Default)]
-pub struct Usage {
-    /// Per operation: the most memory held while it (and its recomputations) ran.
-    pub mem_at: Vec<u64>,
-    /// Per storage: the last operation at which a recomputation read it after the program had
-    /// freed it, kept by an extension (`usize::MAX`: never).
-    pub read_late: Vec<usize>,
-}
-
-impl std::fmt::Debug for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let late = self.read_late.iter().filter(|&&x| x != usize::MAX).count();
-        write!(
-            f,
-            "Usage {{ {} operations, {late} storages read late }}",
-            self.mem_at.len()
-        )
-    }
-}
+pub use outcome::{Outcome, Stall, Usage};
+pub use plan::{Decision, Evict, Link, Passive, Plan};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
@@ -130,45 +35,6 @@ enum State {
     Arriving(f64),
     Dropped,
     Freed,
-}
-
-/// How passive mode chooses and evicts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Evict {
-    /// Swap out, least recently used first (the passive baseline).
-    Lru,
-    /// Drop, smallest DTR score first: the recompute cost of the evicted neighbourhood (what
-    /// would come back with it, and the dropped storages made from it, which would need it)
-    /// / (size x staleness).
-    Dtr,
-    /// Drop, by DTR's score with only what would come back with it in the cost.
-    DtrUpstream,
-}
-
-/// Passive mode (Capuchin's on-demand eviction, and all that DTR and LRU do): when an
-/// allocation would exceed the budget, the simulator evicts resident storages itself and records
-/// each eviction as a decision, so that the plan with the evictions added replays the same run.
-pub struct Passive<'a> {
-    /// How it evicts; storages nothing reads again go first.
-    pub evict: Evict,
-    /// Whether storage `s` may leave during operation `op`: `Some(back)`, the operation that
-    /// needs it next (`usize::MAX`: none does, it goes for good), `None` when it may not.
-    pub evictable: &'a dyn Fn(usize, usize) -> Option<usize>,
-    /// Dropping only: per storage, the last operation that reads it or anything made from it.
-    /// What the program frees before then stays as metadata (constants: resident) until then,
-    /// as DTR keeps what a recomputation may need, so that every dropped storage can be
-    /// recomputed from its sources.
-    pub horizon: Option<&'a [usize]>,
-    /// Asked before each operation: false once the caller's time is up, and the run stops
-    /// there, not feasible (see `memory::Deadline`).
-    pub more: Option<&'a dyn Fn() -> bool>,
-    /// Per storage, the first operation from which `evictable` says nothing needs it again
-    /// (`usize::MAX`: never). Given, evictions are chosen through an index of candidates
-    /// (the same choice, without rescanning every storage); else by a scan.
-    pub gone_from: Option<&'a [usize]>,
-    /// A makespan the caller already has: the run stops there, not feasible, once its time so
-    /// far and the compute left reach it (it cannot win). Infinite: never.
-    pub cutoff: f64,
 }
 
 /// Items by operation, each operation's in order (one array: a replay builds these per plan).
