@@ -1,0 +1,313 @@
+//! Iteration detection and naming on hand-made call streams: the period found, tensors named by
+//! position, divergences refused, and tokens blind to addresses and ids.
+
+use super::*;
+use crate::trace::{Access, Event, Touch};
+use std::collections::HashMap;
+
+/// A call touching `t`, with token `tok`.
+fn use_(tok: u64, t: &[u64]) -> Call {
+    Call {
+        seq: 0,
+        token: tok,
+        effect: Effect::Use,
+        touches: t.to_vec(),
+        inferred: false,
+    }
+}
+fn alloc(id: u64, size: u64) -> Call {
+    Call {
+        seq: 0,
+        token: 1000 + size,
+        effect: Effect::Alloc { id, size },
+        touches: vec![],
+        inferred: false,
+    }
+}
+fn free(id: u64, size: u64) -> Call {
+    Call {
+        seq: 0,
+        token: 2000 + size,
+        effect: Effect::Free { id },
+        touches: vec![],
+        inferred: false,
+    }
+}
+
+/// Setup (weights 1, 2), then `iters` iterations of a PyTorch-like step: each tensor
+/// allocated (new ids: new addresses), used and freed; the activation `a` of an iteration
+/// lives into the next (freed there), like a tensor kept across the boundary.
+fn program(iters: usize) -> Vec<Call> {
+    let mut v = vec![alloc(1, 64), alloc(2, 8), use_(7, &[1]), use_(8, &[2])];
+    let mut next = 10;
+    let mut prev_a = None;
+    for _ in 0..iters {
+        let (x, a, g) = (next, next + 1, next + 2);
+        next += 3;
+        v.push(alloc(x, 32));
+        v.push(use_(1, &[x]));
+        v.push(alloc(a, 16));
+        v.push(use_(2, &[1, x, a]));
+        if let Some(pa) = prev_a {
+            v.push(use_(3, &[pa, a]));
+            v.push(free(pa, 16));
+        } else {
+            // Nothing from before: the first iteration differs here.
+            v.push(use_(30, &[a]));
+            v.push(use_(31, &[a]));
+        }
+        v.push(alloc(g, 64));
+        v.push(use_(4, &[a, x, g]));
+        v.push(use_(5, &[1, g]));
+        v.push(use_(6, &[2]));
+        v.push(free(g, 64));
+        v.push(free(x, 32));
+        prev_a = Some(a);
+    }
+    v.push(free(1, 64));
+    v
+}
+
+fn tokens(c: &[Call]) -> Vec<u64> {
+    c.iter().map(|c| c.token).collect()
+}
+
+/// Setup is 4 calls, an iteration 12; iteration i starts at call 4 + 12 i.
+const P: usize = 12;
+const fn it(i: usize) -> usize {
+    4 + P * i
+}
+
+#[test]
+fn finds_the_iteration_and_names_tensors_by_position() {
+    let calls = program(4);
+    let r = detect(&tokens(&calls)).expect("a repetition");
+    // The first iteration differs at its calls 4 and 5, so the repetition starts after them
+    // and ends with the last iteration (the teardown differs).
+    assert_eq!(
+        r,
+        Region {
+            start: it(0) + 6,
+            period: P,
+            end: it(4)
+        }
+    );
+    let s = steady(&calls, r, it(1)).unwrap();
+    assert_eq!(
+        (s.index, s.iterations, s.start),
+        (2, 3, it(3)),
+        "the last one"
+    );
+    // Addresses (ids) changed every iteration, names did not: x, a, g of the 4th iteration.
+    for (k, (id, size)) in [(19, 32), (20, 16), (21, 64)].into_iter().enumerate() {
+        assert_eq!(s.names[&id], TensorId::Rel { back: 0, k, size });
+    }
+    assert_eq!(
+        s.names[&17],
+        TensorId::Rel {
+            back: 1,
+            k: 1,
+            size: 16
+        },
+        "the previous iteration's activation"
+    );
+    assert_eq!(s.names[&1], TensorId::Persistent { alloc: 1, size: 64 });
+    assert_eq!(s.names.len(), 6, "x, a, g, the old a, the two weights");
+}
+
+#[test]
+fn a_later_cut_names_what_crosses_it_from_the_iteration_before() {
+    let calls = program(5);
+    let r = detect(&tokens(&calls)).unwrap();
+    assert!(r.cuts().contains(&(it(1) + 2)) && r.cuts().end <= r.start + P);
+    let s = steady(&calls, r, it(1) + 2).unwrap();
+    assert_eq!((s.iterations, s.index, s.start), (3, 2, it(3) + 2), "{s:?}");
+    // The iteration now starts after x's allocation: x comes from the iteration before.
+    let Effect::Alloc { id, .. } = calls[it(3)].effect else {
+        panic!("{:?}", calls[it(3)])
+    };
+    assert_eq!(
+        s.names[&id],
+        TensorId::Rel {
+            back: 1,
+            k: 2,
+            size: 32
+        },
+        "k counts allocations from the cut: a, g, then the next x"
+    );
+}
+
+#[test]
+fn a_program_that_diverges_is_refused_not_guessed() {
+    // Tokens repeat, but the fourth iteration reads the second weight where the others read
+    // the first (same token in this test): the identity check must say so.
+    let mut calls = program(4);
+    let at = it(3) + 3;
+    assert_eq!(calls[at].touches[0], 1);
+    calls[at].touches[0] = 2;
+    let r = detect(&tokens(&calls)).unwrap();
+    let s = steady(&calls, r, it(1)).unwrap();
+    assert_eq!(s.index, 1, "the last iteration is not trusted: {s:?}");
+    // With only the diverging pair, nothing is trusted, and the error says where.
+    let r2 = Region {
+        start: it(2),
+        period: P,
+        end: it(4),
+    };
+    let e = steady(&calls, r2, it(2)).unwrap_err();
+    assert_eq!((e.iteration, e.call), (1, 3), "{e}");
+    assert!(e.to_string().contains("stands where"), "{e}");
+    // A program whose calls change: the repetition ends where it changes.
+    let mut calls3 = program(5);
+    let tail = it(4) + 5;
+    calls3[tail].token = 99;
+    let r3 = detect(&tokens(&calls3)).unwrap();
+    assert_eq!((r3.period, r3.end), (P, tail), "{r3:?}");
+}
+
+#[test]
+fn inner_repetitions_do_not_hide_the_iteration() {
+    // An iteration made of many identical layers (a, b repeated) plus a head.
+    let mut t = vec![50, 51];
+    for _ in 0..3 {
+        for _ in 0..10 {
+            t.extend([1, 2]);
+        }
+        t.extend([3, 4, 5]);
+    }
+    let r = detect(&t).unwrap();
+    assert_eq!((r.period, r.start, r.end), (23, 2, 2 + 69));
+    assert_eq!(detect(&[1, 2, 3, 4]), None);
+    assert_eq!(detect(&[]), None);
+}
+
+#[test]
+fn tokens_ignore_addresses_and_ids() {
+    use crate::trace::{Access, Touch};
+    let mk = |alloc: u64, ptr: u64| Event::Memset {
+        api: "cudaMemsetAsync".into(),
+        ptr,
+        size: 64,
+        stream: Some(7),
+        touches: vec![Touch {
+            alloc,
+            offset: 0,
+            bytes: 64,
+            access: Access::W,
+        }],
+        result: 0,
+    };
+    let sizes: HashMap<u64, u64> = [(1, 64), (2, 64), (3, 128)].into();
+    let t = |e: &Event| token(e, &sizes).unwrap();
+    assert_eq!(t(&mk(1, 0x1000)), t(&mk(2, 0x9000)));
+    assert_ne!(t(&mk(1, 0x1000)), t(&mk(3, 0x1000)), "a larger tensor");
+    let timing = Event::Timing {
+        of: 1,
+        device_ms: 1.0,
+    };
+    assert_eq!(token(&timing, &sizes), None);
+}
+
+/// A kernel's touches are inferred from its parameter words: PyTorch's reduction kernels
+/// pass a struct whose unused pointer fields hold whatever was there, so the same kernel
+/// may seem to touch another allocation. Its token and the verification ignore them; an
+/// API-named touch still counts.
+#[test]
+fn a_kernels_stale_parameter_word_neither_changes_its_token_nor_fails_verification() {
+    let sizes: HashMap<u64, u64> = [(1, 4096), (2, 51 << 20), (3, 8 << 20)].into();
+    let touch = |alloc| Touch {
+        alloc,
+        offset: 0,
+        bytes: 0,
+        access: Access::Rw,
+    };
+    let launch = |touches: Vec<Touch>| Event::Launch {
+        api: "cudaLaunchKernel".into(),
+        func: 7,
+        grid: [2, 1, 1],
+        block: [128, 1, 1],
+        stream: None,
+        touches,
+        result: 0,
+    };
+    let memset = |a| Event::Memset {
+        api: "cudaMemsetAsync".into(),
+        ptr: 0,
+        size: 4096,
+        stream: None,
+        touches: vec![touch(a)],
+        result: 0,
+    };
+    let stale = token(&launch(vec![touch(1), touch(2)]), &sizes);
+    assert_eq!(stale, token(&launch(vec![touch(1), touch(3)]), &sizes));
+    assert_eq!(stale, token(&launch(vec![touch(1)]), &sizes));
+    assert_ne!(
+        token(&memset(2), &sizes),
+        token(&memset(3), &sizes),
+        "a named touch of another size is another call"
+    );
+    // Verification: the same program, once with a kernel whose second touch changes from
+    // one iteration to the next (a stale word), once with a named touch doing the same.
+    let run = |inferred: bool| {
+        let mut v = vec![alloc(1, 64), alloc(2, 8)];
+        for i in 0..4u64 {
+            let x = 10 + i;
+            v.push(alloc(x, 32));
+            let mut k = use_(1, &[x, if i % 2 == 0 { 1 } else { 2 }]);
+            k.inferred = inferred;
+            v.push(k);
+            v.push(free(x, 32));
+        }
+        v
+    };
+    let calls = run(true);
+    let r = detect(&tokens(&calls)).expect("a repetition");
+    assert!(steady(&calls, r, r.start).is_ok(), "stale words are hints");
+    let calls = run(false);
+    let r = detect(&tokens(&calls)).expect("a repetition");
+    assert!(
+        steady(&calls, r, r.start).is_err(),
+        "a named touch that changes is a divergence"
+    );
+}
+
+/// An optimizer's momentum: made once, at the first step, where later steps allocate a
+/// gradient of its size (the same call a period later), and read by every step after; never
+/// freed. It is the program's, not the iteration's: named by itself. Named by its place,
+/// "the k-th allocation four iterations back" is a gradient long freed (with the touch
+/// named by the API, no pair of iterations verified at all).
+#[test]
+fn a_buffer_made_once_in_the_repetition_is_named_by_itself() {
+    for inferred in [false, true] {
+        let mut calls = vec![alloc(1, 64), use_(7, &[1])];
+        let start = calls.len();
+        let m = 5;
+        let mut next = 10;
+        for i in 0..5 {
+            let (x, g) = (next, next + 1);
+            next += 2;
+            calls.push(alloc(x, 32));
+            calls.push(use_(1, &[x]));
+            // The first step makes the momentum where the others make the gradient.
+            let made = if i == 0 { m } else { g };
+            calls.push(alloc(made, 64));
+            calls.push(use_(5, &[made, x]));
+            let mut step = use_(9, &[m, 1]);
+            step.inferred = inferred;
+            calls.push(step);
+            calls.push(if i == 0 { use_(6, &[]) } else { free(g, 64) });
+            calls.push(free(x, 32));
+        }
+        let r = Region {
+            start,
+            period: 7,
+            end: calls.len(),
+        };
+        let s = steady(&calls, r, start).expect("the last two steps repeat");
+        assert_eq!(
+            s.names[&m],
+            TensorId::Persistent { alloc: m, size: 64 },
+            "inferred {inferred}"
+        );
+    }
+}
