@@ -183,13 +183,15 @@ fn main() -> ExitCode {
             policy,
             profile,
             simulated,
-        } => report::report(&report::Options {
-            trace: &trace,
-            output: &output,
-            budget: budget.as_deref(),
-            policy: &policy,
-            profile: &profile,
-            simulated,
+        } => refuse_blocks_plan(&trace, budget.is_some()).and_then(|()| {
+            report::report(&report::Options {
+                trace: &trace,
+                output: &output,
+                budget: budget.as_deref(),
+                policy: &policy,
+                profile: &profile,
+                simulated,
+            })
         }),
         Cmd::Export {
             chrome: _,
@@ -433,6 +435,25 @@ pub(crate) fn note_siblings(path: &Path) {
     }
 }
 
+/// `marmoset report` on a trace whose allocations are an allocator's blocks
+/// (`planner::blocks`): a plan of them (`--budget`) is refused with what to do; the page of the
+/// run itself is drawn, after a line that says what its allocations are. A trace the reader
+/// refuses is left to the report, which says why.
+fn refuse_blocks_plan(path: &Path, planning: bool) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let Ok((records, _)) = planner::trace::read_with_cut(&text) else {
+        return Ok(());
+    };
+    match planner::blocks::allocator_blocks(&records) {
+        Some(b) if planning => bail!("{}: {b}", path.display()),
+        Some(b) => eprintln!("marmoset: {}: {b}", path.display()),
+        None => {}
+    }
+    Ok(())
+}
+
 /// A trace to plan, and (a Marmoset trace whose run planned) how the shim's allocator held
 /// memory then and the PCIe bandwidths its plan assumed.
 type Planned = (Option<planner::trace::Held>, Option<(f64, f64)>);
@@ -442,6 +463,9 @@ fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)> {
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if first.contains("\"kind\":\"header\"") {
         let records = read_trace(path, &text)?;
+        if let Some(b) = planner::blocks::allocator_blocks(&records) {
+            bail!("{}: {b}", path.display());
+        }
         // A run the shim planned: the model of what it had recorded when it made its last
         // plan, so that the plan here is the shim's. The durations its guided iterations
         // recorded since (of calls waiting for copies and replays) moved the prediction by
@@ -968,6 +992,10 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let records = read_trace(path, &text)?;
     note_siblings(path);
+    let blocks = planner::blocks::allocator_blocks(&records);
+    if let Some(b) = &blocks {
+        eprintln!("marmoset: {}: {b}", path.display());
+    }
     let s = planner::inspect::summarize(&records);
     if json {
         let v = serde_json::json!({
@@ -985,6 +1013,13 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
             "restored_bytes": s.restored_bytes,
             "evict_ms": s.evict_ms,
             "top_kernels": s.top_kernels.iter().map(|(name, n, ms)| serde_json::json!({"name": name, "launches": n, "device_ms": ms})).collect::<Vec<_>>(),
+            "allocator_blocks": blocks.as_ref().map(|b| serde_json::json!({
+                "allocations": b.allocations,
+                "places": b.places,
+                "bytes": b.bytes,
+                "shared_bytes": b.shared_bytes,
+                "advice": b.to_string(),
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

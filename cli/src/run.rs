@@ -189,8 +189,22 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
         cmd.env("LD_LIBRARY_PATH", path)
             .env("SIMGPU_PROFILE", profile);
+        // On the simulated GPU a step takes far less host time than planning, so a program
+        // that did not wait would end before its plan could guide it (on a real GPU the plan is
+        // ready by the next step): under a planner policy it waits, unless the user said
+        // otherwise (MARMOSET_PLAN_WAIT=0). The library's own default stays 0, for real GPUs.
+        if !a.no_shim && std::env::var_os("MARMOSET_PLAN_WAIT").is_none_or(|v| v.is_empty()) {
+            cmd.env("MARMOSET_PLAN_WAIT", "1");
+        }
     }
-    let code = signals::run(cmd, &a.cmd[0])?;
+    let sim_report = a.sim.as_ref().and_then(|_| SimReport::before());
+    let status = match signals::run(cmd, &a.cmd[0])? {
+        Ok(status) => status,
+        Err(not_started) => return Ok(not_started),
+    };
+    if let Some(r) = sim_report {
+        r.check(&status);
+    }
     if let Some(t) = trace.as_ref().filter(|_| !a.no_shim) {
         let written = planner::trace::traces_of_run(t, &run_id);
         if written.len() > 1 {
@@ -202,7 +216,58 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             );
         }
     }
-    Ok(code)
+    Ok(signals::end_as(status))
+}
+
+/// The simulator's report (SIMGPU_REPORT), as it stood before the program ran: the simulated
+/// GPU writes it at exit and on an abort, but a program killed outright (SIGKILL) or that never
+/// started the device leaves it unwritten, and a file from an earlier run may lie there. After
+/// the program, a report that is missing or unchanged (the same file, size and modification
+/// time) is said in one line, so that nobody reads an earlier run's figures as this one's.
+struct SimReport {
+    path: PathBuf,
+    before: Option<(u64, u64, i64, i64, u64)>,
+}
+
+impl SimReport {
+    fn before() -> Option<SimReport> {
+        let path = PathBuf::from(std::env::var_os("SIMGPU_REPORT").filter(|v| !v.is_empty())?);
+        let before = Self::stamp(&path);
+        Some(SimReport { path, before })
+    }
+
+    /// (device, inode, modification seconds and nanoseconds, size) of the file, if there is one.
+    fn stamp(path: &std::path::Path) -> Option<(u64, u64, i64, i64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+    }
+
+    fn check(&self, status: &std::process::ExitStatus) {
+        use std::os::unix::process::ExitStatusExt;
+        let now = Self::stamp(&self.path);
+        if now.is_some() && now != self.before {
+            return;
+        }
+        let why = match status.signal() {
+            Some(libc::SIGKILL) => {
+                "the program was killed by SIGKILL, which ends a process before it can write anything"
+                    .to_string()
+            }
+            Some(sig) => format!("the program was killed by signal {sig}"),
+            None => "the program ended without starting the simulated device, or in a way it cannot see"
+                .to_string(),
+        };
+        let what = if now.is_some() {
+            "the file there is an earlier run's"
+        } else {
+            "there is no file"
+        };
+        eprintln!(
+            "marmoset: the simulated GPU's report SIMGPU_REPORT={} was not written ({what}): {why}",
+            self.path.display()
+        );
+    }
 }
 
 /// Removes the traces the previous run left at `base` (the file there and its siblings of that
@@ -298,7 +363,11 @@ mod signals {
     /// sent to marmoset). Otherwise it gets a group of its own, so that a signal sent to
     /// marmoset's group reaches it once, through marmoset, and it dies with marmoset
     /// (PR_SET_PDEATHSIG) as it would have with the group.
-    pub fn run(mut cmd: Command, name: &str) -> anyhow::Result<ExitCode> {
+    /// Returns how the program ended, or (Err) the exit code of a program that could not start.
+    pub fn run(
+        mut cmd: Command,
+        name: &str,
+    ) -> anyhow::Result<Result<std::process::ExitStatus, ExitCode>> {
         use std::os::unix::process::CommandExt;
         let own_group = !terminal_foreground();
         OWN_GROUP.store(own_group, Ordering::Release);
@@ -336,7 +405,7 @@ mod signals {
                 } else {
                     126
                 };
-                return Ok(ExitCode::from(code));
+                return Ok(Err(ExitCode::from(code)));
             }
         };
         CHILD.store(child.id() as i32, Ordering::Release);
@@ -352,16 +421,15 @@ mod signals {
         }
         mask(false);
         let status = child.wait();
-        let status = match status {
-            Ok(s) => s,
+        match status {
+            Ok(s) => Ok(Ok(s)),
             Err(e) => anyhow::bail!("waiting for {name}: {e}"),
-        };
-        Ok(end_as(status))
+        }
     }
 
     /// Ends as the program did: its exit status, or killed by the same signal (a signal that
     /// would dump marmoset's core instead gives 128 + its number, as shells report it).
-    fn end_as(s: std::process::ExitStatus) -> ExitCode {
+    pub fn end_as(s: std::process::ExitStatus) -> ExitCode {
         use std::os::unix::process::ExitStatusExt;
         match (s.code(), s.signal()) {
             (Some(c), _) => ExitCode::from(c as u8),

@@ -4,6 +4,7 @@
 //! the simulated GPU's libraries ([`sim`]) and size parsing; the trace model, micro-batching
 //! (WR / WD) and the memory policies come with their issues.
 
+pub mod blocks;
 pub mod calibration;
 pub mod generate;
 pub mod inspect;

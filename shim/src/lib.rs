@@ -38,7 +38,8 @@ fn init() {
     if cfg.trace.is_some() {
         trace::name_the_run();
     }
-    let (set, log, memory_ok) = config::framework_settings(cfg.policy, |k| std::env::var(k).ok());
+    let (set, log, memory_ok) =
+        config::framework_settings(cfg.policy, cfg.trace.is_some(), |k| std::env::var(k).ok());
     if !memory_ok {
         state::refuse_memory_policy();
     }
@@ -46,20 +47,38 @@ fn init() {
         // SAFETY: library constructors run before main, on the only thread.
         unsafe { std::env::set_var(k, v) };
     }
-    for l in log {
-        // Refusing the memory policy is a warning; the rest is information.
-        if cfg.log >= config::Level::Info
-            || (!memory_ok && cfg.log >= config::Level::Warn && l.contains("expandable"))
-        {
-            eprintln!("{l}");
+    let mut for_pytorch = Vec::new();
+    for said in log.into_iter().filter(|s| cfg.log >= s.level) {
+        if said.pytorch {
+            for_pytorch.push(said.line);
+        } else {
+            eprintln!("{}", said.line);
         }
     }
+    let _ = FOR_PYTORCH.set(for_pytorch);
+}
+
+/// Lines of the framework settings said at the first CUDA call, and only where PyTorch's CUDA
+/// library is loaded by then (`config::Said::pytorch`).
+static FOR_PYTORCH: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Whether PyTorch's CUDA library (libc10_cuda.so, which holds its allocator) is mapped in this
+/// process. At the first CUDA call of a PyTorch program it is: `import torch` loads it.
+fn pytorch_loaded() -> bool {
+    std::fs::read_to_string("/proc/self/maps").is_ok_and(|m| m.contains("/libc10_cuda.so"))
 }
 
 /// Starts the listeners at the first CUDA call: the trace writer when a trace is asked for,
 /// the tracker under a planner policy, attached to the bus in that order of sight (the tracker
 /// observes each record, the writer keeps it).
 fn start(c: &Config) -> Result<(), String> {
+    if let Some(lines) = FOR_PYTORCH.get().filter(|l| !l.is_empty())
+        && pytorch_loaded()
+    {
+        for l in lines {
+            eprintln!("{l}");
+        }
+    }
     let mut sink: Option<bus::Sink> = None;
     let mut flushers: Vec<fn()> = Vec::new();
     if let Some(path) = &c.trace {

@@ -118,9 +118,10 @@ pub struct Config {
     pub test_fold: Option<bool>,
     /// MARMOSET_PLAN_DEADLINE_MS: the in-process planner's time bound (host time).
     pub plan_deadline_ms: u64,
-    /// Benchmark facility: the program waits for the planning thread, so that on the simulated
+    /// MARMOSET_PLAN_WAIT: the program waits for the planning thread, so that on the simulated
     /// GPU (whose iterations take far less host time than planning) the plan applies from the
-    /// next iteration boundary, as it would on a real GPU.
+    /// next iteration boundary, as it would on a real GPU. Off by default here, as a real GPU
+    /// needs; `marmoset run --sim` sets it unless the user did.
     pub plan_wait: bool,
 }
 
@@ -357,16 +358,46 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
     }
 }
 
+/// A line the framework settings say at start, at `level`. `pytorch`: said only once PyTorch's
+/// CUDA library is in the process, at the first CUDA call (a setting a trace alone asked for
+/// changes nothing in a program without PyTorch, so such a program hears nothing of it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Said {
+    pub level: Level,
+    pub pytorch: bool,
+    pub line: String,
+}
+
+/// Why the framework is asked for one allocation per tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PerTensor {
+    /// Nothing needs it.
+    No,
+    /// A memory policy: it moves tensors, so each must be an allocation of its own.
+    Policy,
+    /// A trace: only a trace of tensors can be planned (`marmoset plan`, `report`); the
+    /// allocations of a caching allocator are its blocks, each holding many tensors.
+    Trace,
+}
+
 /// What to set in the environment so that a framework allocates per tensor and uses the legacy
-/// convolution calls, when the policy needs it; never overriding what the user set. Returns
-/// (variables to set, lines to log, whether the memory policy can work).
+/// convolution calls, when the policy or a trace (`tracing`) needs it; never overriding what
+/// the user set. Returns (variables to set, lines to say, whether the memory policy can work).
 pub fn framework_settings(
     policy: Policy,
+    tracing: bool,
     get: impl Fn(&str) -> Option<String>,
-) -> (Vec<(String, String)>, Vec<String>, bool) {
+) -> (Vec<(String, String)>, Vec<Said>, bool) {
+    let tensors = if policy.needs_tensor_allocations() {
+        PerTensor::Policy
+    } else if tracing {
+        PerTensor::Trace
+    } else {
+        PerTensor::No
+    };
     settings_for(
         policy.name(),
-        policy.needs_tensor_allocations(),
+        tensors,
         policy.needs_legacy_convolutions(),
         get,
     )
@@ -374,50 +405,88 @@ pub fn framework_settings(
 
 fn settings_for(
     policy: &str,
-    tensors: bool,
+    tensors: PerTensor,
     legacy: bool,
     get: impl Fn(&str) -> Option<String>,
-) -> (Vec<(String, String)>, Vec<String>, bool) {
+) -> (Vec<(String, String)>, Vec<Said>, bool) {
     let (mut set, mut log, mut memory_ok) = (Vec::new(), Vec::new(), true);
-    if tensors {
+    // Information, said in every process that loads the library.
+    let info = |line: String| Said {
+        level: Level::Info,
+        pytorch: false,
+        line,
+    };
+    // What a trace changed in PyTorch's allocator, or could not: said at the default level, so
+    // that the user sees why torch's allocator changed (or why the trace will not plan), in
+    // the processes where PyTorch is.
+    let traced = |line: String| Said {
+        level: Level::Warn,
+        pytorch: true,
+        line,
+    };
+    if tensors != PerTensor::No {
         let conf = get("PYTORCH_CUDA_ALLOC_CONF").or_else(|| get("PYTORCH_ALLOC_CONF"));
+        let per_tensor = |c: &str| c.replace(' ', "").contains("backend:cudaMallocAsync");
         match conf {
-            Some(c) if c.replace(' ', "").contains("expandable_segments:True") => {
+            Some(c)
+                if tensors == PerTensor::Policy
+                    && c.replace(' ', "").contains("expandable_segments:True") =>
+            {
                 memory_ok = false;
-                log.push(format!(
-                    "marmoset: PYTORCH_CUDA_ALLOC_CONF={c:?} turns on expandable segments, which hide tensors from \
-                     Marmoset; the {policy} policy is off for this process (calls pass through)"
-                ));
+                log.push(Said {
+                    level: Level::Warn,
+                    pytorch: false,
+                    line: format!(
+                        "marmoset: PYTORCH_CUDA_ALLOC_CONF={c:?} turns on expandable segments, which hide tensors from \
+                         Marmoset; the {policy} policy is off for this process (calls pass through)"
+                    ),
+                });
             }
-            Some(c) => log.push(format!(
+            Some(c) if tensors == PerTensor::Trace && !per_tensor(&c) => log.push(traced(format!(
+                "marmoset: keeping the user's PYTORCH_CUDA_ALLOC_CONF={c:?}: PyTorch's caching allocator \
+                 hands out blocks that hold many tensors, so `marmoset plan` cannot plan this trace \
+                 (backend:cudaMallocAsync gives one allocation per tensor)"
+            ))),
+            Some(c) => log.push(info(format!(
                 "marmoset: keeping the user's PYTORCH_CUDA_ALLOC_CONF={c:?}"
+            ))),
+            None if get("PYTORCH_NO_CUDA_MEMORY_CACHING").is_some() => log.push(info(
+                "marmoset: keeping the user's PYTORCH_NO_CUDA_MEMORY_CACHING".into(),
             )),
-            None if get("PYTORCH_NO_CUDA_MEMORY_CACHING").is_some() => {
-                log.push("marmoset: keeping the user's PYTORCH_NO_CUDA_MEMORY_CACHING".into())
-            }
             None => {
                 // Stream-ordered per-tensor allocations: cudaFree would synchronise the device.
                 set.push((
                     "PYTORCH_CUDA_ALLOC_CONF".into(),
                     "backend:cudaMallocAsync".into(),
                 ));
-                log.push(
-                    "marmoset: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (one stream-ordered \
-                     allocation per tensor, without the device-wide synchronisation of cudaFree)"
-                        .into(),
-                );
+                log.push(if tensors == PerTensor::Trace {
+                    traced(
+                        "marmoset: tracing: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, so that PyTorch \
+                         makes one allocation per tensor and the trace can be planned (set \
+                         PYTORCH_CUDA_ALLOC_CONF yourself to keep another allocator)"
+                            .into(),
+                    )
+                } else {
+                    info(
+                        "marmoset: set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (one stream-ordered \
+                         allocation per tensor, without the device-wide synchronisation of cudaFree)"
+                            .into(),
+                    )
+                });
             }
         }
     }
     if legacy {
         if get("TORCH_CUDNN_V8_API_DISABLED").is_some() {
-            log.push("marmoset: keeping the user's TORCH_CUDNN_V8_API_DISABLED".into());
+            log.push(info(
+                "marmoset: keeping the user's TORCH_CUDNN_V8_API_DISABLED".into(),
+            ));
         } else {
             set.push(("TORCH_CUDNN_V8_API_DISABLED".into(), "1".into()));
-            log.push(
+            log.push(info(
                 "marmoset: set TORCH_CUDNN_V8_API_DISABLED=1 (legacy cuDNN convolution calls)"
                     .into(),
-            );
+            ));
         }
     }
     (set, log, memory_ok)
@@ -532,14 +601,63 @@ mod tests {
     fn framework_settings_for_policy_none_change_nothing() {
         let (set, log, ok) = framework_settings(
             Policy::None,
+            false,
             env(&[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]),
         );
         assert!(set.is_empty() && log.is_empty() && ok);
     }
 
     #[test]
+    fn a_trace_asks_for_one_allocation_per_tensor_whatever_the_policy() {
+        let per_tensor = vec![(
+            "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+            "backend:cudaMallocAsync".to_string(),
+        )];
+        // Under `none`, the trace alone asks, and says so at the default level where PyTorch is.
+        let (set, log, ok) = framework_settings(Policy::None, true, env(&[]));
+        assert_eq!(set, per_tensor);
+        assert!(ok);
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert!(log[0].level <= Level::Warn && log[0].pytorch, "{log:?}");
+        assert!(log[0].line.contains("backend:cudaMallocAsync") && log[0].line.contains("plan"));
+        // Under a memory policy it is the policy's setting, said at info as before.
+        for policy in [Policy::Lru, Policy::Guided(BUDGET_DEFAULT)] {
+            let (set, log, ok) = framework_settings(policy, true, env(&[]));
+            assert_eq!(set, per_tensor);
+            assert!(
+                ok && log.len() == 1 && log[0].level == Level::Info,
+                "{log:?}"
+            );
+        }
+        // The user's own setting stays: one per tensor already, or a caching one that the
+        // trace cannot plan, said at the default level; expandable segments refuse no policy
+        // under `none`.
+        let (set, log, _) = framework_settings(
+            Policy::None,
+            true,
+            env(&[("PYTORCH_CUDA_ALLOC_CONF", "backend: cudaMallocAsync")]),
+        );
+        assert!(set.is_empty() && log[0].level == Level::Info, "{log:?}");
+        for conf in ["max_split_size_mb:64", "expandable_segments:True"] {
+            let (set, log, ok) =
+                framework_settings(Policy::None, true, env(&[("PYTORCH_ALLOC_CONF", conf)]));
+            assert!(set.is_empty() && ok, "{conf}: {set:?}");
+            assert!(
+                log.len() == 1 && log[0].level == Level::Warn && log[0].line.contains(conf),
+                "{log:?}"
+            );
+        }
+        let (set, log, _) = framework_settings(
+            Policy::None,
+            true,
+            env(&[("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")]),
+        );
+        assert!(set.is_empty() && log[0].level == Level::Info, "{log:?}");
+    }
+
+    #[test]
     fn framework_settings_never_override_the_user() {
-        let (set, _, ok) = settings_for("p", true, true, env(&[]));
+        let (set, _, ok) = settings_for("p", PerTensor::Policy, true, env(&[]));
         assert!(ok);
         assert_eq!(
             set,
@@ -553,7 +671,7 @@ mod tests {
         );
         let (set, log, _) = settings_for(
             "p",
-            true,
+            PerTensor::Policy,
             true,
             env(&[
                 ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64"),
@@ -564,19 +682,22 @@ mod tests {
         assert_eq!(log.len(), 2);
         let (set, _, _) = settings_for(
             "p",
-            true,
+            PerTensor::Policy,
             false,
             env(&[("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")]),
         );
         assert!(set.is_empty());
         let (set, log, ok) = settings_for(
             "p",
-            true,
+            PerTensor::Policy,
             false,
             env(&[("PYTORCH_ALLOC_CONF", "expandable_segments:True")]),
         );
         assert!(
-            set.is_empty() && !ok && log[0].contains("expandable"),
+            set.is_empty()
+                && !ok
+                && log[0].line.contains("expandable")
+                && log[0].level == Level::Warn,
             "{log:?}"
         );
     }

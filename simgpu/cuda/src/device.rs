@@ -1094,8 +1094,45 @@ impl Device {
     }
 
     pub fn report_json(&self) -> String {
+        let mut s = String::new();
+        self.write_report(&mut s)
+            .expect("formatting into a String does not fail");
+        s
+    }
+
+    /// Writes the report (SIMGPU_REPORT's JSON). It allocates nothing itself (integers, floats
+    /// and strings formatted in place), so that the report of an abort can be written from a
+    /// signal handler into a buffer made beforehand (`abort`).
+    pub fn write_report(&self, w: &mut impl std::fmt::Write) -> std::fmt::Result {
+        /// Fatbin kernels by family, as JSON members.
+        struct Families<'a>(&'a BTreeMap<&'static str, (u64, f64, f64)>);
+        impl std::fmt::Display for Families<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                for (i, (family, (n, t, b))) in self.0.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(
+                        f,
+                        "{family:?}: {{\"launches\": {n}, \"seconds\": {t:e}, \"bytes\": {b:e}}}"
+                    )?;
+                }
+                Ok(())
+            }
+        }
+        /// The sticky error's code, or null.
+        struct Sticky(Option<i32>);
+        impl std::fmt::Display for Sticky {
+            fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                match self.0 {
+                    Some(e) => write!(f, "{e}"),
+                    None => f.write_str("null"),
+                }
+            }
+        }
         let c = &self.counters;
-        format!(
+        write!(
+            w,
             concat!(
                 "{{\n  \"simulated\": true,\n  \"profile\": {:?},\n  \"mode\": {:?},\n",
                 "  \"virtual_time_s\": {:e},\n  \"peak_bytes\": {},\n  \"capacity_bytes\": {},\n",
@@ -1123,16 +1160,8 @@ impl Device {
             c.cudnn_calls,
             c.allocs,
             c.copies,
-            self.fatbin_families
-                .iter()
-                .map(|(f, (n, t, b))| format!(
-                    "{f:?}: {{\"launches\": {n}, \"seconds\": {t:e}, \"bytes\": {b:e}}}"
-                ))
-                .collect::<Vec<_>>()
-                .join(", "),
-            self.sticky
-                .map(|e| e.to_string())
-                .unwrap_or_else(|| "null".into()),
+            Families(&self.fatbin_families),
+            Sticky(self.sticky),
         )
     }
 }

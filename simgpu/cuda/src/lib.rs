@@ -9,6 +9,7 @@
 // Exported C entry points: their callers are C programs and the pointer contracts are the API's.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod abort;
 mod context;
 mod device;
 mod fatbin;
@@ -41,7 +42,17 @@ static DEVICE: LazyLock<Result<Mutex<Device>, String>> = LazyLock::new(|| {
 
 fn lock() -> Result<MutexGuard<'static, Device>, CUresult> {
     match &*DEVICE {
-        Ok(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
+        Ok(m) => {
+            let d = m.lock().unwrap_or_else(|p| p.into_inner());
+            // An abort runs no atexit handler: the report is written from SIGABRT's (`abort`).
+            static ABORT: std::sync::Once = std::sync::Once::new();
+            ABORT.call_once(|| {
+                if let Some(path) = d.report.as_deref() {
+                    abort::install(m, path);
+                }
+            });
+            Ok(d)
+        }
         Err(_) => Err(NOT_INITIALIZED),
     }
 }

@@ -106,6 +106,32 @@ fn every_run_flag_reaches_the_program() {
     }
 }
 
+/// On the simulated GPU the program waits for the in-process planner (MARMOSET_PLAN_WAIT=1),
+/// unless the user set the variable; without `--sim`, or without the shim, nothing is set.
+#[test]
+fn on_the_simulated_gpu_the_program_waits_for_the_planner_unless_told_not_to() {
+    let wait = |args: &[&str], user: Option<&str>| {
+        let mut c = Command::new(marmoset());
+        c.arg("run")
+            .args(args)
+            .args(["--", "env"])
+            .env_remove("MARMOSET_PLAN_WAIT");
+        if let Some(v) = user {
+            c.env("MARMOSET_PLAN_WAIT", v);
+        }
+        let o = c.output().unwrap();
+        ok(&o);
+        env_of(&o)
+            .into_iter()
+            .find_map(|l| l.strip_prefix("MARMOSET_PLAN_WAIT=").map(String::from))
+    };
+    assert_eq!(wait(&["--sim"], None).as_deref(), Some("1"));
+    assert_eq!(wait(&["--sim=p100"], None).as_deref(), Some("1"));
+    assert_eq!(wait(&["--sim"], Some("0")).as_deref(), Some("0"));
+    assert_eq!(wait(&["--sim", "--no-shim"], None), None);
+    assert_eq!(wait(&[], None), None);
+}
+
 #[test]
 fn every_bad_run_flag_stops_with_exit_2_naming_the_flag() {
     for (flag, value, accepted) in [

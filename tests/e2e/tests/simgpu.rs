@@ -481,3 +481,83 @@ fn a_convolution_bias_relu_graph_runs_with_virtual_intermediates() {
     assert!(v["nonzero"].parse::<u32>().unwrap() > 50, "{v:?}");
     assert!(v["zeros"].parse::<u32>().unwrap() > 50, "{v:?}");
 }
+
+/// The simulator's report (SIMGPU_REPORT) is written at every exit it can see: a normal exit
+/// and an abort (as PyTorch's std::terminate at exit), with or without the shim, counting the
+/// work issued up to the abort, and the timeline's lines flushed. A process killed by SIGKILL
+/// cannot write it: `marmoset run --sim` says so after the program, whether the file is missing
+/// or an earlier run's.
+#[test]
+fn the_report_is_written_at_exit_and_abort_and_its_absence_is_said() {
+    use std::os::unix::process::ExitStatusExt;
+    let mib = "3";
+    for (how, code) in [("exit", 0), ("abort", 128 + libc::SIGABRT)] {
+        for shim in [false, true] {
+            let at = format!("{how}, shim {shim}");
+            let r = temp_path(&format!("exit-probe-{how}-{shim}.json"));
+            let t = temp_path(&format!("exit-probe-{how}-{shim}.timeline.jsonl"));
+            let env = [
+                ("SIMGPU_REPORT", r.to_str().unwrap()),
+                ("SIMGPU_TIMELINE", t.to_str().unwrap()),
+            ];
+            let o = if shim {
+                under_shim("h100", &env, "exit_probe", &[how, mib])
+            } else {
+                run_sim("h100", &env, "exit_probe", &[how, mib])
+            };
+            assert_eq!(o.status.code(), Some(code), "{at}: {}", stderr(&o));
+            let report = sim_report(&r);
+            assert_eq!(
+                report["h2d_bytes"].as_f64(),
+                Some(num(&o, "h2d_bytes")),
+                "{at}"
+            );
+            assert_eq!(
+                report["d2h_bytes"].as_f64(),
+                Some(num(&o, "d2h_bytes")),
+                "{at}"
+            );
+            assert!(report["virtual_time_s"].as_f64() > Some(0.0), "{at}");
+            let timeline = std::fs::read_to_string(&t).unwrap();
+            assert_eq!(
+                timeline.lines().count(),
+                3,
+                "{at}: three copies\n{timeline}"
+            );
+            assert!(
+                !stderr(&o).contains("was not written"),
+                "{at}: {}",
+                stderr(&o)
+            );
+            std::fs::remove_file(&r).ok();
+            std::fs::remove_file(&t).ok();
+        }
+    }
+    for earlier in [false, true] {
+        let r = temp_path(&format!("exit-probe-kill-{earlier}.json"));
+        std::fs::remove_file(&r).ok();
+        if earlier {
+            std::fs::write(&r, "{\"an earlier run's\": true}\n").unwrap();
+        }
+        let o = run_sim(
+            "h100",
+            &[("SIMGPU_REPORT", r.to_str().unwrap())],
+            "exit_probe",
+            &["kill", mib],
+        );
+        assert_eq!(o.status.signal(), Some(libc::SIGKILL), "{}", stderr(&o));
+        let err = stderr(&o);
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("was not written"))
+            .collect();
+        assert!(
+            said.len() == 1
+                && said[0].contains(r.to_str().unwrap())
+                && said[0].contains("SIGKILL")
+                && said[0].contains(if earlier { "earlier run" } else { "no file" }),
+            "earlier file {earlier}: {err}"
+        );
+        std::fs::remove_file(&r).ok();
+    }
+}
