@@ -9,16 +9,15 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod access;
-mod caller;
 mod core;
+mod ffi;
 mod hooks;
 mod microbatch;
-mod real;
 mod sinks;
 mod virt;
 
 use crate::core::config::{self, Config};
-use crate::core::{bus, state};
+use crate::core::{bus, own_memory, state};
 use sinks::{timing, trace};
 use std::ffi::{CStr, c_char, c_void};
 
@@ -27,6 +26,13 @@ fn init() {
     // SAFETY: registering a plain extern "C" child handler; no other thread runs yet.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     state::on_start(start);
+    // Marmoset's own buffers (μ-cuDNN's) come from memory virtualisation's allocator while it
+    // manages memory, so that they count in the budget.
+    own_memory::attach(own_memory::Allocator {
+        serves: virt::memory::active,
+        alloc: virt::memory::alloc_internal,
+        free: |p| virt::memory::free(p, None),
+    });
     // Framework settings must be in the environment before the framework reads them, which can
     // be before the first CUDA call. Nothing else happens here.
     let Ok(cfg) = config::parse(|k| std::env::var(k).ok()) else {

@@ -10,13 +10,12 @@
 use super::elementwise::{elementwise, parse};
 use super::words::{Found, Operands, words};
 use crate::core::registry;
-use crate::real::{CUDA, CUDART, resolve};
+use crate::ffi::table;
 use planner::trace::{Access, Touch};
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_void};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Layout = Vec<(usize, usize)>;
 
@@ -25,15 +24,6 @@ type Layout = Vec<(usize, usize)>;
 type PerKernel<T> = Mutex<Option<HashMap<(usize, bool), Option<T>>>>;
 
 static LAYOUTS: PerKernel<Layout> = Mutex::new(None);
-
-fn real(slot: &AtomicUsize, libs: &[&std::ffi::CStr], name: &std::ffi::CStr) -> usize {
-    let mut p = slot.load(Ordering::Acquire);
-    if p == 0 {
-        p = resolve(libs, name);
-        slot.store(p, Ordering::Release);
-    }
-    p
-}
 
 /// What `compute` says of a kernel, computed once (outside the lock: it calls the driver).
 fn cached<T: Clone>(
@@ -62,13 +52,9 @@ fn layout(func: usize, runtime: bool) -> Option<Layout> {
 }
 
 fn layout_uncached(func: usize, runtime: bool) -> Option<Layout> {
-    static PARAM_INFO: AtomicUsize = AtomicUsize::new(0);
-    let info = real(&PARAM_INFO, CUDA, c"cuFuncGetParamInfo");
+    let info = table::cuFuncGetParamInfo();
     let cufunc = driver_function(func, runtime).unwrap_or(0);
-    (info != 0 && cufunc != 0).then(|| {
-        // SAFETY: the real cuFuncGetParamInfo(CUfunction, size_t, size_t*, size_t*).
-        let f: unsafe extern "C" fn(usize, usize, *mut usize, *mut usize) -> c_int =
-            unsafe { std::mem::transmute(info) };
+    info.filter(|_| cufunc != 0).map(|f| {
         let mut v = Vec::new();
         for i in 0..512 {
             let (mut off, mut size) = (0usize, 0usize);
@@ -87,14 +73,7 @@ pub fn driver_function(func: usize, runtime: bool) -> Option<usize> {
     if !runtime {
         return Some(func);
     }
-    static BY_SYMBOL: AtomicUsize = AtomicUsize::new(0);
-    let by_symbol = real(&BY_SYMBOL, CUDART, c"cudaGetFuncBySymbol");
-    if by_symbol == 0 {
-        return None;
-    }
-    // SAFETY: the real cudaGetFuncBySymbol(cudaFunction_t*, const void*).
-    let f: unsafe extern "C" fn(*mut usize, usize) -> c_int =
-        unsafe { std::mem::transmute(by_symbol) };
+    let f = table::cudaGetFuncBySymbol()?;
     let mut cufunc = 0usize;
     // SAFETY: valid output pointer; func is the caller's kernel handle.
     (unsafe { f(&mut cufunc, func) } == 0 && cufunc != 0).then_some(cufunc)
@@ -110,13 +89,9 @@ pub fn name(func: usize, runtime: bool) -> Option<Arc<str>> {
 }
 
 fn name_uncached(func: usize, runtime: bool) -> Option<Arc<str>> {
-    static GET_NAME: AtomicUsize = AtomicUsize::new(0);
-    let get = real(&GET_NAME, CUDA, c"cuFuncGetName");
+    let get = table::cuFuncGetName();
     let cufunc = driver_function(func, runtime);
-    cufunc.filter(|_| get != 0).and_then(|f| {
-        // SAFETY: the real cuFuncGetName(const char**, CUfunction).
-        let get: unsafe extern "C" fn(*mut *const c_char, usize) -> c_int =
-            unsafe { std::mem::transmute(get) };
+    cufunc.zip(get).and_then(|(f, get)| {
         let mut p: *const c_char = std::ptr::null();
         // SAFETY: valid output pointer; f is a driver handle.
         if unsafe { get(&mut p, f) } != 0 || p.is_null() {

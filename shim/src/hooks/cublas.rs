@@ -5,9 +5,10 @@
 //! counts as one library kernel when it has work (m, n and batch non-zero).
 
 use super::{Pending, range};
+use crate::ffi::cublas::{ALGO_BYTES, R_16F, R_32F, R_32I, R_64F, scale_type};
+use crate::ffi::table;
 use planner::trace::{Access, Event, Replay, TensorArg, Touch};
-use std::ffi::{CStr, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{c_int, c_void};
 
 type P = *mut c_void;
 type C = *const c_void;
@@ -15,33 +16,6 @@ type C = *const c_void;
 const NOT_INITIALIZED: c_int = 1;
 const OP_N: c_int = 0;
 const POINTER_MODE_DEVICE: c_int = 1;
-
-/// The size of cublasLtMatmulAlgo_t (eight 64-bit words).
-pub const ALGO_BYTES: usize = 64;
-
-// cudaDataType values.
-const R_32F: c_int = 0;
-const R_64F: c_int = 1;
-const R_16F: c_int = 2;
-const R_32I: c_int = 10;
-
-fn real(libs: &[&CStr], slot: &AtomicUsize, name: &CStr) -> usize {
-    let mut p = slot.load(Ordering::Acquire);
-    if p == 0 {
-        p = crate::real::resolve(libs, name);
-        slot.store(p, Ordering::Release);
-    }
-    p
-}
-
-macro_rules! lib {
-    ($libs:expr, $name:literal, ($($t:ty),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = real($libs, &SLOT, $name);
-        // SAFETY: the real library function named $name has this signature.
-        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
-    }};
-}
 
 /// Bytes of one element of a cudaDataType (complex types as their pairs).
 fn elem_bytes(t: c_int) -> u64 {
@@ -51,22 +25,6 @@ fn elem_bytes(t: c_int) -> u64 {
         2 | 14 => 2,          // R_16F, R_16BF
         3 | 8 | 28 | 29 => 1, // R_8I, R_8U, R_8F_E4M3, R_8F_E5M2
         _ => 4,               // R_32F, R_32I, R_32U, C_16F, C_16BF
-    }
-}
-
-/// The scalar type cuBLAS reads alpha and beta as, for a compute type and C's type.
-pub(crate) fn scale_type(compute: c_int, c_type: c_int) -> c_int {
-    match compute {
-        64 | 65 => R_16F,
-        72 | 73 => R_32I,
-        70 | 71 => R_64F,
-        // Legacy cudaDataType compute types.
-        0 => R_32F,
-        1 => R_64F,
-        2 => R_16F,
-        10 => R_32I,
-        _ if c_type == R_64F => R_64F,
-        _ => R_32F,
     }
 }
 
@@ -201,17 +159,12 @@ fn record(
 
 /// What a cuBLAS handle says about a call: its stream and whether scalars are device pointers.
 fn handle(h: P) -> (Option<u64>, bool) {
-    let stream = lib!(crate::real::CUBLAS, c"cublasGetStream_v2", (P, *mut P)).and_then(|get| {
+    let stream = table::cublasGetStream_v2().and_then(|get| {
         let mut s: P = std::ptr::null_mut();
         // SAFETY: a valid output pointer; h is the caller's handle.
         (unsafe { get(h, &mut s) } == 0).then_some(s as u64)
     });
-    let device = lib!(
-        crate::real::CUBLAS,
-        c"cublasGetPointerMode_v2",
-        (P, *mut c_int)
-    )
-    .is_some_and(|get| {
+    let device = table::cublasGetPointerMode_v2().is_some_and(|get| {
         let mut mode = 0;
         // SAFETY: a valid output pointer; h is the caller's handle.
         unsafe { get(h, &mut mode) == 0 && mode == POINTER_MODE_DEVICE }
@@ -276,12 +229,11 @@ fn gemm_lineage(h: P, g: &Gemm, device: bool) -> Option<Replay> {
         return None;
     }
     let scale = scale_type(g.compute, g.c.1);
-    let math =
-        lib!(crate::real::CUBLAS, c"cublasGetMathMode", (P, *mut c_int)).and_then(|get| {
-            let mut mode = 0;
-            // SAFETY: a valid output pointer; h is the caller's handle.
-            (unsafe { get(h, &mut mode) } == 0).then_some(mode)
-        })?;
+    let math = table::cublasGetMathMode().and_then(|get| {
+        let mut mode = 0;
+        // SAFETY: a valid output pointer; h is the caller's handle.
+        (unsafe { get(h, &mut mode) } == 0).then_some(mode)
+    })?;
     Some(Replay::Gemm {
         trans: [g.trans.0, g.trans.1],
         types: [g.a.1, g.b.1, g.c.1],
@@ -330,7 +282,7 @@ use super::hooks;
 // SAFETY (every forwarded call in this table): `real` is the real function of the entry's own
 // name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
-    libs = crate::real::CUBLAS, unavailable = NOT_INITIALIZED, names = (entry, real);
+    libs = crate::ffi::real::CUBLAS, unavailable = NOT_INITIALIZED, names = (entry, real);
     [""] fn cublasSgemm_v2(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int, b: C,
         ldb: c_int, beta: C, c: P, ldc: c_int) =>
         gemm("cublasSgemm_v2", h, Gemm { trans: (ta, tb), mnk: (m, n, k), alpha, a: (a, R_32F, lda, 0), b: (b, R_32F, ldb, 0),
@@ -420,20 +372,12 @@ mod lt {
     }
 
     fn desc_get() -> Option<GetFn> {
-        lib!(
-            crate::real::CUBLASLT,
-            c"cublasLtMatmulDescGetAttribute",
-            (C, u32, P, usize, *mut usize)
-        )
+        table::cublasLtMatmulDescGetAttribute()
     }
 
     /// The matrix as stored, and its logical (rows, cols).
     fn layout(role: &'static str, ptr: C, l: C, access: Access) -> (Mat, (u64, u64)) {
-        let get = lib!(
-            crate::real::CUBLASLT,
-            c"cublasLtMatrixLayoutGetAttribute",
-            (C, u32, P, usize, *mut usize)
-        );
+        let get = table::cublasLtMatrixLayoutGetAttribute();
         let a = |attr: u32, size: usize| self::attr(get, l, attr, size);
         let logical = (
             a(LAYOUT_ROWS, 8).unwrap_or(0),
@@ -562,11 +506,7 @@ mod lt {
 
     /// A matrix layout's attributes, read with the real getter.
     fn lt_layout(l: C) -> Option<LtLayout> {
-        let get = lib!(
-            crate::real::CUBLASLT,
-            c"cublasLtMatrixLayoutGetAttribute",
-            (C, u32, P, usize, *mut usize)
-        );
+        let get = table::cublasLtMatrixLayoutGetAttribute();
         let a = |attr: u32, size: usize| self::attr(get, l, attr, size);
         Some(LtLayout {
             ty: a(LAYOUT_TYPE, 4)? as i32,
@@ -641,7 +581,7 @@ mod lt {
     // SAFETY (every forwarded call in this table): `real` is the real function of the entry's
     // own name and signature (see `hooks!`), called with the caller's arguments unchanged.
     hooks! {
-        libs = crate::real::CUBLASLT, unavailable = NOT_INITIALIZED, names = (entry, real);
+        libs = crate::ffi::real::CUBLASLT, unavailable = NOT_INITIALIZED, names = (entry, real);
         [""] fn cublasLtMatmul(lt: P, desc: C, alpha: C, a: C, ad: C, b: C, bd: C, beta: C, c: C, cd: C, d: P, dd: C,
             algo: C, ws: P, wss: usize, stream: P) =>
             matmul(desc, alpha, (a, ad), (b, bd), beta, (c, cd), (d as C, dd), (ws as C, wss), algo, stream);

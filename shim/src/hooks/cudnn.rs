@@ -4,35 +4,16 @@
 //! `cudnnBackendGetAttribute`.
 
 use super::{Pending, hooks, range};
-use crate::real::{CUDNN, resolve};
+use crate::ffi::table;
 use planner::trace::{
     Access, ActivationParams, BatchNormParams, ConvParams, Event, Replay, TensorArg, Touch,
 };
-use std::ffi::{CStr, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{c_int, c_void};
 
 type P = *mut c_void;
 type C = *const c_void;
 
 const NOT_INITIALIZED: c_int = 1001;
-
-fn real(slot: &AtomicUsize, name: &CStr) -> usize {
-    let mut p = slot.load(Ordering::Acquire);
-    if p == 0 {
-        p = resolve(CUDNN, name);
-        slot.store(p, Ordering::Release);
-    }
-    p
-}
-
-macro_rules! dnn {
-    ($name:literal, ($($t:ty),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = real(&SLOT, $name);
-        // SAFETY: the real cuDNN function named $name has this signature.
-        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
-    }};
-}
 
 fn elem_bytes(dtype: c_int) -> u64 {
     crate::microbatch::elem_bytes(dtype) as u64
@@ -40,10 +21,7 @@ fn elem_bytes(dtype: c_int) -> u64 {
 
 /// (dims, strides, bytes spanned) of a tensor descriptor.
 fn tensor(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
-    let get = dnn!(
-        c"cudnnGetTensorNdDescriptor",
-        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
-    )?;
+    let get = table::cudnnGetTensorNdDescriptor()?;
     let (mut dt, mut nb) = (0, 0);
     let (mut dims, mut strides) = ([0 as c_int; 8], [0 as c_int; 8]);
     // SAFETY: output arrays of 8 entries, as requested.
@@ -73,10 +51,7 @@ fn tensor(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
 
 /// (dims, strides, bytes) of a filter descriptor (packed, KCRS or KRSC).
 fn filter(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
-    let get = dnn!(
-        c"cudnnGetFilterNdDescriptor",
-        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
-    )?;
+    let get = table::cudnnGetFilterNdDescriptor()?;
     let (mut dt, mut fmt, mut nb) = (0, 0, 0);
     let mut dims = [0 as c_int; 8];
     // SAFETY: an output array of 8 entries, as requested.
@@ -104,10 +79,7 @@ fn filter(d: C) -> Option<(Vec<i64>, Vec<i64>, u64)> {
 
 /// The data type of a tensor descriptor.
 fn dtype(d: C) -> Option<c_int> {
-    let get = dnn!(
-        c"cudnnGetTensorNdDescriptor",
-        (C, c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
-    )?;
+    let get = table::cudnnGetTensorNdDescriptor()?;
     let (mut dt, mut nb) = (0, 0);
     let (mut dims, mut strides) = ([0 as c_int; 8], [0 as c_int; 8]);
     // SAFETY: output arrays of 8 entries, as requested.
@@ -142,19 +114,7 @@ fn scalar(p: C, dt: Option<c_int>) -> Option<f64> {
 
 /// A convolution descriptor's parameters, read with the real getters.
 fn conv_params(cd: C) -> Option<ConvParams> {
-    let get = dnn!(
-        c"cudnnGetConvolutionNdDescriptor",
-        (
-            C,
-            c_int,
-            *mut c_int,
-            *mut c_int,
-            *mut c_int,
-            *mut c_int,
-            *mut c_int,
-            *mut c_int
-        )
-    )?;
+    let get = table::cudnnGetConvolutionNdDescriptor()?;
     let (mut nb, mut mode, mut compute) = (0, 0, 0);
     let (mut pads, mut strides, mut dil) = ([0 as c_int; 8], [0 as c_int; 8], [0 as c_int; 8]);
     // SAFETY: output arrays of 8 entries, as requested; valid output pointers.
@@ -175,11 +135,11 @@ fn conv_params(cd: C) -> Option<ConvParams> {
     }
     let nb = (nb.max(0) as usize).min(8);
     let (mut groups, mut math) = (1, 0);
-    if let Some(g) = dnn!(c"cudnnGetConvolutionGroupCount", (C, *mut c_int)) {
+    if let Some(g) = table::cudnnGetConvolutionGroupCount() {
         // SAFETY: a valid output pointer; on failure the default stays.
         unsafe { g(cd, &mut groups) };
     }
-    if let Some(m) = dnn!(c"cudnnGetConvolutionMathType", (C, *mut c_int)) {
+    if let Some(m) = table::cudnnGetConvolutionMathType() {
         // SAFETY: as above.
         unsafe { m(cd, &mut math) };
     }
@@ -196,14 +156,7 @@ fn conv_params(cd: C) -> Option<ConvParams> {
 
 /// An activation descriptor's parameters.
 fn activation_params(ad: C) -> Option<ActivationParams> {
-    type GetAct = unsafe extern "C" fn(C, *mut c_int, *mut c_int, *mut f64) -> c_int;
-    static SLOT: AtomicUsize = AtomicUsize::new(0);
-    let p = real(&SLOT, c"cudnnGetActivationDescriptor");
-    if p == 0 {
-        return None;
-    }
-    // SAFETY: the real cudnnGetActivationDescriptor has this signature.
-    let get: GetAct = unsafe { std::mem::transmute::<usize, GetAct>(p) };
+    let get = table::cudnnGetActivationDescriptor()?;
     let (mut mode, mut nan, mut coef) = (0, 0, 0.0f64);
     // SAFETY: valid output pointers.
     (unsafe { get(ad, &mut mode, &mut nan, &mut coef) } == 0).then_some(ActivationParams {
@@ -290,7 +243,7 @@ fn args(list: &[(&str, Kind, C, C, Access)]) -> (Vec<TensorArg>, Vec<Touch>) {
 }
 
 fn stream_of(h: P) -> Option<u64> {
-    let get = dnn!(c"cudnnGetStream", (P, *mut P))?;
+    let get = table::cudnnGetStream()?;
     let mut s: P = std::ptr::null_mut();
     // SAFETY: valid output pointer; h is the caller's handle.
     (unsafe { get(h, &mut s) } == 0).then_some(s as u64)
@@ -368,7 +321,9 @@ fn raw(p: Option<Pending>, role: &str, ptr: C, bytes: usize) -> Option<Pending> 
     Some(p)
 }
 
-use crate::microbatch::{self, AlgoPerf, Call, Dir, Query, backend};
+use crate::ffi::cudnn::AlgoPerf;
+use crate::ffi::cudnn_backend::plan_life;
+use crate::microbatch::{self, Call, Dir, Query, backend};
 use Access::{R, Rw, W};
 
 type ConvFn = unsafe extern "C" fn(P, C, C, C, C, C, C, c_int, P, usize, C, C, P) -> c_int;
@@ -398,7 +353,7 @@ use Kind::{Filter as F, Tensor as T};
 // SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
 // entry's own name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
-    libs = crate::real::CUDNN, unavailable = NOT_INITIALIZED, names = (entry, real);
+    libs = crate::ffi::real::CUDNN, unavailable = NOT_INITIALIZED, names = (entry, real);
     [""] fn cudnnConvolutionForward(h: P, alpha: C, xd: C, x: C, wd: C, w: C, cd: C, algo: c_int, ws: P, wss: usize,
         beta: C, yd: C, y: P) =>
         lineage(
@@ -627,14 +582,11 @@ const VARIANT_PACK_DATA_POINTERS: c_int = 1001;
 const VARIANT_PACK_WORKSPACE: c_int = 1003;
 
 fn get_attr(d: usize, name: c_int, ty: c_int, max: usize) -> Option<Vec<i64>> {
-    let get = dnn!(
-        c"cudnnBackendGetAttribute",
-        (usize, c_int, c_int, i64, *mut i64, *mut i64)
-    )?;
+    let get = table::cudnnBackendGetAttribute()?;
     let mut n = 0i64;
     let mut v = vec![0i64; max];
     // SAFETY: v holds `max` 8-byte elements (all the attribute types read here are 8 bytes).
-    (unsafe { get(d, name, ty, max as i64, &mut n, v.as_mut_ptr()) } == 0).then(|| {
+    (unsafe { get(d as C, name, ty, max as i64, &mut n, v.as_mut_ptr() as P) } == 0).then(|| {
         v.truncate((n.max(0) as usize).min(max));
         v
     })
@@ -722,7 +674,7 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
     });
     // Lineage: the plan and which of the plans made at its address it is (a replay goes
     // through this very plan, never one made later at the same address).
-    let lineage = backend::plan_life(plan as usize).map(|life| Replay::Backend {
+    let lineage = plan_life(plan as usize).map(|life| Replay::Backend {
         plan: plan as u64,
         life,
     });

@@ -4,9 +4,9 @@
 //! and teaches that hook where its real function is. `_exit` flushes the trace first.
 
 use super::{Entry, driver_variant, find};
-use crate::caller;
 use crate::core::state;
-use crate::real::{CUDA, CUDART, dlsym_fn};
+use crate::ffi::caller;
+use crate::ffi::real::{CUDA, CUDART, dlsym_fn};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -46,7 +46,7 @@ pub static TABLE: [Entry; 4] = [
 
 /// Replaces a real driver function the caller obtained by our hook of the same ABI variant;
 /// anything we do not hook (or an unknown variant) is returned unchanged. Callers inside the
-/// CUDA-family libraries keep the real function (see [`crate::caller`]).
+/// CUDA-family libraries keep the real function (see [`crate::ffi::caller`]).
 fn swap_driver_pointer(symbol: *const c_char, pfn: *mut *mut c_void, caller: usize) {
     if symbol.is_null() || pfn.is_null() || state::config().disable || caller::in_family(caller) {
         return;

@@ -51,7 +51,7 @@ fn kernel(
 // SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
 // entry's own name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
-    libs = crate::real::CUDA, unavailable = NOT_INITIALIZED, names = (entry, real);
+    libs = crate::ffi::real::CUDA, unavailable = NOT_INITIALIZED, names = (entry, real);
     ["cuMemAlloc"] fn cuMemAlloc_v2(p: *mut D, size: usize) => alloc("cuMemAlloc_v2", p, size, None),
         call = managed_alloc(entry, p, size).unwrap_or_else(|| unsafe { real(p, size) });
     ["cuMemFree"] fn cuMemFree_v2(p: D) => free("cuMemFree_v2", p, None),

@@ -56,7 +56,7 @@ impl Entry {
         if p != 0 {
             return p;
         }
-        let p = crate::real::resolve(self.libs, self.name);
+        let p = crate::ffi::real::resolve(self.libs, self.name);
         if p != 0 && p != (self.hook)() {
             self.real.store(p, Ordering::Release);
             return p;
@@ -98,7 +98,7 @@ pub fn find(name: &CStr) -> Option<&'static Entry> {
 
 /// The driver hook whose real variant is `real`, among those with base name `base`.
 pub fn driver_variant(base: &[u8], real: usize) -> Option<&'static Entry> {
-    let dlsym = crate::real::dlsym_fn()?;
+    let dlsym = crate::ffi::real::dlsym_fn()?;
     for e in driver::TABLE.iter().filter(|e| e.base.as_bytes() == base) {
         if real == (e.hook)() {
             return Some(e);

@@ -269,7 +269,7 @@ pub fn managed_info(
 // SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
 // entry's own name and signature (see `hooks!`), called with the caller's arguments unchanged.
 hooks! {
-    libs = crate::real::CUDART, unavailable = ERROR_INITIALIZATION, names = (entry, real);
+    libs = crate::ffi::real::CUDART, unavailable = ERROR_INITIALIZATION, names = (entry, real);
     [""] fn cudaMalloc(p: *mut P, size: usize) => alloc("cudaMalloc", p as *mut u64, size, None),
         call = managed_alloc(entry, p as *mut u64, size).unwrap_or_else(|| unsafe { real(p, size) });
     [""] fn cudaFree(p: P) => free("cudaFree", p as u64, None),

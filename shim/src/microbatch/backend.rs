@@ -28,6 +28,18 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 
 use super::elem_bytes;
+use crate::ffi::cudnn_backend::{
+    self as api, CONVOLUTION_DESCRIPTOR, ENGINE_DESCRIPTOR, ENGINE_GLOBAL_INDEX,
+    ENGINE_OPERATION_GRAPH, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE, ENGINECFG_KNOB_CHOICES,
+    EXECUTION_PLAN_DESCRIPTOR, GRAPH_HANDLE, GRAPH_OPS, KNOB_CHOICE_DESCRIPTOR, OP_CONV_BWD_DATA,
+    OP_CONV_BWD_FILTER, OP_CONV_FWD, OP_POINTWISE, OP_PW_ALPHA1, OP_PW_ALPHA2, OP_PW_B,
+    OP_PW_DESCRIPTOR, OP_PW_X, OP_PW_Y, OPERATIONGRAPH_DESCRIPTOR, PLAN_ENGINE_CONFIG, PLAN_HANDLE,
+    PLAN_WORKSPACE_SIZE, POINTWISE_DESCRIPTOR, TENSOR_BYTE_ALIGNMENT, TENSOR_DATA_TYPE,
+    TENSOR_DESCRIPTOR, TENSOR_DIMENSIONS, TENSOR_IS_VIRTUAL, TENSOR_STRIDES, TENSOR_UNIQUE_ID,
+    TYPE_BACKEND_DESCRIPTOR, TYPE_BOOLEAN, TYPE_DATA_TYPE, TYPE_DOUBLE, TYPE_FLOAT, TYPE_HANDLE,
+    TYPE_INT64, child, children, count, create, destroy, finalize, i64_of, i64s, raw, set,
+    set_desc,
+};
 use plan::plan_graph;
 pub use plan::workspace_answer;
 use planner::microbatch::Configuration;
@@ -35,59 +47,6 @@ use planner::trace::Access;
 
 type P = *mut c_void;
 type C = *const c_void;
-
-// cudnnBackendDescriptorType_t
-const POINTWISE_DESCRIPTOR: c_int = 0;
-const CONVOLUTION_DESCRIPTOR: c_int = 1;
-const ENGINE_DESCRIPTOR: c_int = 2;
-const ENGINECFG_DESCRIPTOR: c_int = 3;
-const EXECUTION_PLAN_DESCRIPTOR: c_int = 5;
-const KNOB_CHOICE_DESCRIPTOR: c_int = 7;
-const OP_CONV_FWD: c_int = 10;
-const OP_CONV_BWD_FILTER: c_int = 11;
-const OP_CONV_BWD_DATA: c_int = 12;
-const OP_POINTWISE: c_int = 13;
-const OPERATIONGRAPH_DESCRIPTOR: c_int = 15;
-const VARIANT_PACK_DESCRIPTOR: c_int = 16;
-const TENSOR_DESCRIPTOR: c_int = 17;
-
-// cudnnBackendAttributeType_t
-const TYPE_HANDLE: c_int = 0;
-const TYPE_DATA_TYPE: c_int = 1;
-const TYPE_BOOLEAN: c_int = 2;
-const TYPE_INT64: c_int = 3;
-const TYPE_FLOAT: c_int = 4;
-const TYPE_DOUBLE: c_int = 5;
-const TYPE_VOID_PTR: c_int = 6;
-const TYPE_BACKEND_DESCRIPTOR: c_int = 15;
-
-// cudnnBackendAttributeName_t
-const ENGINEHEUR_OPERATION_GRAPH: c_int = 201;
-const ENGINEHEUR_RESULTS: c_int = 202;
-const ENGINECFG_ENGINE: c_int = 300;
-const ENGINECFG_KNOB_CHOICES: c_int = 302;
-const PLAN_HANDLE: c_int = 400;
-const PLAN_ENGINE_CONFIG: c_int = 401;
-const PLAN_WORKSPACE_SIZE: c_int = 402;
-const OP_PW_DESCRIPTOR: c_int = 750;
-const OP_PW_X: c_int = 751;
-const OP_PW_B: c_int = 752;
-const OP_PW_Y: c_int = 753;
-const OP_PW_ALPHA1: c_int = 754;
-const OP_PW_ALPHA2: c_int = 755;
-const GRAPH_HANDLE: c_int = 800;
-const GRAPH_OPS: c_int = 801;
-const TENSOR_BYTE_ALIGNMENT: c_int = 900;
-const TENSOR_DATA_TYPE: c_int = 901;
-const TENSOR_DIMENSIONS: c_int = 902;
-const TENSOR_STRIDES: c_int = 903;
-const TENSOR_UNIQUE_ID: c_int = 906;
-const TENSOR_IS_VIRTUAL: c_int = 907;
-const PACK_UNIQUE_IDS: c_int = 1000;
-const PACK_DATA_POINTERS: c_int = 1001;
-const PACK_WORKSPACE: c_int = 1003;
-const ENGINE_OPERATION_GRAPH: c_int = 1300;
-const ENGINE_GLOBAL_INDEX: c_int = 1301;
 
 /// The convolution operations: (descriptor type, first attribute (ALPHA), the direction).
 /// ALPHA, BETA, CONV_DESC, then the w-role tensor, the x-role tensor and the y-role tensor.
@@ -97,138 +56,13 @@ const CONV_OPS: [(c_int, c_int, super::Dir); 3] = [
     (OP_CONV_BWD_FILTER, 712, super::Dir::BwdFilter),
 ];
 
-macro_rules! real {
-    ($name:literal, ($($t:ty),*)) => {{
-        static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let p = crate::microbatch::slot(&SLOT, crate::real::CUDNN, $name);
-        // SAFETY: the real function named $name has this signature.
-        (p != 0).then(|| unsafe {
-            std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> std::ffi::c_int>(p)
-        })
-    }};
-}
-
 mod execute;
 mod heuristics;
 mod plan;
 
 pub use execute::execute;
-use execute::{pack, pack_at};
+use execute::pack_at;
 pub use heuristics::heuristic_results;
-
-// ==================================================================== the real backend API
-
-fn create(ty: c_int) -> Option<usize> {
-    let f = real!(c"cudnnBackendCreateDescriptor", (c_int, *mut P))?;
-    let mut d: P = std::ptr::null_mut();
-    // SAFETY: a valid output pointer.
-    (unsafe { f(ty, &mut d) } == 0 && !d.is_null()).then_some(d as usize)
-}
-
-fn destroy(d: usize) {
-    if let Some(f) = real!(c"cudnnBackendDestroyDescriptor", (P)) {
-        // SAFETY: d is a descriptor Marmoset created.
-        unsafe { f(d as P) };
-    }
-}
-
-fn finalize(d: usize) -> Option<()> {
-    let f = real!(c"cudnnBackendFinalize", (P))?;
-    // SAFETY: d is a descriptor Marmoset created.
-    (unsafe { f(d as P) } == 0).then_some(())
-}
-
-fn set(d: usize, name: c_int, ty: c_int, n: usize, v: C) -> Option<()> {
-    let f = real!(c"cudnnBackendSetAttribute", (P, c_int, c_int, i64, C))?;
-    // SAFETY: v points to n values of type ty (the callers' contract).
-    (unsafe { f(d as P, name, ty, n as i64, v) } == 0).then_some(())
-}
-
-fn set_desc(d: usize, name: c_int, children: &[usize]) -> Option<()> {
-    set(
-        d,
-        name,
-        TYPE_BACKEND_DESCRIPTOR,
-        children.len(),
-        children.as_ptr() as C,
-    )
-}
-
-type GetFn = unsafe extern "C" fn(C, c_int, c_int, i64, *mut i64, P) -> c_int;
-
-fn getter() -> Option<GetFn> {
-    real!(
-        c"cudnnBackendGetAttribute",
-        (C, c_int, c_int, i64, *mut i64, P)
-    )
-}
-
-/// The count of an attribute's elements.
-fn count(d: usize, name: c_int, ty: c_int) -> Option<usize> {
-    let get = getter()?;
-    let mut n = -1i64;
-    // SAFETY: a count query: a valid count pointer, no array.
-    (unsafe { get(d as C, name, ty, 0, &mut n, std::ptr::null_mut()) } == 0 && n >= 0)
-        .then_some(n as usize)
-}
-
-/// The raw bytes of an attribute of at most `max` elements of `size` bytes each.
-fn raw(d: usize, name: c_int, ty: c_int, max: usize, size: usize) -> Option<(usize, Vec<u8>)> {
-    let get = getter()?;
-    let mut n = 0i64;
-    let mut v = vec![0u8; max * size + 8];
-    // SAFETY: v holds `max` elements of `size` bytes.
-    if unsafe { get(d as C, name, ty, max as i64, &mut n, v.as_mut_ptr() as P) } != 0 {
-        return None;
-    }
-    let n = (n.max(0) as usize).min(max);
-    v.truncate(n * size);
-    Some((n, v))
-}
-
-fn i64s(d: usize, name: c_int) -> Option<Vec<i64>> {
-    let (_, b) = raw(d, name, TYPE_INT64, 16, 8)?;
-    Some(
-        b.chunks_exact(8)
-            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-    )
-}
-
-fn i64_of(d: usize, name: c_int) -> Option<i64> {
-    i64s(d, name)?.first().copied()
-}
-
-/// Descriptor-valued attributes, read into descriptors of the given types Marmoset creates (the
-/// real library fills caller-made descriptors and refuses a type that differs).
-fn children(d: usize, name: c_int, types: &[c_int]) -> Option<Vec<usize>> {
-    let made: Vec<usize> = types.iter().map_while(|&t| create(t)).collect();
-    let ok = made.len() == types.len() && {
-        let get = getter()?;
-        let mut n = 0i64;
-        // SAFETY: `made` holds types.len() descriptors.
-        let r = unsafe {
-            get(
-                d as C,
-                name,
-                TYPE_BACKEND_DESCRIPTOR,
-                made.len() as i64,
-                &mut n,
-                made.as_ptr() as P,
-            )
-        };
-        r == 0 && n as usize == made.len()
-    };
-    if !ok {
-        made.into_iter().for_each(destroy);
-        return None;
-    }
-    Some(made)
-}
-
-fn child(d: usize, name: c_int, ty: c_int) -> Option<usize> {
-    children(d, name, &[ty])?.first().copied()
-}
 
 // ==================================================================== recognition
 
@@ -475,17 +309,10 @@ fn plans<R>(f: impl FnOnce(&mut HashMap<usize, Arc<Graph>>) -> R) -> Option<R> {
 /// Execution-plan descriptors the caller created (only their finalization is examined).
 static CREATED: Mutex<Option<std::collections::HashSet<usize>>> = Mutex::new(None);
 
-/// After a successful cudnnBackendCreateDescriptor.
+/// After a successful cudnnBackendCreateDescriptor: the plan's life begins (for
+/// recomputation), and a plan created while micro-batching is on is examined at finalization.
 pub fn created(ty: c_int, d: usize) {
-    if ty == EXECUTION_PLAN_DESCRIPTOR
-        && let Ok(mut g) = LIVES.lock()
-    {
-        let l = g
-            .get_or_insert_with(HashMap::new)
-            .entry(d)
-            .or_insert((0, false));
-        *l = (l.0 + 1, true);
-    }
+    api::created(ty, d);
     if ty == EXECUTION_PLAN_DESCRIPTOR
         && crate::core::state::active()
         && config().microbatching()
@@ -495,26 +322,9 @@ pub fn created(ty: c_int, d: usize) {
     }
 }
 
-/// Execution plans by address: how many were created there, and whether the last is alive. A
-/// recomputation replays a backend execution only through the very plan that ran it.
-static LIVES: Mutex<Option<HashMap<usize, (u64, bool)>>> = Mutex::new(None);
-
-/// The `life` of the execution plan at `plan` (see `planner::trace::Replay::Backend`): None when
-/// it was destroyed, or created before Marmoset was loaded.
-pub fn plan_life(plan: usize) -> Option<u64> {
-    let g = LIVES.lock().ok()?;
-    g.as_ref()?
-        .get(&plan)
-        .and_then(|&(life, alive)| alive.then_some(life))
-}
-
 /// Before cudnnBackendDestroyDescriptor: the address may be reused for another descriptor.
 pub fn destroyed(d: usize) {
-    if let Ok(mut g) = LIVES.lock()
-        && let Some(l) = g.as_mut().and_then(|m| m.get_mut(&d))
-    {
-        l.1 = false;
-    }
+    api::destroyed(d);
     if let Ok(mut g) = CREATED.lock()
         && let Some(s) = g.as_mut()
     {
@@ -803,30 +613,6 @@ impl Graph {
     }
 }
 
-// ==================================================================== recomputation
-
-/// Executes the program's execution plan `plan` again on handle `h` (its stream set), with a
-/// variant pack of Marmoset's own: the unique ids, the current pointers, a workspace.
-pub fn replay_execute(
-    h: usize,
-    plan: usize,
-    ids: &[i64],
-    ptrs: &[i64],
-    ws: i64,
-) -> Result<(), String> {
-    let exec =
-        real!(c"cudnnBackendExecute", (P, P, P)).ok_or("cuDNN has no cudnnBackendExecute")?;
-    let d = pack(ids, ptrs, ws).ok_or("building the variant pack failed")?;
-    // SAFETY: h is Marmoset's cuDNN handle, plan the program's execution plan (alive: its life
-    // checked by the caller), d the variant pack finalized here.
-    let r = unsafe { exec(h as P, plan as P, d as P) };
-    destroy(d);
-    match r {
-        0 => Ok(()),
-        r => Err(format!("cudnnBackendExecute returned {r}")),
-    }
-}
-
 // ==================================================================== the trace's view
 
 /// The tensors of a plan of a recognisable layout, for the trace: (unique id, role, written,
@@ -885,31 +671,4 @@ pub fn traced_tensors(plan: usize) -> Vec<TracedTensor> {
     }
     destroy(graph);
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A plan is replayable through its address only in the life it was recorded in: destroyed,
-    /// it is none; made again at the same address, it is a new life.
-    #[test]
-    fn an_execution_plan_address_has_lives() {
-        let at = 0x7f00_dead_0000usize;
-        assert_eq!(plan_life(at), None, "never made");
-        created(EXECUTION_PLAN_DESCRIPTOR, at);
-        assert_eq!(plan_life(at), Some(1));
-        // Other descriptors at other addresses do not count.
-        created(TENSOR_DESCRIPTOR, at + 8);
-        destroyed(at + 8);
-        assert_eq!(plan_life(at), Some(1));
-        destroyed(at);
-        assert_eq!(plan_life(at), None, "destroyed");
-        // A tensor descriptor made at the freed address is no plan.
-        created(TENSOR_DESCRIPTOR, at);
-        assert_eq!(plan_life(at), None);
-        destroyed(at);
-        created(EXECUTION_PLAN_DESCRIPTOR, at);
-        assert_eq!(plan_life(at), Some(2), "another plan at the same address");
-    }
 }

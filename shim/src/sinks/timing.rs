@@ -2,11 +2,10 @@
 //! operation on its stream, read back once the end event has completed (at synchronisations,
 //! every 64 operations, and at exit), written as `timing` records.
 
-use crate::real::{CUDART, resolve};
+use crate::ffi::table;
 use planner::trace::Event;
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::c_void;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Ev = *mut c_void;
 
@@ -18,27 +17,9 @@ struct Pair {
 
 static PENDING: Mutex<Vec<Pair>> = Mutex::new(Vec::new());
 
-fn f(slot: &AtomicUsize, name: &CStr) -> usize {
-    let mut p = slot.load(Ordering::Acquire);
-    if p == 0 {
-        p = resolve(CUDART, name);
-        slot.store(p, Ordering::Release);
-    }
-    p
-}
-
-macro_rules! rt {
-    ($name:literal, ($($t:ty),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = f(&SLOT, $name);
-        // SAFETY: the real cudart function named $name has this signature.
-        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
-    }};
-}
-
 fn record(stream: u64) -> Option<usize> {
-    let create = rt!(c"cudaEventCreate", (*mut Ev))?;
-    let rec = rt!(c"cudaEventRecord", (Ev, Ev))?;
+    let create = table::cudaEventCreate()?;
+    let rec = table::cudaEventRecord()?;
     let mut e: Ev = std::ptr::null_mut();
     // SAFETY: real cudart calls with a valid output pointer and the caller's stream.
     unsafe {
@@ -54,7 +35,7 @@ fn record(stream: u64) -> Option<usize> {
 }
 
 fn destroy(e: usize) {
-    if let Some(d) = rt!(c"cudaEventDestroy", (Ev)) {
+    if let Some(d) = table::cudaEventDestroy() {
         // SAFETY: e is an event this module created.
         unsafe { d(e as Ev) };
     }
@@ -86,22 +67,6 @@ pub fn end(seq: u64, stream: u64, start: usize) {
     }
 }
 
-static QUERY: AtomicUsize = AtomicUsize::new(0);
-static SYNC: AtomicUsize = AtomicUsize::new(0);
-static ELAPSED: AtomicUsize = AtomicUsize::new(0);
-
-/// The real driver function `name` as type `F` (a plain `extern "C" fn` pointer).
-fn drv<F: Copy>(slot: &AtomicUsize, name: &CStr) -> Option<F> {
-    let mut p = slot.load(Ordering::Acquire);
-    if p == 0 {
-        p = resolve(crate::real::CUDA, name);
-        slot.store(p, Ordering::Release);
-    }
-    // SAFETY: `F` is the function pointer type of the driver function `name` (the callers
-    // name each with its prototype), and a function pointer has a usize's size.
-    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
-}
-
 /// Writes the durations of completed operations (`wait`: of all of them).
 pub fn drain(wait: bool) {
     // The event calls below must not be traced themselves (outside a hook, e.g. at exit).
@@ -114,9 +79,9 @@ pub fn drain(wait: bool) {
     // as the calling thread's last error, which the program (PyTorch checks cudaGetLastError
     // after each launch) would then take for its own. A runtime event is a driver event.
     let (Some(query), Some(sync), Some(elapsed)) = (
-        drv::<unsafe extern "C" fn(Ev) -> c_int>(&QUERY, c"cuEventQuery"),
-        drv::<unsafe extern "C" fn(Ev) -> c_int>(&SYNC, c"cuEventSynchronize"),
-        drv::<unsafe extern "C" fn(*mut f32, Ev, Ev) -> c_int>(&ELAPSED, c"cuEventElapsedTime"),
+        table::cuEventQuery(),
+        table::cuEventSynchronize(),
+        table::cuEventElapsedTime(),
     ) else {
         return;
     };

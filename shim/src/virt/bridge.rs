@@ -125,7 +125,7 @@ fn replayable_now(records: Vec<Record>) -> Vec<Record> {
     let gone = |r: &Record| match &r.event {
         Event::Lineage {
             replay: Replay::Backend { plan, life },
-        } => microbatching || crate::microbatch::backend::plan_life(*plan as usize) != Some(*life),
+        } => microbatching || crate::ffi::cudnn_backend::plan_life(*plan as usize) != Some(*life),
         Event::Lineage {
             replay: Replay::Cudnn { conv: Some(_), .. },
         } => microbatching,

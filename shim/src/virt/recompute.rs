@@ -374,7 +374,7 @@ impl Recipe {
                 .map_err(|why| format!("its chain's {}: {why}", m.api))?;
         }
         if let Replay::Backend { plan, life } = self.replay
-            && crate::microbatch::backend::plan_life(plan as usize) != Some(life)
+            && crate::ffi::cudnn_backend::plan_life(plan as usize) != Some(life)
         {
             return Err(format!(
                 "the execution plan {plan:#x} that ran it was destroyed since"

@@ -2,12 +2,14 @@
 //! pack's pointers offset by whole images, on the caller's handle; in the caller's workspace (WR)
 //! or in the graph's segment of WD's shared one.
 
-use super::{
-    C, Graph, P, PACK_DATA_POINTERS, PACK_UNIQUE_IDS, PACK_WORKSPACE, TYPE_INT64, TYPE_VOID_PTR,
-    VARIANT_PACK_DESCRIPTOR, count, create, destroy, finalize, plans, raw, set,
-};
+use super::{Graph, P, plans};
 use crate::core::config::Level;
 use crate::core::state::{config, log};
+use crate::ffi::cudnn_backend::{
+    PACK_DATA_POINTERS, PACK_UNIQUE_IDS, PACK_WORKSPACE, TYPE_INT64, TYPE_VOID_PTR, count, destroy,
+    pack, raw,
+};
+use crate::ffi::table;
 use std::ffi::c_int;
 
 use super::super::elem_bytes;
@@ -48,28 +50,6 @@ pub(super) fn pack_at(g: &Graph, ids: &[i64], ptrs: &[i64], ws: i64, start: i64)
         })
         .collect();
     pack(ids, &moved, ws)
-}
-
-/// A finalized variant pack of these unique ids, data pointers and workspace (the caller
-/// destroys it); None if cuDNN refuses it.
-pub(super) fn pack(ids: &[i64], ptrs: &[i64], ws: i64) -> Option<usize> {
-    let d = create(VARIANT_PACK_DESCRIPTOR)?;
-    let ok = set(d, PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws as *const i64 as C).is_some()
-        && set(
-            d,
-            PACK_DATA_POINTERS,
-            TYPE_VOID_PTR,
-            ptrs.len(),
-            ptrs.as_ptr() as C,
-        )
-        .is_some()
-        && set(d, PACK_UNIQUE_IDS, TYPE_INT64, ids.len(), ids.as_ptr() as C).is_some()
-        && finalize(d).is_some();
-    if !ok {
-        destroy(d);
-        return None;
-    }
-    Some(d)
 }
 
 /// The caller's variant pack: (unique ids, data pointers, workspace).
@@ -120,7 +100,7 @@ fn undivided(g: &Graph, h: P, plan: usize, pack: usize) -> Option<c_int> {
         return None;
     }
     let vp = pack_at(g, &ids, &ptrs, pool as i64, 0)?;
-    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    let exec = table::cudnnBackendExecute()?;
     // SAFETY: the caller's handle, plan and pointers; the workspace is Marmoset's shared one,
     // at least as large as the plan's.
     let r = unsafe { exec(h, plan as P, vp as P) };
@@ -150,7 +130,7 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
     let Some((sizes, ws_at, provided)) = schedule else {
         return undivided(&g, h, plan, pack);
     };
-    let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+    let exec = table::cudnnBackendExecute()?;
     // Every plan first: a failure here leaves the caller's plan to run undivided.
     let mut steps = Vec::new();
     for (i, &(b, engine)) in sizes.iter().enumerate() {

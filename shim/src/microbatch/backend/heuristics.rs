@@ -2,14 +2,15 @@
 //! configurations for a graph Marmoset plans, the one whose engine Marmoset's configuration runs
 //! first moved to the front.
 
-use super::{
-    C, ENGINE_DESCRIPTOR, ENGINE_GLOBAL_INDEX, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE,
-    ENGINEHEUR_OPERATION_GRAPH, ENGINEHEUR_RESULTS, OPERATIONGRAPH_DESCRIPTOR, P,
-    TYPE_BACKEND_DESCRIPTOR, child, children, count, create, destroy, from_graph, getter, i64_of,
-    plan_graph,
-};
+use super::{C, P, from_graph, plan_graph};
 use crate::core::config::Level;
 use crate::core::state::{config, log};
+use crate::ffi::cudnn_backend::{
+    ENGINE_DESCRIPTOR, ENGINE_GLOBAL_INDEX, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE,
+    ENGINEHEUR_OPERATION_GRAPH, ENGINEHEUR_RESULTS, OPERATIONGRAPH_DESCRIPTOR,
+    TYPE_BACKEND_DESCRIPTOR, child, children, count, create, destroy, i64_of,
+};
+use crate::ffi::table;
 use std::ffi::c_int;
 
 /// `cudnnBackendGetAttribute(heuristics, ENGINEHEUR_RESULTS, ...)` of a graph Marmoset plans: the
@@ -80,7 +81,7 @@ pub fn heuristic_results(
             d
         };
     }
-    let get = getter()?;
+    let get = table::cudnnBackendGetAttribute()?;
     let mut got = 0i64;
     // SAFETY: `slots` holds `total` engine-configuration descriptors, the caller's and Marmoset's.
     let r = unsafe {

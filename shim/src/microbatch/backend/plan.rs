@@ -6,26 +6,17 @@
 //! workspace-size query answers its workspace, or, under WD, the desirable set goes to the
 //! knapsack and the query answers 0.
 
-use super::super::{cached, dev_alloc, dev_free, elem_bytes, remember, scratch_workspace, slot};
-use super::{
-    ENGINE_DESCRIPTOR, ENGINE_OPERATION_GRAPH, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE, Graph,
-    OPERATIONGRAPH_DESCRIPTOR, P, PLAN_ENGINE_CONFIG, Value, child, destroy, i64_of, pack_at,
-    plans, raw,
-};
+use super::super::{cached, dev_alloc, dev_free, elem_bytes, remember, scratch_workspace};
+use super::{Graph, P, Value, pack_at, plans};
 use crate::core::config::Level;
 use crate::core::state::{config, log};
+use crate::ffi::cudnn_backend::{
+    ENGINE_DESCRIPTOR, ENGINE_OPERATION_GRAPH, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE,
+    OPERATIONGRAPH_DESCRIPTOR, PLAN_ENGINE_CONFIG, child, destroy, i64_of, raw,
+};
+use crate::ffi::table;
 use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::ffi::c_int;
-use std::sync::atomic::AtomicUsize;
-
-macro_rules! rt {
-    ($name:literal, ($($t:ty),*)) => {{
-        static SLOT: AtomicUsize = AtomicUsize::new(0);
-        let p = slot(&SLOT, crate::real::CUDART, $name);
-        // SAFETY: the real function named $name has this signature.
-        (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p) })
-    }};
-}
 
 /// The workspace-size query of a planned plan: its configuration's workspace (WR), or 0 (WD:
 /// the graph runs in Marmoset's shared workspace).
@@ -168,8 +159,6 @@ pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
     })
 }
 
-type EventFn = unsafe extern "C" fn(P) -> c_int;
-
 /// Each engine's time and workspace on micro-batch plans of each size, and whether every plan
 /// within the limit was measured (false when the device could not give the scratch workspace
 /// the largest needs).
@@ -294,7 +283,7 @@ fn time_one(g: &Graph, h: usize, s: &Scratch, b: i64, engine: i64) -> Option<(f6
     let ptrs: Vec<i64> = s.ptrs.iter().map(|p| p.1).collect();
     let pack = pack_at(g, &ids, &ptrs, s.ws.0, 0)?;
     let r = timed(h, || {
-        let exec = real!(c"cudnnBackendExecute", (P, P, P))?;
+        let exec = table::cudnnBackendExecute()?;
         // SAFETY: a plan and a variant pack Marmoset built over its own scratch buffers.
         (unsafe { exec(h as P, plan as P, pack as P) } == 0).then_some(())
     });
@@ -304,17 +293,17 @@ fn time_one(g: &Graph, h: usize, s: &Scratch, b: i64, engine: i64) -> Option<(f6
 
 /// Runs `f` between two events on the handle's stream; the elapsed milliseconds.
 fn timed(h: usize, f: impl FnOnce() -> Option<()>) -> Option<f64> {
-    let get_stream = real!(c"cudnnGetStream", (P, *mut P))?;
+    let get_stream = table::cudnnGetStream()?;
     let mut stream: P = std::ptr::null_mut();
     // SAFETY: a valid output pointer; h is the graph's handle.
     if unsafe { get_stream(h as P, &mut stream) } != 0 {
         return None;
     }
-    let create = rt!(c"cudaEventCreate", (*mut P))?;
-    let record = rt!(c"cudaEventRecord", (P, P))?;
-    let sync = rt!(c"cudaEventSynchronize", (P))?;
-    let elapsed = rt!(c"cudaEventElapsedTime", (*mut f32, P, P))?;
-    let destroy_ev: EventFn = rt!(c"cudaEventDestroy", (P))?;
+    let create = table::cudaEventCreate()?;
+    let record = table::cudaEventRecord()?;
+    let sync = table::cudaEventSynchronize()?;
+    let elapsed = table::cudaEventElapsedTime()?;
+    let destroy_ev = table::cudaEventDestroy()?;
     let (mut a, mut b): (P, P) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut ms = 0f32;
     // SAFETY: real CUDA runtime calls on events Marmoset creates and destroys here.

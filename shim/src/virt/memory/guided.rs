@@ -7,6 +7,7 @@ use super::driver::*;
 use super::{Manager, Place, active, alloc_of, with};
 use crate::core::config::Level;
 use crate::core::state::log;
+use crate::ffi::call;
 use planner::trace::Event;
 use std::collections::HashSet;
 use std::ffi::c_int;
@@ -202,17 +203,14 @@ pub fn snapshot(id: u64) -> Option<Vec<u8>> {
     }
     let (va, size) = crate::core::registry::allocation(id)?;
     with(|m| {
-        let _ = cu!(c"cuCtxSynchronize"()());
+        let _ = call!(cuCtxSynchronize());
         m.reclaim(true);
         let t = m.tensors.get(&va)?;
         let mut buf = vec![0u8; size as usize];
         match t.place {
-            Place::Resident(_) => cu!(c"cuMemcpyDtoH_v2"(P, u64, usize)(
-                buf.as_mut_ptr() as P,
-                va,
-                size as usize
-            ))
-            .ok()?,
+            Place::Resident(_) => {
+                call!(cuMemcpyDtoH_v2(buf.as_mut_ptr() as P, va, size as usize)).ok()?
+            }
             // SAFETY: the pinned host buffer holds the tensor's `size` bytes, its copy out done.
             Place::Evicted(h) => unsafe {
                 std::ptr::copy_nonoverlapping(h as *const u8, buf.as_mut_ptr(), size as usize)
@@ -234,11 +232,7 @@ pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
         return true;
     }
     if let Some((va, _)) = crate::core::registry::allocation(id) {
-        let _ = cu!(c"cuMemcpyHtoD_v2"(u64, P, usize)(
-            va,
-            expected.as_ptr() as P,
-            expected.len()
-        ));
+        let _ = call!(cuMemcpyHtoD_v2(va, expected.as_ptr() as P, expected.len()));
     }
     false
 }

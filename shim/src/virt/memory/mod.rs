@@ -44,6 +44,8 @@ pub use guided::{
 
 use crate::core::config::Level;
 use crate::core::state::{config, log};
+use crate::ffi::call;
+use crate::ffi::cuda::AccessDesc;
 use driver::*;
 use hold::{oom, with_room};
 use planner::trace::Event;
@@ -167,12 +169,12 @@ impl Manager {
     fn new() -> Option<Manager> {
         let cfg = config();
         let (mut free, mut total) = (0usize, 0usize);
-        if cu!(c"cuMemGetInfo_v2" (*mut usize, *mut usize) (&mut free, &mut total)).is_err() {
+        if call!(cuMemGetInfo_v2(&mut free, &mut total)).is_err() {
             // A program's first call (cudaMemGetInfo, cudaMalloc) can reach us before the runtime
             // has loaded the driver and made its context: have it do so, as programs do, with
             // cudaFree(NULL). The runtime reaches the driver directly, not through our hooks.
             init_runtime();
-            cu!(c"cuMemGetInfo_v2" (*mut usize, *mut usize) (&mut free, &mut total)).ok()?;
+            call!(cuMemGetInfo_v2(&mut free, &mut total)).ok()?;
         }
         let budget = match cfg.memory_limit {
             // A budget above the device's memory cannot be kept: the device is the budget.
@@ -191,11 +193,11 @@ impl Manager {
         };
         let mut gran = 0usize;
         let p = prop();
-        cu!(c"cuMemGetAllocationGranularity" (*mut usize, *const AllocProp, c_int) (&mut gran, &p, 0)).ok()?;
+        call!(cuMemGetAllocationGranularity(&mut gran, &p, 0)).ok()?;
         let mut streams = [0usize; 3];
         for s in &mut streams {
             let mut h: P = std::ptr::null_mut();
-            cu!(c"cuStreamCreate" (*mut P, u32) (&mut h, 1)).ok()?;
+            call!(cuStreamCreate(&mut h, 1)).ok()?;
             *s = h as usize;
         }
         // What the process already holds when Marmoset takes over (the context, the modules'
@@ -247,7 +249,7 @@ impl Manager {
             // Give back pooled buffers of other sizes before giving up.
             for (s, bufs) in self.host_free.drain() {
                 for b in bufs {
-                    let _ = cu!(c"cuMemFreeHost"(P)(b as P));
+                    let _ = call!(cuMemFreeHost(b as P));
                     self.host_used -= s;
                 }
             }
@@ -256,7 +258,7 @@ impl Manager {
             }
         }
         let mut p: P = std::ptr::null_mut();
-        cu!(c"cuMemAllocHost_v2" (*mut P, usize) (&mut p, size as usize)).ok()?;
+        call!(cuMemAllocHost_v2(&mut p, size as usize)).ok()?;
         self.host_used += size;
         Some(p as usize)
     }
@@ -271,7 +273,7 @@ impl Manager {
         };
         let mut streams = t.streams.clone();
         if let Some(e) = t.arrival {
-            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(on as P, e as P, 0));
+            let _ = call!(cuStreamWaitEvent(on as P, e as P, 0));
             streams.remove(&(self.swap_in as u64));
         }
         wait_for(on, &streams);
@@ -301,7 +303,7 @@ impl Manager {
             return Err(1);
         };
         let _ = record(start, self.swap_out as u64);
-        let copy = cu!(c"cuMemcpyDtoHAsync_v2"(P, u64, usize, P)(
+        let copy = call!(cuMemcpyDtoHAsync_v2(
             buf as P,
             va,
             size as usize,
@@ -444,15 +446,9 @@ impl Manager {
     fn map(&mut self, va: u64, mapped: u64) -> Result<u64, c_int> {
         let p = prop();
         let mut phys = 0u64;
-        cu!(c"cuMemCreate" (*mut u64, usize, *const AllocProp, u64) (&mut phys, mapped as usize, &p, 0))?;
-        if let Err(e) = cu!(c"cuMemMap"(u64, usize, usize, u64, u64)(
-            va,
-            mapped as usize,
-            0,
-            phys,
-            0
-        )) {
-            let _ = cu!(c"cuMemRelease"(u64)(phys));
+        call!(cuMemCreate(&mut phys, mapped as usize, &p, 0))?;
+        if let Err(e) = call!(cuMemMap(va, mapped as usize, 0, phys, 0)) {
+            let _ = call!(cuMemRelease(phys));
             return Err(e);
         }
         let acc = AccessDesc {
@@ -460,10 +456,9 @@ impl Manager {
             location_id: 0,
             flags: 3,
         };
-        if let Err(e) = cu!(c"cuMemSetAccess" (u64, usize, *const AccessDesc, usize) (va, mapped as usize, &acc, 1))
-        {
-            let _ = cu!(c"cuMemUnmap"(u64, usize)(va, mapped as usize));
-            let _ = cu!(c"cuMemRelease"(u64)(phys));
+        if let Err(e) = call!(cuMemSetAccess(va, mapped as usize, &acc, 1)) {
+            let _ = call!(cuMemUnmap(va, mapped as usize));
+            let _ = call!(cuMemRelease(phys));
             return Err(e);
         }
         self.used += mapped;
@@ -488,7 +483,7 @@ impl Manager {
                 return Err(OUT_OF_MEMORY);
             }
             let mut p = 0u64;
-            cu!(c"cuMemAlloc_v2" (*mut u64, usize) (&mut p, class as usize))?;
+            call!(cuMemAlloc_v2(&mut p, class as usize))?;
             self.used += class;
             self.small_live.insert(p, class);
             return Ok(p);
@@ -506,11 +501,11 @@ impl Manager {
             return Err(OUT_OF_MEMORY);
         }
         let mut va = 0u64;
-        cu!(c"cuMemAddressReserve" (*mut u64, usize, usize, u64, u64) (&mut va, mapped as usize, 0, 0, 0))?;
+        call!(cuMemAddressReserve(&mut va, mapped as usize, 0, 0, 0))?;
         let place = match self.map(va, mapped) {
             Ok(phys) => Place::Resident(phys),
             Err(e) => {
-                let _ = cu!(c"cuMemAddressFree"(u64, usize)(va, mapped as usize));
+                let _ = call!(cuMemAddressFree(va, mapped as usize));
                 return Err(e);
             }
         };
@@ -541,7 +536,7 @@ impl Manager {
         self.cramped.remove(&ptr);
         if let Some(e) = t.arrival {
             // A release below waits for the prefetch's copy in too.
-            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(self.join as P, e as P, 0));
+            let _ = call!(cuStreamWaitEvent(self.join as P, e as P, 0));
             destroy_event(e);
         }
         match t.place {
@@ -574,7 +569,7 @@ impl Manager {
                         if let Some(b) = buf {
                             self.host_free.entry(t.size).or_default().push(b);
                         }
-                        let _ = cu!(c"cuMemAddressFree"(u64, usize)(ptr, t.mapped as usize));
+                        let _ = call!(cuMemAddressFree(ptr, t.mapped as usize));
                     }
                 }
             }
@@ -600,9 +595,9 @@ impl Manager {
                         copy: None,
                     });
                 } else {
-                    let _ = cu!(c"cuMemUnmap"(u64, usize)(ptr, t.mapped as usize));
-                    let _ = cu!(c"cuMemRelease"(u64)(phys));
-                    let _ = cu!(c"cuMemAddressFree"(u64, usize)(ptr, t.mapped as usize));
+                    let _ = call!(cuMemUnmap(ptr, t.mapped as usize));
+                    let _ = call!(cuMemRelease(phys));
+                    let _ = call!(cuMemAddressFree(ptr, t.mapped as usize));
                     self.used -= t.mapped;
                 }
             }
@@ -621,8 +616,8 @@ impl Manager {
     ) -> Result<(u64, usize), c_int> {
         let phys = self.map(va, mapped)?;
         let unmap = |m: &mut Manager| {
-            let _ = cu!(c"cuMemUnmap"(u64, usize)(va, mapped as usize));
-            let _ = cu!(c"cuMemRelease"(u64)(phys));
+            let _ = call!(cuMemUnmap(va, mapped as usize));
+            let _ = call!(cuMemRelease(phys));
             m.used -= mapped;
         };
         let Some(e) = event() else {
@@ -630,7 +625,7 @@ impl Manager {
             return Err(1);
         };
         // The copy in waits for nothing of the program's; the operation waits for the copy.
-        let copy = cu!(c"cuMemcpyHtoDAsync_v2"(u64, P, usize, P)(
+        let copy = call!(cuMemcpyHtoDAsync_v2(
             va,
             buf as P,
             size as usize,
@@ -693,7 +688,7 @@ impl Manager {
                         }
                         ok
                     });
-                    let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
+                    let _ = call!(cuStreamWaitEvent(stream as P, e as P, 0));
                     self.arriving.push(Arriving {
                         va,
                         alloc: alloc_of(va),
@@ -794,7 +789,7 @@ impl Manager {
                     }
                 }
             };
-            let _ = cu!(c"cuStreamWaitEvent"(P, P, u32)(stream as P, e as P, 0));
+            let _ = call!(cuStreamWaitEvent(stream as P, e as P, 0));
             self.host_busy.push((e, buf, size));
             if let Some(t) = self.tensors.get_mut(&va) {
                 t.place = Place::Resident(phys);

@@ -4,6 +4,7 @@
 
 use super::Manager;
 use super::driver::*;
+use crate::ffi::call;
 use planner::trace::Event;
 
 /// A release waiting for the work issued before it to finish.
@@ -64,7 +65,7 @@ impl Manager {
     pub(super) fn finish(&mut self, r: Pending) {
         if let Some((start, alloc, bytes)) = r.copy {
             let mut ms = 0f32;
-            let _ = cu!(c"cuEventElapsedTime" (*mut f32, P, P) (&mut ms, start as P, r.event as P));
+            let _ = call!(cuEventElapsedTime(&mut ms, start as P, r.event as P));
             destroy_event(start);
             crate::core::bus::emit(Event::Evict {
                 alloc,
@@ -74,10 +75,10 @@ impl Manager {
             });
         }
         destroy_event(r.event);
-        let _ = cu!(c"cuMemUnmap"(u64, usize)(r.va, r.mapped as usize));
-        let _ = cu!(c"cuMemRelease"(u64)(r.phys));
+        let _ = call!(cuMemUnmap(r.va, r.mapped as usize));
+        let _ = call!(cuMemRelease(r.phys));
         if r.free_va {
-            let _ = cu!(c"cuMemAddressFree"(u64, usize)(r.va, r.mapped as usize));
+            let _ = call!(cuMemAddressFree(r.va, r.mapped as usize));
         }
         self.used -= r.mapped;
         self.releasing -= r.mapped;

@@ -32,8 +32,8 @@
 //! and at every query. Memory leaving an evicted tensor only lowers the figure, so the bound stays
 //! above it.
 
-use super::driver::cu;
 use super::{Manager, Place, with};
+use crate::ffi::call;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,7 +177,7 @@ fn default_pool() -> u64 {
         return p;
     }
     let mut h: super::driver::P = std::ptr::null_mut();
-    if cu!(c"cuDeviceGetDefaultMemPool" (*mut super::driver::P, c_int) (&mut h, 0)).is_err() {
+    if call!(cuDeviceGetDefaultMemPool(&mut h, 0)).is_err() {
         return 0;
     }
     POOL.store(h as u64, Ordering::Release);

@@ -6,10 +6,10 @@
 //! cuBLASLt's matmul descriptor and layouts are made anew from the recorded attributes (the
 //! framework destroyed its own), and the recorded algorithm is passed as it was.
 
-use crate::hooks::cublas::scale_type;
-use crate::real::{CUBLAS, CUBLASLT, resolve};
+use crate::ffi::cublas::{ALGO_BYTES, scale_type};
+use crate::ffi::{call, call_why};
 use planner::trace::{LtLayout, Replay, TensorArg};
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 
 type P = *mut c_void;
@@ -27,26 +27,6 @@ pub struct Shape {
 /// Marmoset's own cuBLAS and cuBLASLt handles (created once); the lock also keeps one replay's
 /// stream and math mode from another's.
 static HANDLES: Mutex<(usize, usize)> = Mutex::new((0, 0));
-
-fn real(libs: &[&CStr], name: &CStr) -> Result<usize, String> {
-    match resolve(libs, name) {
-        0 => Err(format!("cuBLAS has no {}", name.to_string_lossy())),
-        p => Ok(p),
-    }
-}
-
-/// Calls the real function `name` of `libs` with these argument types; Err names it and its
-/// status.
-macro_rules! blas {
-    ($libs:expr, $name:literal ($($t:ty),*) ($($a:expr),*)) => {{
-        let p = real($libs, $name)?;
-        // SAFETY: the real cuBLAS function named $name has this signature; the arguments are
-        // Marmoset's own handles and descriptors, live allocations' addresses, and scalars on
-        // this stack frame.
-        let r = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) };
-        if r == 0 { Ok(()) } else { Err(format!("{} returned {r}", $name.to_string_lossy())) }
-    }};
-}
 
 /// A scalar as cuBLAS reads it for a scale type (cudaDataType): float, double or int32.
 enum Scalar {
@@ -105,13 +85,13 @@ pub fn replay(
         } => {
             if handles.0 == 0 {
                 let mut h: P = std::ptr::null_mut();
-                blas!(CUBLAS, c"cublasCreate_v2" (*mut P) (&mut h))?;
+                call_why!(cublasCreate_v2(&mut h))?;
                 handles.0 = h as usize;
             }
             let h = handles.0 as P;
-            blas!(CUBLAS, c"cublasSetStream_v2"(P, P)(h, stream as P))?;
-            blas!(CUBLAS, c"cublasSetMathMode"(P, c_int)(h, *math))?;
-            blas!(CUBLAS, c"cublasSetPointerMode_v2"(P, c_int)(h, 0))?;
+            call_why!(cublasSetStream_v2(h, stream as P))?;
+            call_why!(cublasSetMathMode(h, *math))?;
+            call_why!(cublasSetPointerMode_v2(h, 0))?;
             let scale = scale_type(*compute, types[2]);
             // MARMOSET_TEST_CORRUPT_REPLAY: a deliberately wrong replay, for MARMOSET_VERIFY.
             let a = Scalar::of(if corrupt { -alpha } else { *alpha }, scale)?;
@@ -141,7 +121,7 @@ pub fn replay(
         } => {
             if handles.1 == 0 {
                 let mut h: P = std::ptr::null_mut();
-                blas!(CUBLASLT, c"cublasLtCreate" (*mut P) (&mut h))?;
+                call_why!(cublasLtCreate(&mut h))?;
                 handles.1 = h as usize;
             }
             let a = Scalar::of(if corrupt { -alpha } else { *alpha }, *scale)?;
@@ -171,27 +151,24 @@ pub fn replay(
                 Layout::of(ld)?,
             );
             let algo_ptr = algo.as_ref().map_or(std::ptr::null(), |v| v.as_ptr() as C);
-            blas!(
-                CUBLASLT,
-                c"cublasLtMatmul"(P, P, C, C, P, C, P, C, C, P, P, P, C, P, usize, P)(
-                    handles.1 as P,
-                    desc.0 as P,
-                    a.ptr(),
-                    arg("A")?.ptr as C,
-                    la.0 as P,
-                    arg("B")?.ptr as C,
-                    lb.0 as P,
-                    b.ptr(),
-                    c.ptr as C,
-                    lc.0 as P,
-                    d.ptr as P,
-                    ld.0 as P,
-                    algo_ptr,
-                    ws.0 as P,
-                    ws.1 as usize,
-                    stream as P
-                )
-            )
+            call_why!(cublasLtMatmul(
+                handles.1 as P,
+                desc.0 as P,
+                a.ptr(),
+                arg("A")?.ptr as C,
+                la.0 as P,
+                arg("B")?.ptr as C,
+                lb.0 as P,
+                b.ptr(),
+                c.ptr as C,
+                lc.0 as P,
+                d.ptr as P,
+                ld.0 as P,
+                algo_ptr,
+                ws.0 as P,
+                ws.1 as usize,
+                stream as P
+            ))
         }
         _ => Err("no cuBLAS lineage".into()),
     }
@@ -228,119 +205,83 @@ fn gemm(
     let (lda, ldb, ldc) = (ld(a)?, ld(b)?, ld(c)?);
     let (al, be) = (alpha.ptr(), beta.ptr());
     match api {
-        "cublasSgemm_v2" => blas!(
-            CUBLAS,
-            c"cublasSgemm_v2"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, C, c_int, C, P, c_int
-            )(h, ta, tb, m, n, k, al, pa, lda, pb, ldb, be, pc, ldc)
-        ),
-        "cublasDgemm_v2" => blas!(
-            CUBLAS,
-            c"cublasDgemm_v2"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, C, c_int, C, P, c_int
-            )(h, ta, tb, m, n, k, al, pa, lda, pb, ldb, be, pc, ldc)
-        ),
-        "cublasGemmEx" => blas!(
-            CUBLAS,
-            c"cublasGemmEx"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, c_int, C, c_int, c_int, C, P,
-                c_int, c_int, c_int, c_int
-            )(
-                h, ta, tb, m, n, k, al, pa, at, lda, pb, bt, ldb, be, pc, ct, ldc, compute, algo
-            )
-        ),
-        "cublasSgemmEx" => blas!(
-            CUBLAS,
-            c"cublasSgemmEx"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, c_int, C, c_int, c_int, C, P,
-                c_int, c_int
-            )(
-                h, ta, tb, m, n, k, al, pa, at, lda, pb, bt, ldb, be, pc, ct, ldc
-            )
-        ),
-        "cublasSgemmStridedBatched" => blas!(
-            CUBLAS,
-            c"cublasSgemmStridedBatched"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, i64, C, c_int, i64, C, P, c_int,
-                i64, c_int
-            )(
-                h,
-                ta,
-                tb,
-                m,
-                n,
-                k,
-                al,
-                pa,
-                lda,
-                stride(a),
-                pb,
-                ldb,
-                stride(b),
-                be,
-                pc,
-                ldc,
-                stride(c),
-                batch
-            )
-        ),
-        "cublasDgemmStridedBatched" => blas!(
-            CUBLAS,
-            c"cublasDgemmStridedBatched"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, i64, C, c_int, i64, C, P, c_int,
-                i64, c_int
-            )(
-                h,
-                ta,
-                tb,
-                m,
-                n,
-                k,
-                al,
-                pa,
-                lda,
-                stride(a),
-                pb,
-                ldb,
-                stride(b),
-                be,
-                pc,
-                ldc,
-                stride(c),
-                batch
-            )
-        ),
-        "cublasGemmStridedBatchedEx" => blas!(
-            CUBLAS,
-            c"cublasGemmStridedBatchedEx"(
-                P, c_int, c_int, c_int, c_int, c_int, C, C, c_int, c_int, i64, C, c_int, c_int,
-                i64, C, P, c_int, c_int, i64, c_int, c_int, c_int
-            )(
-                h,
-                ta,
-                tb,
-                m,
-                n,
-                k,
-                al,
-                pa,
-                at,
-                lda,
-                stride(a),
-                pb,
-                bt,
-                ldb,
-                stride(b),
-                be,
-                pc,
-                ct,
-                ldc,
-                stride(c),
-                batch,
-                compute,
-                algo
-            )
-        ),
+        "cublasSgemm_v2" => call_why!(cublasSgemm_v2(
+            h, ta, tb, m, n, k, al, pa, lda, pb, ldb, be, pc, ldc
+        )),
+        "cublasDgemm_v2" => call_why!(cublasDgemm_v2(
+            h, ta, tb, m, n, k, al, pa, lda, pb, ldb, be, pc, ldc
+        )),
+        "cublasGemmEx" => call_why!(cublasGemmEx(
+            h, ta, tb, m, n, k, al, pa, at, lda, pb, bt, ldb, be, pc, ct, ldc, compute, algo
+        )),
+        "cublasSgemmEx" => call_why!(cublasSgemmEx(
+            h, ta, tb, m, n, k, al, pa, at, lda, pb, bt, ldb, be, pc, ct, ldc
+        )),
+        "cublasSgemmStridedBatched" => call_why!(cublasSgemmStridedBatched(
+            h,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            al,
+            pa,
+            lda,
+            stride(a),
+            pb,
+            ldb,
+            stride(b),
+            be,
+            pc,
+            ldc,
+            stride(c),
+            batch
+        )),
+        "cublasDgemmStridedBatched" => call_why!(cublasDgemmStridedBatched(
+            h,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            al,
+            pa,
+            lda,
+            stride(a),
+            pb,
+            ldb,
+            stride(b),
+            be,
+            pc,
+            ldc,
+            stride(c),
+            batch
+        )),
+        "cublasGemmStridedBatchedEx" => call_why!(cublasGemmStridedBatchedEx(
+            h,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            al,
+            pa,
+            at,
+            lda,
+            stride(a),
+            pb,
+            bt,
+            ldb,
+            stride(b),
+            be,
+            pc,
+            ct,
+            ldc,
+            stride(c),
+            batch,
+            compute,
+            algo
+        )),
         other => Err(format!("{other} is not replayed")),
     }
 }
@@ -361,28 +302,24 @@ struct Desc(usize);
 impl Desc {
     fn new(compute: c_int, scale: c_int) -> Result<Desc, String> {
         let mut d: P = std::ptr::null_mut();
-        blas!(CUBLASLT, c"cublasLtMatmulDescCreate" (*mut P, c_int, c_int) (&mut d, compute, scale))?;
+        call_why!(cublasLtMatmulDescCreate(&mut d, compute, scale))?;
         Ok(Desc(d as usize))
     }
 
     /// Sets an attribute to the bytes of `v` (the attribute's own type).
     fn set<T>(&self, attr: u32, v: &T) -> Result<(), String> {
-        blas!(
-            CUBLASLT,
-            c"cublasLtMatmulDescSetAttribute"(P, u32, C, usize)(
-                self.0 as P,
-                attr,
-                v as *const T as C,
-                std::mem::size_of::<T>()
-            )
-        )
+        call_why!(cublasLtMatmulDescSetAttribute(
+            self.0 as P,
+            attr,
+            v as *const T as C,
+            std::mem::size_of::<T>()
+        ))
     }
 }
 
 impl Drop for Desc {
     fn drop(&mut self) {
-        let destroy = || blas!(CUBLASLT, c"cublasLtMatmulDescDestroy"(P)(self.0 as P));
-        let _ = destroy();
+        let _ = call!(cublasLtMatmulDescDestroy(self.0 as P));
     }
 }
 
@@ -392,14 +329,17 @@ struct Layout(usize);
 impl Layout {
     fn of(l: &LtLayout) -> Result<Layout, String> {
         let mut p: P = std::ptr::null_mut();
-        blas!(CUBLASLT, c"cublasLtMatrixLayoutCreate" (*mut P, c_int, u64, u64, i64)
-            (&mut p, l.ty, l.rows, l.cols, l.ld))?;
+        call_why!(cublasLtMatrixLayoutCreate(
+            &mut p, l.ty, l.rows, l.cols, l.ld
+        ))?;
         let layout = Layout(p as usize);
         let set = |attr: u32, v: C, size: usize| {
-            blas!(
-                CUBLASLT,
-                c"cublasLtMatrixLayoutSetAttribute"(P, u32, C, usize)(layout.0 as P, attr, v, size)
-            )
+            call_why!(cublasLtMatrixLayoutSetAttribute(
+                layout.0 as P,
+                attr,
+                v,
+                size
+            ))
         };
         if l.order != 0 {
             set(LAYOUT_ORDER, &l.order as *const i32 as C, 4)?;
@@ -416,8 +356,7 @@ impl Layout {
 
 impl Drop for Layout {
     fn drop(&mut self) {
-        let destroy = || blas!(CUBLASLT, c"cublasLtMatrixLayoutDestroy"(P)(self.0 as P));
-        let _ = destroy();
+        let _ = call!(cublasLtMatrixLayoutDestroy(self.0 as P));
     }
 }
 
@@ -436,8 +375,6 @@ fn unhex(s: &str) -> Result<Vec<u64>, String> {
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
         .collect())
 }
-
-const ALGO_BYTES: usize = crate::hooks::cublas::ALGO_BYTES;
 
 #[cfg(test)]
 mod tests {

@@ -4,9 +4,10 @@
 //! current addresses in a new variant pack.
 
 use super::{Recipe, reserve_at};
-use crate::real::{CUDNN, resolve};
+use crate::ffi::cudnn_backend::{plan_life, replay_execute};
+use crate::ffi::{call, call_why, table};
 use planner::trace::{Access, Replay, TensorArg};
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 
 type P = *mut c_void;
@@ -14,32 +15,13 @@ type P = *mut c_void;
 /// Marmoset's own cuDNN handle for replays (created once).
 static HANDLE: Mutex<usize> = Mutex::new(0);
 
-fn real(name: &CStr) -> Result<usize, String> {
-    match resolve(CUDNN, name) {
-        0 => Err(format!("cuDNN has no {}", name.to_string_lossy())),
-        p => Ok(p),
-    }
-}
-
-/// Calls the real cuDNN function `name` with these argument types; Err names it and its status.
-macro_rules! dnn {
-    ($name:literal ($($t:ty),*) ($($a:expr),*)) => {{
-        let p = real($name)?;
-        // SAFETY: the real cuDNN function named $name has this signature; the arguments are
-        // Marmoset's own descriptors and handle, live allocations' addresses, and scalars on
-        // this stack frame.
-        let r = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) };
-        if r == 0 { Ok(()) } else { Err(format!("{} returned {r}", $name.to_string_lossy())) }
-    }};
-}
-
 /// A tensor descriptor built from recorded dims and strides, destroyed when dropped.
 struct Desc(usize);
 
 impl Desc {
     fn tensor(dtype: c_int, dims: &[i64], strides: &[i64]) -> Result<Desc, String> {
         let mut d: P = std::ptr::null_mut();
-        dnn!(c"cudnnCreateTensorDescriptor" (*mut P) (&mut d))?;
+        call_why!(cudnnCreateTensorDescriptor(&mut d))?;
         let d = Desc(d as usize);
         let to32 = |v: &[i64]| -> Result<Vec<c_int>, String> {
             v.iter()
@@ -47,8 +29,13 @@ impl Desc {
                 .collect()
         };
         let (dims, strides) = (to32(dims)?, to32(strides)?);
-        dnn!(c"cudnnSetTensorNdDescriptor" (P, c_int, c_int, *const c_int, *const c_int)
-            (d.0 as P, dtype, dims.len() as c_int, dims.as_ptr(), strides.as_ptr()))?;
+        call_why!(cudnnSetTensorNdDescriptor(
+            d.0 as P,
+            dtype,
+            dims.len() as c_int,
+            dims.as_ptr(),
+            strides.as_ptr()
+        ))?;
         Ok(d)
     }
 }
@@ -86,18 +73,22 @@ impl Filter {
             .map(|&x| c_int::try_from(x).map_err(|_| format!("dimension {x} out of range")))
             .collect::<Result<_, _>>()?;
         let mut d: P = std::ptr::null_mut();
-        dnn!(c"cudnnCreateFilterDescriptor" (*mut P) (&mut d))?;
+        call_why!(cudnnCreateFilterDescriptor(&mut d))?;
         let f = Filter(d as usize);
-        dnn!(c"cudnnSetFilterNdDescriptor" (P, c_int, c_int, c_int, *const c_int)
-            (f.0 as P, dtype, format, dims.len() as c_int, dims.as_ptr()))?;
+        call_why!(cudnnSetFilterNdDescriptor(
+            f.0 as P,
+            dtype,
+            format,
+            dims.len() as c_int,
+            dims.as_ptr()
+        ))?;
         Ok(f)
     }
 }
 
 impl Drop for Filter {
     fn drop(&mut self) {
-        let destroy = || dnn!(c"cudnnDestroyFilterDescriptor"(P)(self.0 as P));
-        let _ = destroy();
+        let _ = call!(cudnnDestroyFilterDescriptor(self.0 as P));
     }
 }
 
@@ -111,29 +102,32 @@ impl Conv {
             return Err("the convolution's parameters disagree in length".into());
         }
         let mut d: P = std::ptr::null_mut();
-        dnn!(c"cudnnCreateConvolutionDescriptor" (*mut P) (&mut d))?;
+        call_why!(cudnnCreateConvolutionDescriptor(&mut d))?;
         let c = Conv(d as usize);
-        dnn!(c"cudnnSetConvolutionNdDescriptor" (P, c_int, *const c_int, *const c_int, *const c_int, c_int, c_int)
-            (c.0 as P, n as c_int, p.pads.as_ptr(), p.strides.as_ptr(), p.dilations.as_ptr(), p.mode, p.compute))?;
-        dnn!(c"cudnnSetConvolutionGroupCount"(P, c_int)(
-            c.0 as P, p.groups
+        call_why!(cudnnSetConvolutionNdDescriptor(
+            c.0 as P,
+            n as c_int,
+            p.pads.as_ptr(),
+            p.strides.as_ptr(),
+            p.dilations.as_ptr(),
+            p.mode,
+            p.compute
         ))?;
-        dnn!(c"cudnnSetConvolutionMathType"(P, c_int)(c.0 as P, p.math))?;
+        call_why!(cudnnSetConvolutionGroupCount(c.0 as P, p.groups))?;
+        call_why!(cudnnSetConvolutionMathType(c.0 as P, p.math))?;
         Ok(c)
     }
 }
 
 impl Drop for Conv {
     fn drop(&mut self) {
-        let destroy = || dnn!(c"cudnnDestroyConvolutionDescriptor"(P)(self.0 as P));
-        let _ = destroy();
+        let _ = call!(cudnnDestroyConvolutionDescriptor(self.0 as P));
     }
 }
 
 impl Drop for Desc {
     fn drop(&mut self) {
-        let destroy = || dnn!(c"cudnnDestroyTensorDescriptor"(P)(self.0 as P));
-        let _ = destroy();
+        let _ = call!(cudnnDestroyTensorDescriptor(self.0 as P));
     }
 }
 
@@ -185,7 +179,7 @@ pub(super) fn replay(
         return Err("no lineage".into());
     };
     let h = handle()?;
-    dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
+    call_why!(cudnnSetStream(h as P, stream as P))?;
     // MARMOSET_TEST_CORRUPT_REPLAY: a deliberately wrong replay, for MARMOSET_VERIFY's test;
     // negated, so that even a reader that needs only the signs (ReLU's backward) sees it.
     let alpha = if corrupt { -alpha } else { *alpha };
@@ -202,12 +196,10 @@ pub(super) fn replay(
             let p = activation.as_ref().ok_or("no activation parameters")?;
             let ((xd, x), (yd, y)) = (arg("x")?, arg("y")?);
             let mut ad: P = std::ptr::null_mut();
-            dnn!(c"cudnnCreateActivationDescriptor" (*mut P) (&mut ad))?;
+            call_why!(cudnnCreateActivationDescriptor(&mut ad))?;
             let run = || -> Result<(), String> {
-                dnn!(c"cudnnSetActivationDescriptor"(P, c_int, c_int, f64)(
-                    ad, p.mode, p.nan, p.coef
-                ))?;
-                dnn!(c"cudnnActivationForward"(P, P, P, P, P, P, P, P)(
+                call_why!(cudnnSetActivationDescriptor(ad, p.mode, p.nan, p.coef))?;
+                call_why!(cudnnActivationForward(
                     h as P,
                     ad,
                     a.ptr(),
@@ -219,12 +211,12 @@ pub(super) fn replay(
                 ))
             };
             let done = run();
-            let _ = dnn!(c"cudnnDestroyActivationDescriptor"(P)(ad));
+            let _ = call!(cudnnDestroyActivationDescriptor(ad));
             done
         }
         "cudnnAddTensor" => {
             let ((ad, x), (cd, c)) = (arg("a")?, arg("c")?);
-            dnn!(c"cudnnAddTensor"(P, P, P, P, P, P, P)(
+            call_why!(cudnnAddTensor(
                 h as P,
                 a.ptr(),
                 ad.0 as P,
@@ -237,7 +229,7 @@ pub(super) fn replay(
         "cudnnSoftmaxForward" => {
             let (algo, mode) = softmax.ok_or("no softmax settings")?;
             let ((xd, x), (yd, y)) = (arg("x")?, arg("y")?);
-            dnn!(c"cudnnSoftmaxForward"(P, c_int, c_int, P, P, P, P, P, P)(
+            call_why!(cudnnSoftmaxForward(
                 h as P,
                 algo,
                 mode,
@@ -259,9 +251,7 @@ pub(super) fn replay(
                 .ok_or("no w argument")?;
             let wd = Filter::of(*dtype, &w.dims, &w.strides)?;
             let cd = Conv::of(p)?;
-            dnn!(c"cudnnConvolutionForward"(
-                P, P, P, P, P, P, P, c_int, P, usize, P, P, P
-            )(
+            call_why!(cudnnConvolutionForward(
                 h as P,
                 a.ptr(),
                 xd.0 as P,
@@ -297,9 +287,7 @@ pub(super) fn replay(
             // NULL: not saved): the replay rebuilds y and has no other effect. The
             // exponential-average factor is then unused.
             if r.api == "cudnnBatchNormalizationForwardTraining" {
-                dnn!(c"cudnnBatchNormalizationForwardTraining"(
-                    P, c_int, P, P, P, P, P, P, P, P, P, f64, P, P, f64, P, P
-                )(
+                call_why!(cudnnBatchNormalizationForwardTraining(
                     h as P,
                     p.mode,
                     a.ptr(),
@@ -327,10 +315,7 @@ pub(super) fn replay(
                     0 => (null, 0usize),
                     n => (ws as P, n as usize),
                 };
-                dnn!(c"cudnnBatchNormalizationForwardTrainingEx"(
-                    P, c_int, c_int, P, P, P, P, P, P, P, P, P, P, P, f64, P, P, f64, P, P, P, P,
-                    usize, P, usize
-                )(
+                call_why!(cudnnBatchNormalizationForwardTrainingEx(
                     h as P,
                     p.mode,
                     p.ops,
@@ -377,7 +362,7 @@ fn backend(
     ws: u64,
     corrupt: bool,
 ) -> Result<(), String> {
-    if crate::microbatch::backend::plan_life(plan as usize) != Some(life) {
+    if plan_life(plan as usize) != Some(life) {
         return Err(format!("the execution plan {plan:#x} was destroyed"));
     }
     let mut ids = Vec::new();
@@ -390,17 +375,11 @@ fn backend(
         ptrs.push(t.ptr as i64);
     }
     let h = handle()?;
-    dnn!(c"cudnnSetStream"(P, P)(h as P, stream as P))?;
-    crate::microbatch::backend::replay_execute(h, plan as usize, &ids, &ptrs, ws as i64)
+    call_why!(cudnnSetStream(h as P, stream as P))?;
+    replay_execute(h, plan as usize, &ids, &ptrs, ws as i64)
         .map_err(|why| format!("{api} through plan {plan:#x}: {why}"))?;
     if corrupt {
-        let set = match resolve(crate::real::CUDA, c"cuMemsetD8Async") {
-            0 => return Err("the driver has no cuMemsetD8Async".into()),
-            p => p,
-        };
-        type Set = unsafe extern "C" fn(u64, u8, usize, P) -> c_int;
-        // SAFETY: the real cuMemsetD8Async has this signature.
-        let set: Set = unsafe { std::mem::transmute(set) };
+        let set = table::cuMemsetD8Async().ok_or("the driver has no cuMemsetD8Async")?;
         for t in tensors.iter().filter(|t| t.access == Access::W) {
             // SAFETY: four bytes at the start of a live, mapped output.
             unsafe { set(t.ptr, 0xff, 4, stream as P) };
@@ -415,7 +394,7 @@ fn handle() -> Result<usize, String> {
         .map_err(|_| "the replay handle's lock is poisoned")?;
     if *g == 0 {
         let mut h: P = std::ptr::null_mut();
-        dnn!(c"cudnnCreate" (*mut P) (&mut h))?;
+        call_why!(cudnnCreate(&mut h))?;
         *g = h as usize;
     }
     Ok(*g)

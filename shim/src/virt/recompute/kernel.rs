@@ -3,9 +3,9 @@
 //! buffer of each iteration's launch, kept for the recipes that take it
 //! ([`super::Recipe::refresh`]).
 
-use crate::real::resolve;
+use crate::ffi::call_why;
 use planner::trace::Event;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 
 type P = *mut c_void;
 
@@ -36,7 +36,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 impl Kernel {
     /// From a launch's record and parameter buffer: each touch's recorded address must occur
     /// in the buffer (at a 4-byte boundary, as parameters are aligned; only in the pointer
-    /// words where the kernel's name gives them: `hooks::launch::pointer_words`), or the launch
+    /// words where the kernel's name gives them: `access::launch::pointer_words`), or the launch
     /// cannot be rebuilt.
     pub(super) fn of(
         event: &Event,
@@ -127,10 +127,6 @@ pub(super) fn launch(k: &Kernel, addrs: &[u64], stream: u64, corrupt: bool) -> R
     }
     let f = crate::access::launch::driver_function(k.func as usize, k.runtime)
         .ok_or("the driver has no handle for the kernel")?;
-    let p = match resolve(crate::real::CUDA, c"cuLaunchKernel") {
-        0 => return Err("the driver has no cuLaunchKernel".into()),
-        p => p,
-    };
     let mut size = params.len();
     // CU_LAUNCH_PARAM_BUFFER_POINTER, its buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, its size, END.
     let mut extra: [P; 5] = [
@@ -140,33 +136,22 @@ pub(super) fn launch(k: &Kernel, addrs: &[u64], stream: u64, corrupt: bool) -> R
         &mut size as *mut usize as P,
         std::ptr::null_mut(),
     ];
-    type Launch =
-        unsafe extern "C" fn(usize, u32, u32, u32, u32, u32, u32, u32, P, *mut P, *mut P) -> c_int;
-    // SAFETY: the real cuLaunchKernel has this signature.
-    let f_launch: Launch = unsafe { std::mem::transmute(p) };
     let [gx, gy, gz] = k.grid;
     let [bx, by, bz] = k.block;
-    // SAFETY: f is the kernel's driver handle; the buffer holds its parameters at the offsets
-    // the driver gave, with live allocations' addresses; both outlive the call (the driver
-    // copies parameters at launch).
-    let r = unsafe {
-        f_launch(
-            f,
-            gx,
-            gy,
-            gz,
-            bx,
-            by,
-            bz,
-            k.shared as u32,
-            stream as P,
-            std::ptr::null_mut(),
-            extra.as_mut_ptr(),
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(format!("cuLaunchKernel returned {r}"))
-    }
+    // f is the kernel's driver handle; the buffer holds its parameters at the offsets the driver
+    // gave, with live allocations' addresses; both outlive the call (the driver copies
+    // parameters at launch).
+    call_why!(cuLaunchKernel(
+        f,
+        gx,
+        gy,
+        gz,
+        bx,
+        by,
+        bz,
+        k.shared as u32,
+        stream as P,
+        std::ptr::null_mut(),
+        extra.as_mut_ptr()
+    ))
 }
