@@ -414,3 +414,121 @@ fn the_check_finds_a_circle_and_ignores_what_is_not_code() {
     assert!(circles(&g).is_empty(), "{g:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The shim's layers (docs/architecture.md), between its top-level modules: `core` imports
+/// nothing else of the shim; `ffi` only `core`; `access` and `sinks` only `core` and `ffi`;
+/// `virt` and `microbatch` never each other (memory virtualisation and μ-cuDNN meet only in
+/// `core` and `ffi`), and never `hooks`; nothing but the crate root imports `hooks`.
+fn layer_allows(from: &str, to: &str) -> Result<(), &'static str> {
+    match (from, to) {
+        (_, "hooks") => Err("nothing but the crate root imports hooks"),
+        ("core", _) => Err("core imports nothing else of the shim"),
+        ("ffi", to) if to != "core" => Err("ffi imports only core"),
+        ("access" | "sinks", to) if !matches!(to, "core" | "ffi") => {
+            Err("access and sinks import only core and ffi")
+        }
+        ("virt", "microbatch") | ("microbatch", "virt") => {
+            Err("virt and microbatch meet only in core and ffi")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Every import between top-level modules that the layering forbids, as "a::b -> c::d: why".
+fn layering_violations(g: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (a, targets) in g {
+        // The crate root starts the layers and attaches them to each other.
+        let Some(from) = a.first() else { continue };
+        for b in targets {
+            let Some(to) = b.first() else { continue };
+            if from == to {
+                continue;
+            }
+            if let Err(why) = layer_allows(from, to) {
+                out.push(format!("{} -> {}: {why}", a.join("::"), b.join("::")));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_shims_layers_import_only_downwards() {
+    let g = edges(&root().join("shim/src"));
+    for layer in [
+        "core",
+        "ffi",
+        "access",
+        "sinks",
+        "virt",
+        "microbatch",
+        "hooks",
+    ] {
+        assert!(
+            g.contains_key(&vec![layer.to_string()]),
+            "shim/src has no module {layer}: the layering below names it"
+        );
+    }
+    let found = layering_violations(&g);
+    assert!(found.is_empty(), "shim/src:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_layering_check_finds_each_forbidden_import() {
+    let dir = std::env::temp_dir().join(format!("layers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("virt")).unwrap();
+    let write = |p: &str, s: &str| std::fs::write(dir.join(p), s).unwrap();
+    write(
+        "lib.rs",
+        "mod access;\nmod core;\nmod ffi;\nmod hooks;\nmod microbatch;\nmod sinks;\nmod virt;\n\
+         fn start() { hooks::h(); virt::m::y(); }\n",
+    );
+    write("core.rs", "pub fn c() { crate::ffi::f() }\n");
+    write(
+        "ffi.rs",
+        "pub fn f() { crate::core::c(); crate::access::a() }\n",
+    );
+    write(
+        "access.rs",
+        "use crate::{ffi::f, sinks};\npub fn a() { f() }\n",
+    );
+    write("sinks.rs", "use crate::{core, ffi::f};\n");
+    write("virt/mod.rs", "pub mod m;\n");
+    write("virt/m.rs", "pub fn y() { crate::microbatch::x() }\n");
+    write(
+        "microbatch.rs",
+        "pub fn x() { super::virt::m::y(); crate::hooks::h() }\n",
+    );
+    write(
+        "hooks.rs",
+        "pub fn h() { crate::microbatch::x(); crate::virt::m::y(); crate::access::a() }\n",
+    );
+    let found = layering_violations(&edges(&dir));
+    let pairs: Vec<&str> = found
+        .iter()
+        .map(|l| l.split(": ").next().unwrap())
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            "access -> sinks",
+            "core -> ffi",
+            "ffi -> access",
+            "microbatch -> hooks",
+            "microbatch -> virt::m",
+            "virt::m -> microbatch",
+        ],
+        "{found:#?}"
+    );
+    // Each layer importing only what it may: nothing is found.
+    write("core.rs", "pub fn c() {}\n");
+    write("ffi.rs", "pub fn f() { crate::core::c() }\n");
+    write("access.rs", "use crate::ffi::f;\npub fn a() { f() }\n");
+    write("virt/m.rs", "pub fn y() { crate::ffi::f() }\n");
+    write("microbatch.rs", "pub fn x() { crate::core::c() }\n");
+    let found = layering_violations(&edges(&dir));
+    assert!(found.is_empty(), "{found:#?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
