@@ -1012,6 +1012,10 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
             "evicted_bytes": s.evicted_bytes,
             "restored_bytes": s.restored_bytes,
             "evict_ms": s.evict_ms,
+            "plans_made": s.plans_made,
+            "plans_reused": s.plans_reused,
+            "kinds": s.kinds,
+            "planning_ms": s.planning_ms,
             "top_kernels": s.top_kernels.iter().map(|(name, n, ms)| serde_json::json!({"name": name, "launches": n, "device_ms": ms})).collect::<Vec<_>>(),
             "allocator_blocks": blocks.as_ref().map(|b| serde_json::json!({
                 "allocations": b.allocations,

@@ -35,6 +35,12 @@ pub struct Summary {
     /// The kernels that took the most device time: (name, launches, device ms), at most eight;
     /// named by the trace's `kernel` records, else by handle.
     pub top_kernels: Vec<(String, u64, f64)>,
+    /// The in-process planner's plans per iteration kind: plans made (cache misses), plans of
+    /// a kind seen before used again (hits), the distinct kinds, and the host time planning.
+    pub plans_made: u64,
+    pub plans_reused: u64,
+    pub kinds: u64,
+    pub planning_ms: f64,
 }
 
 pub fn summarize(records: &[Record]) -> Summary {
@@ -50,6 +56,7 @@ pub fn summarize(records: &[Record]) -> Summary {
     let mut kernels: HashMap<u64, (u64, f64)> = HashMap::new();
     let mut func_of: HashMap<u64, u64> = HashMap::new();
     let mut names: HashMap<u64, &str> = HashMap::new();
+    let mut kinds: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for r in records {
         let kind = r.event.kind();
         if let Event::Timing { of, device_ms } = &r.event {
@@ -102,6 +109,26 @@ pub fn summarize(records: &[Record]) -> Summary {
                 s.evict_ms += device_ms;
             }
             Event::Restore { bytes, .. } => s.restored_bytes += bytes,
+            Event::Plan {
+                reused,
+                iteration_kind,
+                planning_ms,
+                ..
+            } => {
+                if *reused {
+                    s.plans_reused += 1;
+                } else {
+                    s.plans_made += 1;
+                }
+                s.planning_ms += planning_ms;
+                if let Some(k) = iteration_kind {
+                    kinds.insert(*k);
+                }
+            }
+            Event::NoPlan { planning_ms, .. } => {
+                s.plans_made += 1;
+                s.planning_ms += planning_ms;
+            }
             Event::Launch {
                 result: 0, func, ..
             } => {
@@ -134,6 +161,7 @@ pub fn summarize(records: &[Record]) -> Summary {
     top.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
     top.truncate(8);
     s.top_kernels = top;
+    s.kinds = kinds.len() as u64;
     s
 }
 
@@ -191,6 +219,18 @@ impl fmt::Display for Summary {
                 t as f64 / 1e6
             )?,
             None => writeln!(f, "peak memory load: 0 B")?,
+        }
+        let plans = self.plans_made + self.plans_reused;
+        if plans > 0 {
+            writeln!(
+                f,
+                "plans: {plans} for {} iteration kind(s): {} planned, {} reused from the cache ({:.0}% hits), {:.1} ms planning (host)",
+                self.kinds,
+                self.plans_made,
+                self.plans_reused,
+                100.0 * self.plans_reused as f64 / plans as f64,
+                self.planning_ms
+            )?;
         }
         if self.frees_of_unknown_pointers > 0 {
             writeln!(

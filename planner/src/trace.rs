@@ -370,6 +370,14 @@ pub enum Event {
         /// evictions measured them), so that `marmoset plan` assumes them too.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pcie_bps: Option<(f64, f64)>,
+        /// The iteration's kind: a hash of its calls, sizes included (absent in traces from
+        /// before plans were kept per kind).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        iteration_kind: Option<u64>,
+        /// This kind's plan was planned before and is used again: no planning (the figures
+        /// are the first planning's; `planning_ms` is the look-up's).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reused: bool,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

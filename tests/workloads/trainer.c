@@ -211,9 +211,12 @@ int main(int argc, char **argv) {
   cudaEvent_t *marks = malloc((iters + 1) * sizeof *marks);
   for (int i = 0; i <= iters; i++) cudaEventCreate(&marks[i]);
   /* TRAINER_PLANT: a planted in-place write (above); TRAINER_VARY=K: iteration K makes calls
-     the others do not (a scratch allocation, a memset, its free), leaving the results alone. */
+     the others do not (a scratch allocation, a memset, its free), leaving the results alone;
+     TRAINER_EVAL=K: iterations K to 2K - 1 are an evaluation pass (the forward pass and the
+     loss only), so the program runs one kind of iteration, another, then the first again. */
   const int plant = getenv("TRAINER_PLANT") != NULL;
   const int vary = getenv("TRAINER_VARY") ? atoi(getenv("TRAINER_VARY")) : -1;
+  const int eval = getenv("TRAINER_EVAL") ? atoi(getenv("TRAINER_EVAL")) : 0;
   for (int it = 0; it < iters; it++) {
     cudaEventRecord(marks[it], NULL);
     if (it == vary) {
@@ -249,6 +252,13 @@ int main(int argc, char **argv) {
     void *xargs[] = {&nn, &k, &probs, &labels, &dlogits, &loss};
     dim3 one = {1, 1, 1};
     CU(launch, cudaLaunchKernel(k_xent, one, one, xargs, 0, NULL));
+    if (eval > 0 && it >= eval && it < 2 * eval) {
+      float hloss;
+      CU(copy, cudaMemcpy(&hloss, loss, 4, cudaMemcpyDeviceToHost));
+      CU(sync, cudaDeviceSynchronize());
+      printf("iter %d eval loss %.9g\n", it, hloss);
+      continue;
+    }
     /* backward */
     conv_bwd(&fc, pool2, dlogits, dpool2);
     DNN(cudnnPoolingBackward(dnn, pool, &ONE, p2, pool2, p2, dpool2, c2.y, relu2, &ZERO, c2.y, drelu2));

@@ -15,8 +15,8 @@ use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The producing calls of the storages `plan` recomputes, from the records it was planned on.
@@ -174,6 +174,9 @@ pub fn plan(found: Found, records: Vec<Record>) {
     let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
+    if reuse(&found) {
+        return;
+    }
     if let Ok(mut next) = NEXT.lock() {
         *next = Some((found, records));
     }
@@ -214,6 +217,40 @@ pub fn plan(found: Found, records: Vec<Record>) {
     }
 }
 
+/// The plan of a kind seen before, when the iteration just found is one: the tracker's
+/// iterations are cut where that kind's were, and its plan guides from the next boundary,
+/// with no planning. False when the kind is new.
+fn reuse(found: &Found) -> bool {
+    let t0 = Instant::now();
+    let Some(from) = found.boundary.checked_sub(found.period) else {
+        return false;
+    };
+    let Some(window) = crate::virt::sequence::tokens(found.generation, from, found.period) else {
+        return false;
+    };
+    let Some((cut, ready, record)) = crate::virt::kinds::find(&window) else {
+        return false;
+    };
+    if !crate::virt::sequence::realign(found.generation, from + cut) {
+        return false;
+    }
+    let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
+    log(
+        Level::Info,
+        &format!(
+            "bridge: this iteration is a kind planned before ({} calls): its plan guides again, no planning",
+            found.period
+        ),
+    );
+    crate::core::bus::emit(crate::virt::kinds::reused(
+        record,
+        found.start_seq,
+        planning_ms,
+    ));
+    crate::virt::executor::offer(ready);
+    true
+}
+
 /// Requests waiting for the planning thread.
 type Job = (Found, Vec<Record>);
 static NEXT: Mutex<Option<Job>> = Mutex::new(None);
@@ -241,7 +278,14 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 Decision::Recompute { .. } => (s, r + 1),
                 Decision::Extend { .. } => (s, r),
             });
-            crate::core::bus::emit(Event::Plan {
+            // The kind: the iteration's calls from the model's cut (the tracker's calls of
+            // this detection).
+            let kind_tokens = converted.iteration.as_ref().ok().and_then(|st| {
+                crate::virt::sequence::tokens(found.generation, st.start, found.period)
+            });
+            let record = Event::Plan {
+                iteration_kind: kind_tokens.as_deref().map(crate::virt::kinds::hash),
+                reused: false,
                 policy: policy.into(),
                 budget,
                 start: found.start_seq,
@@ -262,7 +306,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                     .fold(0.0, |a, b| a + b),
                 held,
                 pcie_bps: Some((link.h2d, link.d2h)),
-            });
+            };
+            crate::core::bus::emit(record.clone());
             log(
                 Level::Info,
                 &format!(
@@ -292,13 +337,17 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 return;
             }
             let recipes = recipes(&converted, &plan, &records);
-            crate::virt::executor::offer(Ready {
+            let ready = Arc::new(Ready {
                 found,
                 converted,
                 plan,
                 outcome,
                 recipes,
             });
+            if let Some(tokens) = kind_tokens {
+                crate::virt::kinds::remember(tokens, ready.clone(), record);
+            }
+            crate::virt::executor::offer(ready);
         }
         Ok(Err(why)) => no_plan(policy, why, planning_ms),
         Err(_) => no_plan(policy, "the planner panicked".into(), planning_ms),

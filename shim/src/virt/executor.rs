@@ -31,8 +31,8 @@ use planner::shimtrace::Converted;
 use planner::timeline::{Decision, Stall};
 use planner::timeline::{Outcome, Plan};
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A plan for the iteration the tracker found.
 pub struct Ready {
@@ -177,7 +177,7 @@ impl Steps {
 
 struct Executor {
     /// A plan made since the last boundary.
-    offered: Option<Ready>,
+    offered: Option<Arc<Ready>>,
     /// The plan guiding the current iteration.
     active: Option<Steps>,
     /// Iterations guided so far.
@@ -208,7 +208,7 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
 });
 
 /// A new plan, applied from the next iteration boundary.
-pub fn offer(r: Ready) {
+pub fn offer(r: Arc<Ready>) {
     if let Ok(mut e) = EXECUTOR.lock() {
         e.offered = Some(r);
     }
@@ -267,8 +267,31 @@ fn orphan(e: &mut Executor) {
     note_dropped(e);
 }
 
-/// The program left the planned sequence: passive until a new plan.
+/// The iteration under way is of a kind planned before, recognised from its first calls: its
+/// plan guides from the next call (what it says of the calls already run is past).
+pub fn adopt(r: Arc<Ready>) {
+    if let Ok(mut e) = EXECUTOR.lock() {
+        let steps = Steps::of(&r);
+        e.offered = None;
+        e.active = Some(steps);
+        e.guided += 1;
+    }
+}
+
+/// Whether the program has left a plan that guided it: it runs iterations of more than one
+/// kind, and a plan's word that contents are dead is a prediction it may not keep.
+static CHANGED: AtomicBool = AtomicBool::new(false);
+
+/// The program left the planned sequence: passive until a new plan. Contents dropped as dead
+/// and not yet released are kept from now on (see `CHANGED`).
 pub fn diverged() {
+    let guided = EXECUTOR
+        .lock()
+        .is_ok_and(|e| e.active.is_some() || e.offered.is_some());
+    if guided {
+        CHANGED.store(true, Ordering::Relaxed);
+        crate::virt::memory::keep_dead();
+    }
     if let Ok(mut e) = EXECUTOR.lock() {
         e.active = None;
         e.offered = None;
@@ -774,9 +797,18 @@ pub fn after_call() {
             crate::virt::memory::evict_planned(id);
         }
     }
+    // The model's frees: contents dead until their next overwrite if the program goes on as
+    // planned. Released without a copy while the program has never left a plan; once it has
+    // (it runs iterations of several kinds), a continuation the plan did not foresee may read
+    // them, and they are kept (copied out when their memory goes).
+    let changes = CHANGED.load(Ordering::Relaxed);
     for name in step(offset, Kind::Drop) {
         if let Some(id) = crate::virt::sequence::resolve(name) {
-            crate::virt::memory::mark_dead(id);
+            if changes {
+                crate::virt::memory::mark_dead_kept(id);
+            } else {
+                crate::virt::memory::mark_dead(id);
+            }
         }
     }
     let planned: Vec<(TensorId, usize, Recipe)> = {

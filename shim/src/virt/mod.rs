@@ -4,6 +4,7 @@
 //! - [`tracker`]: the bus's observer under a planner policy; acts on what the sequence finds.
 //! - [`bridge`]: a verified iteration becomes the planner's model (`planner::shimtrace`) and is
 //!   planned by `MARMOSET_POLICY` on a background thread (Capuchin's measured execution).
+//! - [`kinds`]: the plans kept per iteration kind, used again when a kind comes back.
 //! - [`executor`]: applies a ready plan from the next iteration boundary (guided execution).
 //! - [`recompute`]: replays a recorded call to rebuild a dropped tensor.
 //! - [`sequence`]: the calls as they happen, in the token form `planner::iteration` uses;
@@ -15,6 +16,7 @@
 
 pub mod bridge;
 pub mod executor;
+pub mod kinds;
 pub mod memory;
 pub mod recompute;
 pub mod sequence;

@@ -15,13 +15,15 @@ use crate::core::state::log;
 use planner::iteration::{self, TensorId};
 use planner::trace::{Event, Record};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Calls between two detection attempts at least (SINGA checks every few hundred allocations);
 /// the interval grows with the calls seen, a quarter of them, so that detection's cost over a
 /// long stream stays proportional to it.
 const CHECK: usize = 32;
-/// Records kept at most; past this the tracker stops (the iteration is longer than it can plan).
+/// Records kept at most. While an iteration is followed, older iterations' calls go once this
+/// many are kept (only the last two iterations are needed); while none is, the tracker stops
+/// here (the iteration is longer than it can plan).
 const MAX_RECORDS: usize = 400_000;
 
 /// A verified repetition that reaches the latest call.
@@ -36,6 +38,9 @@ pub struct Found {
     pub start_seq: u64,
     /// Which detection found it (a restart makes the tracker's call indices new ones).
     pub generation: u64,
+    /// A kind planned before, recognised from its first calls: each call must be the kind's
+    /// call at its offset (None: each call must repeat the one a period before).
+    pub expected: Option<Arc<[u64]>>,
 }
 
 /// What the caller does once the tracker's lock is released (planning, records).
@@ -53,7 +58,23 @@ pub enum After {
         call: usize,
         period: usize,
     },
+    /// The calls since the last divergence are a kind planned before, of `kind` calls, the
+    /// latest its call `call`: it is followed now.
+    Adopted {
+        seq: u64,
+        call: usize,
+        kind: usize,
+    },
+    /// The tracker stopped: nothing is followed any more.
+    Stopped,
 }
+
+/// Which kind planned before begins with `calls` (an iteration's first calls): its calls,
+/// where exactly one kind does.
+pub type Recognise<'a> = &'a mut dyn FnMut(&[u64]) -> Option<Arc<[u64]>>;
+
+/// Calls after a divergence within which a kind planned before may be recognised.
+const RECOGNISE_CALLS: usize = 64;
 
 struct Tracker {
     /// Every record since tracking (re)started, plus the allocations still live from before.
@@ -62,6 +83,11 @@ struct Tracker {
     tokens: Vec<u64>,
     /// The allocation each call made, if it made one (index = call index).
     allocs: Vec<Option<u64>>,
+    /// Each call's record's `seq` (index = call index).
+    seqs: Vec<u64>,
+    /// Calls dropped from the front while an iteration was followed: index `i` here was
+    /// `i + dropped` when the iteration was found.
+    dropped: usize,
     generation: u64,
     /// Allocation id -> size, of live allocations (tokens name sizes, never ids).
     sizes: HashMap<u64, u64>,
@@ -73,13 +99,16 @@ struct Tracker {
     stopped: bool,
     /// Set when the call just seen starts an iteration: the period.
     boundary: Option<usize>,
+    /// After a divergence: the index of the call that left, from which the calls may yet be
+    /// recognised as a kind planned before.
+    pending: Option<usize>,
 }
 
 static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
 
 /// Sees one record: the sequence so far, updated under the lock; what the caller does next
 /// (an iteration boundary, then planning or a divergence) is returned, for after the lock.
-pub fn see(r: &Record) -> (Option<usize>, After) {
+pub fn see(r: &Record, recognise: Recognise) -> (Option<usize>, After) {
     let Ok(mut g) = TRACKER.lock() else {
         return (None, After::Nothing);
     };
@@ -87,6 +116,8 @@ pub fn see(r: &Record) -> (Option<usize>, After) {
         records: Vec::new(),
         tokens: Vec::new(),
         allocs: Vec::new(),
+        seqs: Vec::new(),
+        dropped: 0,
         generation: 0,
         sizes: HashMap::new(),
         made: Vec::new(),
@@ -94,26 +125,33 @@ pub fn see(r: &Record) -> (Option<usize>, After) {
         next_check: CHECK,
         stopped: false,
         boundary: None,
+        pending: None,
     });
-    let after = t.observe(r);
+    let after = t.observe(r, recognise);
     (t.boundary.take(), after)
 }
 
 impl Tracker {
-    fn observe(&mut self, r: &Record) -> After {
+    fn observe(&mut self, r: &Record, recognise: Recognise) -> After {
         if self.stopped {
             return After::Nothing;
         }
-        if self.records.len() >= MAX_RECORDS {
+        if self.records.len() >= MAX_RECORDS && !self.compact() {
             self.stopped = true;
+            let followed = self.found.take().is_some();
             log(
                 Level::Warn,
                 &format!(
-                    "tracker: no repeating iteration in {MAX_RECORDS} records; execution stays passive"
+                    "tracker: {} in {MAX_RECORDS} records; execution stays passive",
+                    if followed {
+                        "an iteration too long to follow"
+                    } else {
+                        "no repeating iteration"
+                    }
                 ),
             );
             self.records = Vec::new();
-            return After::Nothing;
+            return After::Stopped;
         }
         self.records.push(r.clone());
         if let Event::Alloc {
@@ -138,6 +176,7 @@ impl Tracker {
         }
         let index = self.tokens.len();
         self.tokens.push(token);
+        self.seqs.push(r.seq);
         self.allocs.push(match r.event {
             Event::Alloc {
                 alloc, result: 0, ..
@@ -156,10 +195,17 @@ impl Tracker {
             {
                 m.push(alloc);
             }
-            // The repetition continues only if this call repeats the one a period before.
-            if self.tokens[index - f.period] != token {
-                let call = (index - f.boundary) % f.period;
+            // The repetition continues only if this call repeats the one a period before, or
+            // the kind's call at its offset.
+            let call = (index - f.boundary) % f.period;
+            let expected = match &f.expected {
+                Some(kind) => kind.get(call).copied(),
+                None => index.checked_sub(f.period).map(|i| self.tokens[i]),
+            };
+            if expected != Some(token) {
                 self.restart(index);
+                // From the next call on, the calls from this one may be a kind planned before.
+                self.pending = Some(self.tokens.len() - 1);
                 return After::Diverged {
                     seq: r.seq,
                     call,
@@ -167,6 +213,9 @@ impl Tracker {
                 };
             }
             return After::Nothing;
+        }
+        if let Some(a) = self.recognise(r.seq, recognise) {
+            return a;
         }
         if self.tokens.len() < self.next_check {
             return After::Nothing;
@@ -200,6 +249,9 @@ impl Tracker {
                 _ => None,
             })
             .collect();
+        self.seqs = calls.iter().map(|c| c.seq).collect();
+        self.dropped = 0;
+        self.pending = None;
         let n = tokens.len();
         self.generation += 1;
         let found = Found {
@@ -207,6 +259,7 @@ impl Tracker {
             boundary: 0,
             start_seq: calls[st.start].seq,
             generation: self.generation,
+            expected: None,
         };
         self.found = Some(found.clone());
         self.align(st.start);
@@ -253,7 +306,94 @@ impl Tracker {
             })
             .collect();
         self.allocs.push(last_alloc);
+        let last_seq = self.seqs[index];
+        self.seqs = self.records[..allocs].iter().map(|r| r.seq).collect();
+        self.seqs.push(last_seq);
+        self.dropped = 0;
         self.next_check = self.tokens.len() + CHECK;
+    }
+
+    /// After a divergence, within [`RECOGNISE_CALLS`] calls: the calls since it, if they are
+    /// the first calls of a kind planned before, are followed as that kind from here. Only from
+    /// the kind's first call: every allocation of the iteration is then one seen since, and
+    /// the plan's names for them are exact.
+    fn recognise(&mut self, seq: u64, recognise: Recognise) -> Option<After> {
+        let from = self.pending?;
+        let index = self.tokens.len().checked_sub(1)?;
+        if index <= from {
+            return None;
+        }
+        if index - from >= RECOGNISE_CALLS {
+            self.pending = None;
+            return None;
+        }
+        // At 2, 4, 8... calls: each look-up reads every kind.
+        if !(index - from + 1).is_power_of_two() {
+            return None;
+        }
+        let kind = recognise(&self.tokens[from..=index])?;
+        let call = index - from;
+        let calls = kind.len();
+        self.pending = None;
+        self.follow(from, index, kind);
+        Some(After::Adopted {
+            seq,
+            call,
+            kind: calls,
+        })
+    }
+
+    /// The iteration under way, from call `start`, is of a kind planned before (`kind`, its
+    /// calls): followed from here as a detection of its own. Only this iteration's allocations
+    /// are named (`Rel { back: 0 }`): the iterations before it were of another kind.
+    fn follow(&mut self, start: usize, index: usize, kind: Arc<[u64]>) {
+        self.generation += 1;
+        self.made = vec![
+            self.allocs[start..=index]
+                .iter()
+                .flatten()
+                .copied()
+                .collect(),
+        ];
+        self.boundary = (start == index).then_some(kind.len());
+        self.found = Some(Found {
+            period: kind.len(),
+            boundary: start,
+            start_seq: self.seqs[start],
+            generation: self.generation,
+            expected: Some(kind),
+        });
+    }
+
+    /// While an iteration is followed: the calls before the previous iteration go, with their
+    /// records (but for the allocations still live) and their allocation lists. False when too
+    /// few would go (an iteration of more than a quarter of the records kept).
+    fn compact(&mut self) -> bool {
+        let Some(f) = self.found.as_mut() else {
+            return false;
+        };
+        let (n, p) = (self.tokens.len(), f.period);
+        if n == 0 || n <= f.boundary {
+            return false;
+        }
+        let current = f.boundary + (n - 1 - f.boundary) / p * p;
+        let Some(cut) = current.checked_sub(p).filter(|&c| c >= MAX_RECORDS / 4) else {
+            return false;
+        };
+        f.boundary = current - cut;
+        self.tokens.drain(..cut);
+        self.allocs.drain(..cut);
+        self.seqs.drain(..cut);
+        self.dropped += cut;
+        let from = self.seqs.first().copied().unwrap_or(u64::MAX);
+        let live = &self.sizes;
+        self.records.retain(|r| {
+            r.seq >= from
+                || matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc))
+        });
+        let keep = self.made.len().saturating_sub(2);
+        self.made.drain(..keep);
+        true
     }
 
     /// Iterations start at call `start` (and every period from there): the boundary is the
@@ -292,9 +432,16 @@ pub fn realign(generation: u64, start: usize) -> bool {
 
 impl Tracker {
     fn realign(&mut self, generation: u64, start: usize) -> bool {
-        if self.generation != generation || self.found.is_none() {
+        let Some(p) = self.found.as_ref().map(|f| f.period) else {
+            return false;
+        };
+        if self.generation != generation {
             return false;
         }
+        // An index from before calls were dropped: the same phase among those kept.
+        let start = start
+            .checked_sub(self.dropped)
+            .unwrap_or_else(|| (start % p + p - self.dropped % p) % p);
         self.align(start);
         true
     }
@@ -329,6 +476,20 @@ pub fn records(generation: u64) -> Option<Vec<Record>> {
     Some(r)
 }
 
+/// The tokens of calls `from .. from + len` of detection `generation` (None: the tracker moved
+/// on, or those calls are not all seen yet).
+pub fn tokens(generation: u64, from: usize, len: usize) -> Option<Vec<u64>> {
+    let g = TRACKER.lock().ok()?;
+    let t = g.as_ref()?;
+    if t.generation != generation {
+        return None;
+    }
+    let from = from.checked_sub(t.dropped)?;
+    t.tokens
+        .get(from..from.checked_add(len)?)
+        .map(<[u64]>::to_vec)
+}
+
 /// The offset within the iteration of the next call (None: no iteration is being followed).
 pub fn next_offset() -> Option<usize> {
     let g = TRACKER.lock().ok()?;
@@ -359,6 +520,8 @@ mod tests {
         t: Tracker,
         seq: u64,
         next_alloc: u64,
+        /// Kinds planned before (their calls), recognised from an iteration's first calls.
+        kinds: Vec<Arc<[u64]>>,
     }
 
     impl Stream {
@@ -368,6 +531,8 @@ mod tests {
                     records: Vec::new(),
                     tokens: Vec::new(),
                     allocs: Vec::new(),
+                    seqs: Vec::new(),
+                    dropped: 0,
                     generation: 0,
                     sizes: HashMap::new(),
                     made: Vec::new(),
@@ -375,19 +540,25 @@ mod tests {
                     next_check: CHECK,
                     stopped: false,
                     boundary: None,
+                    pending: None,
                 },
                 seq: 1,
                 next_alloc: 1,
+                kinds: Vec::new(),
             }
         }
         fn push(&mut self, event: Event) -> After {
             self.seq += 1;
-            self.t.observe(&Record {
-                seq: self.seq,
-                t_ns: 0,
-                tid: 1,
-                event,
-            })
+            let kinds = self.kinds.clone();
+            self.t.observe(
+                &Record {
+                    seq: self.seq,
+                    t_ns: 0,
+                    tid: 1,
+                    event,
+                },
+                &mut |calls: &[u64]| kinds.iter().find(|k| k.starts_with(calls)).cloned(),
+            )
         }
         fn alloc(&mut self, size: u64) -> (u64, After) {
             let id = self.next_alloc;
@@ -433,8 +604,12 @@ mod tests {
         }
         /// One training-like iteration of 7 calls (kernel `f` in the middle); what each said.
         fn iteration(&mut self, w: u64, f: u64) -> Vec<After> {
+            self.iteration_from(w, f, 4096)
+        }
+        /// The same, its first allocation of `first` bytes.
+        fn iteration_from(&mut self, w: u64, f: u64, first: u64) -> Vec<After> {
             let mut out = Vec::new();
-            let (a, r) = self.alloc(4096);
+            let (a, r) = self.alloc(first);
             out.push(r);
             let (b, r) = self.alloc(8192);
             out.push(r);
@@ -556,7 +731,133 @@ mod tests {
         t.realign(generation, start)
     }
 
+    fn next_offset_in(t: &Tracker) -> Option<usize> {
+        let f = t.found.as_ref()?;
+        Some((t.tokens.len() - f.boundary) % f.period)
+    }
+
     fn resolve_in(t: &Tracker, name: TensorId) -> Option<u64> {
         t.resolve(name)
+    }
+
+    /// The calls of the last `period` calls seen (the kind of the iteration just run, from its
+    /// first call), with the tracker's iterations cut there, as the bridge cuts them where the
+    /// planner's model did.
+    fn last_kind(t: &mut Tracker, period: usize) -> Arc<[u64]> {
+        let start = t.tokens.len() - period;
+        let generation = t.generation;
+        assert!(t.realign(generation, start + t.dropped));
+        t.tokens[start..].into()
+    }
+
+    #[test]
+    fn a_kind_planned_before_is_followed_from_its_first_call() {
+        let mut s = Stream::new();
+        let (w, _) = s.alloc(1 << 20);
+        // Kind A (first allocation 4096 B) found; its calls kept as a planned kind would be.
+        let mut seen = Vec::new();
+        for _ in 0..CHECK / 7 + 2 {
+            seen.extend(s.iteration_from(w, 2, 4096));
+        }
+        assert_eq!(plans(&seen).len(), 1);
+        let a = last_kind(&mut s.t, 7);
+        // Kind B (first allocation 2048 B) found too.
+        seen.clear();
+        for _ in 0..CHECK / 7 + 2 {
+            seen.extend(s.iteration_from(w, 2, 2048));
+        }
+        assert!(!plans(&seen).is_empty(), "kind B found");
+        let b = last_kind(&mut s.t, 7);
+        assert_ne!(a, b);
+        s.kinds = vec![a.clone(), b.clone()];
+        // A again: a divergence from B at its first call; the calls from there begin A and
+        // only A, recognised at the next call (A's call 1) and followed.
+        let back = s.iteration_from(w, 2, 4096);
+        let said: Vec<&After> = back
+            .iter()
+            .filter(|x| !matches!(x, After::Nothing))
+            .collect();
+        assert_eq!(said.len(), 2, "{}", said.len());
+        assert!(matches!(said[0], After::Diverged { call: 0, .. }));
+        assert!(matches!(
+            said[1],
+            After::Adopted {
+                call: 1,
+                kind: 7,
+                ..
+            }
+        ));
+        // Followed from there: a whole iteration more says nothing.
+        let again = s.iteration_from(w, 2, 4096);
+        assert!(again.iter().all(|x| matches!(x, After::Nothing)));
+        let f = s.t.found.clone().expect("followed");
+        assert_eq!(f.expected.as_deref(), Some(&a[..]));
+        // Offsets are the kind's: the next call is its call 0.
+        assert_eq!(next_offset_in(&s.t), Some(0));
+        // The adopted iteration's allocations are named exactly.
+        assert_eq!(
+            resolve_in(
+                &s.t,
+                TensorId::Rel {
+                    back: 1,
+                    k: 0,
+                    size: 4096
+                }
+            ),
+            Some(s.next_alloc - 4)
+        );
+        // B again is recognised the same way; an unknown kind (kernel 5 at call 3) diverges,
+        // and detection starts again.
+        let to_b = s.iteration_from(w, 2, 2048);
+        assert!(to_b.iter().any(|x| matches!(x, After::Adopted { .. })));
+        let other = s.iteration_from(w, 5, 2048);
+        assert!(
+            other
+                .iter()
+                .any(|x| matches!(x, After::Diverged { call: 3, .. }))
+        );
+        assert!(s.t.found.is_none());
+    }
+
+    #[test]
+    fn a_followed_iteration_keeps_only_its_last_two_iterations() {
+        let mut s = Stream::new();
+        let (w, _) = s.alloc(1 << 20);
+        for _ in 0..CHECK / 7 + 2 {
+            s.iteration(w, 2);
+        }
+        let found = s.t.found.clone().expect("found");
+        let generation = found.generation;
+        // As if the records had reached the bound: the calls before the previous iteration go.
+        let n = s.t.tokens.len();
+        let kept_before = s.t.records.len();
+        while s.t.tokens.len() < MAX_RECORDS / 4 + 3 * 7 {
+            s.iteration(w, 2);
+        }
+        assert!(s.t.compact());
+        // The previous iteration and the one just ended: 14 calls, their 14 records and the
+        // weight's allocation.
+        assert_eq!(s.t.tokens.len(), 14);
+        assert!(s.t.dropped >= MAX_RECORDS / 4);
+        assert_eq!(s.t.records.len(), 15, "{kept_before}");
+        // Followed on: the next iteration says nothing, and offsets and names still hold.
+        let next = s.iteration(w, 2);
+        assert!(next.iter().all(|x| matches!(x, After::Nothing)));
+        assert_eq!(next_offset_in(&s.t), Some(0));
+        assert_eq!(
+            resolve_in(
+                &s.t,
+                TensorId::Rel {
+                    back: 0,
+                    k: 1,
+                    size: 8192
+                }
+            ),
+            Some(s.next_alloc - 1)
+        );
+        // An index from before the drop realigns to the same phase.
+        assert!(s.t.realign(generation, found.boundary));
+        assert_eq!(next_offset_in(&s.t), Some(0));
+        let _ = n;
     }
 }

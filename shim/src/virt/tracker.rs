@@ -24,7 +24,14 @@ pub fn observe(r: &Record) {
     {
         crate::virt::recompute::note_params(params);
     }
-    let (boundary, after) = sequence::see(r);
+    // A kind planned before, recognised from an iteration's first calls: its plan, kept for
+    // the executor once the sequence's lock is released.
+    let mut kept = None;
+    let (boundary, after) = sequence::see(r, &mut |calls: &[u64]| {
+        let (kind, ready, record) = crate::virt::kinds::recognise(calls)?;
+        kept = Some((ready, record));
+        Some(kind)
+    });
     if let Some(period) = boundary {
         crate::virt::executor::boundary(period);
     }
@@ -63,5 +70,19 @@ pub fn observe(r: &Record) {
             );
             crate::virt::executor::diverged();
         }
+        After::Adopted { seq, call, kind } => {
+            let Some((ready, record)) = kept else {
+                return;
+            };
+            log(
+                Level::Info,
+                &format!(
+                    "tracker: the calls since the divergence are a kind planned before ({kind} calls, now at its call {call}): its plan guides from the next call"
+                ),
+            );
+            crate::core::bus::emit(crate::virt::kinds::reused(record, seq, 0.0));
+            crate::virt::executor::adopt(ready);
+        }
+        After::Stopped => crate::virt::executor::diverged(),
     }
 }

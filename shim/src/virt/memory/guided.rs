@@ -14,9 +14,11 @@ use std::ffi::c_int;
 
 impl Manager {
     /// The plan says the contents are dead from here to their next (whole) overwrite: a
-    /// resident tensor is released first, without a copy, when room is needed; an evicted one's
-    /// host copy goes now.
-    fn mark_dead(&mut self, va: u64) {
+    /// resident tensor is released first when room is needed, without a copy (`keep` false:
+    /// the contents can be rebuilt by recomputation), or copied out like any eviction (`keep`:
+    /// the plan's word is a prediction, and a program that leaves the planned sequence may read
+    /// them); an evicted one's host copy goes now unless kept.
+    fn mark_dead(&mut self, va: u64, keep: bool) {
         let queued = self.releases.iter().any(|r| r.va == va);
         let Some(t) = self.tensors.get_mut(&va) else {
             return;
@@ -25,7 +27,11 @@ impl Manager {
             return;
         }
         match t.place {
-            Place::Resident(_) => t.dead = true,
+            Place::Resident(_) => {
+                t.dead = true;
+                t.keep = keep;
+            }
+            Place::Evicted(_) if keep => {}
             Place::Evicted(b) if !queued => {
                 t.place = Place::Empty { dropped: true };
                 let size = t.size;
@@ -166,7 +172,34 @@ pub fn mark_dead(id: u64) {
         return;
     }
     if let Some((va, _)) = crate::core::registry::allocation(id) {
-        with(|m| m.mark_dead(va));
+        with(|m| m.mark_dead(va, false));
+    }
+}
+
+/// Contents marked dead by a prediction and not yet released are kept: released with a copy
+/// if their memory goes (the program left the plan that predicted their death).
+pub fn keep_dead() {
+    if !active() {
+        return;
+    }
+    with(|m| {
+        for t in m.tensors.values_mut() {
+            if t.dead {
+                t.keep = true;
+            }
+        }
+    });
+}
+
+/// Allocation `id`'s contents are dead by the plan's prediction (its next access overwrites
+/// them whole), but no recomputation can rebuild them: a victim first, its bytes copied out
+/// all the same, so that a program that leaves the plan loses nothing.
+pub fn mark_dead_kept(id: u64) {
+    if !active() {
+        return;
+    }
+    if let Some((va, _)) = crate::core::registry::allocation(id) {
+        with(|m| m.mark_dead(va, true));
     }
 }
 

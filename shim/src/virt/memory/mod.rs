@@ -39,7 +39,8 @@ pub mod stats;
 pub use hold::Hold;
 
 pub use guided::{
-    evict_planned, mark_dead, matches_or_restore, prefetch, revive, snapshot, take_back, take_late,
+    evict_planned, keep_dead, mark_dead, mark_dead_kept, matches_or_restore, prefetch, revive,
+    snapshot, take_back, take_late,
 };
 
 use crate::core::config::Level;
@@ -81,6 +82,8 @@ struct Tensor {
     /// Resident, but its contents are not needed (the plan says the next access overwrites them
     /// whole): released without a copy when room is needed.
     dead: bool,
+    /// Dead by a prediction only (see `guided::mark_dead`): released with a copy all the same.
+    keep: bool,
     /// Calls that touch it and are not issued yet (see `hold`): never a victim while held.
     pins: u32,
 }
@@ -287,6 +290,7 @@ impl Manager {
             t.place = place;
             t.streams.clear();
             t.dead = false;
+            t.keep = false;
             if let Some(e) = t.arrival.take() {
                 destroy_event(e);
             }
@@ -381,7 +385,7 @@ impl Manager {
                         && !refused.contains(va)
                 })
                 .min_by_key(|(va, t)| (!t.dead, t.last_use, **va))
-                .map(|(va, t)| (*va, t.dead));
+                .map(|(va, t)| (*va, t.dead && !t.keep));
             if self.used - self.releasing + bytes <= self.budget
                 && !victim.is_some_and(|(_, dead)| dead)
             {
@@ -520,6 +524,7 @@ impl Manager {
                 internal,
                 arrival: None,
                 dead: false,
+                keep: false,
                 pins: 0,
             },
         );
@@ -812,6 +817,7 @@ impl Manager {
                 t.last_use = self.clock;
                 t.streams.insert(stream);
                 t.dead = false;
+                t.keep = false;
             }
         }
         Ok(())
