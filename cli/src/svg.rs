@@ -111,7 +111,17 @@ fn thin(points: &[(f64, f64)], x_max: f64, n: usize) -> Vec<(f64, f64)> {
     out
 }
 
-/// A step chart of bytes over `x`, with an optional budget line and event markers.
+/// A stretch of the x axis shaded behind a chart's lines (a step a plan guided).
+pub struct Band {
+    pub from: f64,
+    pub to: f64,
+    pub class: &'static str,
+    pub color: &'static str,
+    pub title: String,
+}
+
+/// A step chart of bytes over `x`, with an optional budget line, event markers and shaded
+/// bands.
 pub fn line_chart(
     id: &str,
     series: &[Series],
@@ -119,6 +129,7 @@ pub fn line_chart(
     x_label: &str,
     budget: Option<u64>,
     markers: &[Marker],
+    bands: &[Band],
 ) -> String {
     let h = 360.0;
     let bottom = 48.0;
@@ -171,6 +182,17 @@ pub fn line_chart(
         h - 8.0,
         esc(x_label)
     );
+    for b in bands {
+        let (x0, x1) = (sx(b.from.clamp(0.0, x_max)), sx(b.to.clamp(0.0, x_max)));
+        let _ = write!(
+            s,
+            r#"<rect class="band {}" x="{x0:.2}" y="{TOP}" width="{:.2}" height="{ph:.1}" fill="{}" fill-opacity="0.12"><title>{}</title></rect>"#,
+            b.class,
+            (x1 - x0).max(0.5),
+            b.color,
+            esc(&b.title)
+        );
+    }
     for m in markers {
         let color = MARKERS
             .iter()
@@ -283,10 +305,19 @@ pub struct Row {
     pub segments: Vec<(f64, f64, State)>,
 }
 
+/// `s` cut to `n` characters, with an ellipsis when cut.
+fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    s.chars().take(n - 1).collect::<String>() + "…"
+}
+
 /// One row per tensor, each interval coloured by its state.
 pub fn residency_chart(id: &str, rows: &[Row], x_max: f64, x_label: &str) -> String {
     let row_h = 18.0;
-    let left = 230.0;
+    // Room for a tensor's name (its call, shape, type and size), cut at 62 characters.
+    let left = 370.0;
     let bottom = 44.0;
     let ph = rows.len().max(1) as f64 * row_h;
     let h = TOP + ph + bottom;
@@ -319,11 +350,12 @@ pub fn residency_chart(id: &str, rows: &[Row], x_max: f64, x_label: &str) -> Str
         let y = TOP + i as f64 * row_h;
         let _ = write!(
             s,
-            r#"<g class="tensor" data-size="{}"><text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{}</text>"#,
+            r#"<g class="tensor" data-size="{}"><text class="name" x="{:.1}" y="{:.1}" text-anchor="end" font-size="11"><title>{}</title>{}</text>"#,
             r.size,
             left - 6.0,
             y + row_h * 0.7,
-            esc(&r.label)
+            esc(&r.label),
+            esc(&short(&r.label, 62))
         );
         for &(a, b, st) in &r.segments {
             let (x0, x1) = (sx(a), sx(b));
@@ -382,9 +414,163 @@ pub fn bar_chart(id: &str, bars: &[(String, f64)], fmt: &dyn Fn(f64) -> String) 
     s
 }
 
+/// One step of the per-step chart.
+pub struct StepBar {
+    /// The step's number, as the page counts them.
+    pub index: usize,
+    /// `passive`, `guided` or `left` (a class), and its colour.
+    pub mode: &'static str,
+    pub color: &'static str,
+    pub measured_ms: f64,
+    pub predicted_ms: Option<f64>,
+    /// The tooltip.
+    pub title: String,
+}
+
+/// One bar per step (its measured time), with the prediction marked on the steps a plan
+/// guided and a dashed line at `baseline` (the step's compute alone). Every bar is a
+/// `g.step` with `data-step`, `data-mode`, `data-measured-ms` and `data-predicted-ms`.
+pub fn step_chart(id: &str, steps: &[StepBar], baseline: Option<f64>, y_label: &str) -> String {
+    let h = 300.0;
+    let bottom = 44.0;
+    let pw = W - LEFT - RIGHT;
+    let ph = h - TOP - bottom;
+    let y_top = steps
+        .iter()
+        .flat_map(|s| [Some(s.measured_ms), s.predicted_ms])
+        .flatten()
+        .chain(baseline)
+        .fold(0.0, f64::max)
+        * 1.12;
+    let y_max = ticks(y_top.max(1e-9), false)
+        .last()
+        .copied()
+        .filter(|t| *t >= y_top)
+        .unwrap_or(y_top.max(1e-9));
+    let sy = |y: f64| TOP + ph - y / y_max * ph;
+    let slot = pw / steps.len().max(1) as f64;
+    let bw = (slot * 0.7).min(60.0);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg id="{id}" class="chart" viewBox="0 0 {W} {h}" width="{W}" height="{h}" data-y-max="{y_max}" role="img">"#
+    );
+    for t in ticks(y_max, false) {
+        let y = sy(t);
+        let _ = write!(
+            s,
+            r##"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e5e5e5"/><text x="{}" y="{:.1}" text-anchor="end" font-size="11">{}</text>"##,
+            W - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            num(t)
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="14" y="{:.1}" font-size="12" transform="rotate(-90 14 {:.1})" text-anchor="middle">{}</text>"#,
+        TOP + ph / 2.0,
+        TOP + ph / 2.0,
+        esc(y_label)
+    );
+    let labels = steps.len() <= 30;
+    for (i, st) in steps.iter().enumerate() {
+        let cx = LEFT + slot * (i as f64 + 0.5);
+        let y = sy(st.measured_ms);
+        let _ = write!(
+            s,
+            r#"<g class="step {}" data-step="{}" data-mode="{}" data-measured-ms="{:.6}"{}><title>{}</title><rect class="measured" x="{:.1}" y="{y:.1}" width="{bw:.1}" height="{:.1}" fill="{}"/>"#,
+            st.mode,
+            st.index,
+            st.mode,
+            st.measured_ms,
+            st.predicted_ms
+                .map(|p| format!(r#" data-predicted-ms="{p:.6}""#))
+                .unwrap_or_default(),
+            esc(&st.title),
+            cx - bw / 2.0,
+            (TOP + ph - y).max(0.5),
+            st.color
+        );
+        if let Some(p) = st.predicted_ms {
+            let py = sy(p);
+            let _ = write!(
+                s,
+                r##"<line class="predicted" x1="{:.1}" x2="{:.1}" y1="{py:.1}" y2="{py:.1}" stroke="#000" stroke-width="2.5"/>"##,
+                cx - bw / 2.0 - 4.0,
+                cx + bw / 2.0 + 4.0
+            );
+        }
+        if labels {
+            let _ = write!(
+                s,
+                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
+                y - 4.0,
+                num(st.measured_ms)
+            );
+        }
+        if labels || i % (steps.len() / 20 + 1) == 0 {
+            let _ = write!(
+                s,
+                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"#,
+                TOP + ph + 16.0,
+                st.index
+            );
+        }
+        s.push_str("</g>");
+    }
+    if let Some(b) = baseline {
+        let y = sy(b);
+        let _ = write!(
+            s,
+            r##"<line id="{id}-baseline" class="baseline" data-ms="{b:.6}" x1="{LEFT}" x2="{}" y1="{y:.2}" y2="{y:.2}" stroke="#2ca02c" stroke-dasharray="6 4" stroke-width="1.5"><title>compute alone: {} ms</title></line>"##,
+            W - RIGHT,
+            num(b)
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="12">step</text>"#,
+        LEFT + pw / 2.0,
+        h - 8.0
+    );
+    let _ = write!(
+        s,
+        r##"<rect class="frame" x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#999"/></svg>"##
+    );
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_mark_per_step_and_the_prediction_on_guided_ones() {
+        let bar = |i, mode, p| StepBar {
+            index: i,
+            mode,
+            color: "#000",
+            measured_ms: 10.0 * i as f64,
+            predicted_ms: p,
+            title: String::new(),
+        };
+        let svg = step_chart(
+            "steps",
+            &[
+                bar(1, "passive", None),
+                bar(2, "guided", Some(12.0)),
+                bar(3, "guided", Some(12.0)),
+            ],
+            Some(5.0),
+            "ms",
+        );
+        assert_eq!(svg.matches(r#"<g class="step "#).count(), 3);
+        assert_eq!(svg.matches(r#"class="predicted""#).count(), 2);
+        assert!(svg.contains(r#"data-mode="passive" data-measured-ms="10.000000""#));
+        assert!(svg.contains(r#"data-predicted-ms="12.000000""#));
+        assert!(svg.contains(r#"class="baseline" data-ms="5.000000""#));
+    }
 
     #[test]
     fn ticks_are_round_and_cover_the_range() {
@@ -411,7 +597,7 @@ mod tests {
             color: "#000",
             points: vec![(0.0, 0.0), (1.0, 1000.0)],
         };
-        let svg = line_chart("m", &[s], 2.0, "t", Some(500), &[]);
+        let svg = line_chart("m", &[s], 2.0, "t", Some(500), &[], &[]);
         assert!(svg.contains(r#"data-bytes="500""#));
         assert_eq!(svg.matches(r#"class="series""#).count(), 1);
     }

@@ -1,6 +1,8 @@
 //! `marmoset report` rendered in headless Chromium (Debian's package; scripts/setup-chromium.sh
 //! installs it), and `marmoset export --chrome` checked against the trace event format's rules.
-//! Both on a real run: the trainer under the lru policy at half its peak, on the simulated GPU.
+//! On real runs on the simulated GPU: the trainer under the lru policy at half its peak, and
+//! the trainer guided by the default policy at 0.3 of its peak (the main job's run), whose page
+//! is held to the trace and to the program's own event-timed steps.
 
 use marmoset_e2e::*;
 use serde_json::Value;
@@ -193,6 +195,293 @@ fn the_report_renders_in_chromium_with_both_charts_and_the_budget() {
     std::fs::remove_file(&trace).ok();
     std::fs::remove_file(&html).ok();
     std::fs::remove_dir_all(&profile).ok();
+}
+
+/// Renders `html` in headless Chromium; the DOM after its script ran, checked for script errors.
+fn rendered(html: &Path) -> String {
+    let profile = temp_path("chromium-profile-guided");
+    let o = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("run chromium");
+    ok(&o);
+    std::fs::remove_dir_all(&profile).ok();
+    let log = stderr(&o);
+    assert!(!log.contains("Uncaught"), "script errors:\n{log}");
+    let dom = stdout(&o);
+    assert!(!dom.contains("data-errors="), "script errors counted");
+    assert!(
+        dom.contains(r#"data-rendered="ok""#),
+        "the script ran to its end"
+    );
+    dom
+}
+
+/// The opening tags in `html` that contain `needle`, in order.
+fn tags<'a>(html: &'a str, needle: &str) -> Vec<&'a str> {
+    html.match_indices(needle)
+        .map(|(i, _)| {
+            let start = html[..i].rfind('<').unwrap();
+            &html[start..i + html[i..].find('>').unwrap()]
+        })
+        .collect()
+}
+
+/// The summary row `key`: its cells' `attr` values (whole run, then the last step).
+fn summary(dom: &str, key: &str, attr_name: &str) -> Vec<f64> {
+    let start = dom
+        .find(&format!(r#"<tr data-key="{key}">"#))
+        .unwrap_or_else(|| panic!("no summary row {key}"));
+    let row = &dom[start..start + dom[start..].find("</tr>").unwrap()];
+    tags(row, &format!(" {attr_name}=\""))
+        .iter()
+        .map(|t| attr(t, attr_name))
+        .collect()
+}
+
+#[test]
+fn a_guided_run_reads_like_the_run() {
+    // The main job's run: the trainer at 256 x 256 with 6 blocks (15.6 GiB), 6 iterations, shape
+    // mode, guided by the default policy at 0.3 of its peak (under --sim the program waits for
+    // the plan); it times its own iterations with events (TRAINER_TIMES).
+    let args = ["6", "256", "256", "6"];
+    let (peak, _) = {
+        let r = temp_path("guided-base.json");
+        let o = run_sim(
+            "h100",
+            &[
+                ("SIMGPU_MODE", "shape"),
+                ("SIMGPU_REPORT", r.to_str().unwrap()),
+            ],
+            "trainer",
+            &args,
+        );
+        ok(&o);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&r).unwrap()).unwrap();
+        std::fs::remove_file(&r).ok();
+        (v["peak_bytes"].as_u64().unwrap(), ())
+    };
+    let budget = peak * 3 / 10;
+    let trace = temp_path("guided.jsonl");
+    let sim = temp_path("guided-sim.json");
+    let mut c = Command::new(marmoset());
+    c.args(["run", "--sim=h100", "--memory-limit"])
+        .arg(budget.to_string())
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--")
+        .arg(workloads().join("trainer"))
+        .args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MARMOSET_") || k.starts_with("SIMGPU_") {
+            c.env_remove(k);
+        }
+    }
+    let o = c
+        .env("SIMGPU_MODE", "shape")
+        .env("SIMGPU_REPORT", &sim)
+        .env("TRAINER_TIMES", "1")
+        .env("MARMOSET_TRACE_TIMING", "1")
+        .output()
+        .unwrap();
+    ok(&o);
+    let err = stderr(&o);
+    let program: Vec<f64> = err
+        .lines()
+        .find_map(|l| l.split_once("iteration times (ms, device clock):"))
+        .unwrap_or_else(|| panic!("no iteration times:\n{err}"))
+        .1
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(program.len(), 6);
+    let sim_peak = {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&sim).unwrap()).unwrap();
+        std::fs::remove_file(&sim).ok();
+        v["peak_bytes"].as_u64().unwrap()
+    };
+    let recs = lines(&trace);
+    let plans = of_kind(&recs, "plan");
+    assert_eq!(plans.len(), 1, "one plan");
+    let plan = plans[0];
+    assert!(plan["swaps"].as_u64().unwrap() > 0 && plan["recomputes"].as_u64().unwrap() > 0);
+    let predicted = plan["predicted_ms"].as_f64().unwrap();
+    let sum = |kind: &str| -> f64 {
+        of_kind(&recs, kind)
+            .iter()
+            .map(|r| r["bytes"].as_u64().unwrap() as f64)
+            .sum()
+    };
+    // The program's peak, from its allocations and frees.
+    let (mut live, mut most, mut sizes) = (0u64, 0u64, HashMap::new());
+    for r in &recs {
+        if r["kind"] == "alloc" && r["result"] == 0 && r["alloc"] != 0 {
+            sizes.insert(r["alloc"].as_u64().unwrap(), r["size"].as_u64().unwrap());
+            live += r["size"].as_u64().unwrap();
+            most = most.max(live);
+        } else if r["kind"] == "free"
+            && let Some(s) = r["alloc"].as_u64().and_then(|a| sizes.remove(&a))
+        {
+            live -= s;
+        }
+    }
+
+    // No --budget: the page takes it from the plan record.
+    let html = temp_path("guided.html");
+    let o = Command::new(marmoset())
+        .args(["report", "--simulated"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    ok(&o);
+    let dom = rendered(&html);
+
+    // The summary, against the trace.
+    assert_eq!(summary(&dom, "to-host", "data-bytes")[0], sum("evict"));
+    assert_eq!(summary(&dom, "to-device", "data-bytes")[0], sum("restore"));
+    let recomputed = summary(&dom, "recompute", "data-count");
+    assert_eq!(recomputed[0], of_kind(&recs, "recompute").len() as f64);
+    assert_eq!(
+        recomputed[1],
+        plan["recomputes"].as_f64().unwrap(),
+        "the plan's recomputations, each step"
+    );
+    let mem = tags(&dom, r#"id="memory-summary""#)[0];
+    assert_eq!(attr(mem, "data-peak"), most as f64);
+    assert_eq!(attr(mem, "data-budget"), plan["budget"].as_f64().unwrap());
+    let on_device = attr(mem, "data-peak-on-device");
+    assert!(
+        on_device <= plan["budget"].as_f64().unwrap() && on_device <= sim_peak as f64,
+        "on the device at most {on_device}: the budget {} and the simulator's peak {sim_peak}",
+        plan["budget"]
+    );
+    assert!(
+        on_device < most as f64 * 0.35,
+        "memory saved: {on_device} of {most}"
+    );
+    // The last step: its time is its compute, its recomputations and its stalls; the slowdown
+    // their ratio; the prediction the plan's.
+    let time = summary(&dom, "time", "data-ms");
+    let compute = summary(&dom, "compute", "data-ms");
+    let rec_ms = summary(&dom, "recompute", "data-ms");
+    let stalls: f64 = ["copy-in", "copy-out", "sync"]
+        .iter()
+        .map(|c| summary(&dom, &format!("stall-{c}"), "data-ms")[1])
+        .sum();
+    assert!(
+        (time[1] - (compute[1] + rec_ms[1] + stalls)).abs() < 1e-3,
+        "{} = {} + {} + {stalls}",
+        time[1],
+        compute[1],
+        rec_ms[1]
+    );
+    let slowdown = summary(&dom, "slowdown", "data-x");
+    assert!((slowdown[1] - time[1] / compute[1]).abs() < 1e-9);
+    assert!((summary(&dom, "predicted", "data-ms")[0] - predicted).abs() < 1e-9);
+
+    // One mark per step, each the program's iteration: passive, then guided with the plan's
+    // prediction; on the rebuilt device clock within 1% of the program's own event-timed steps,
+    // the step where guidance starts (from the passive mechanism's placement) included.
+    let steps = tags(&dom, r#"<g class="step "#);
+    assert_eq!(steps.len(), program.len(), "{steps:?}");
+    let modes: Vec<&str> = steps
+        .iter()
+        .map(|t| {
+            let i = t.find("data-mode=\"").unwrap() + 11;
+            &t[i..i + t[i..].find('"').unwrap()]
+        })
+        .collect();
+    let first_guided = modes
+        .iter()
+        .position(|m| *m == "guided")
+        .expect("guided steps");
+    assert!(first_guided >= 1 && modes[..first_guided].iter().all(|m| *m == "passive"));
+    assert!(
+        modes[first_guided..].iter().all(|m| *m == "guided"),
+        "{modes:?}"
+    );
+    assert!(program.len() - first_guided >= 2, "{modes:?}");
+    for (i, (t, want)) in steps.iter().zip(&program).enumerate() {
+        let got = attr(t, "data-measured-ms");
+        assert!(
+            (got / want - 1.0).abs() < 0.01,
+            "step {}: {got} ms rebuilt, {want} ms by the program's events",
+            i + 1
+        );
+        if i >= first_guided {
+            assert!(
+                (attr(t, "data-predicted-ms") - predicted).abs() < 1e-6,
+                "{t}"
+            );
+        } else {
+            assert!(
+                !t.contains("data-predicted-ms"),
+                "a passive step has no prediction"
+            );
+        }
+    }
+    assert!((time[1] - attr(steps[steps.len() - 1], "data-measured-ms")).abs() < 1e-5);
+    assert!(
+        (time[1] / predicted - 1.0).abs() < 0.02,
+        "{} against {predicted}",
+        time[1]
+    );
+    let chart = svg(&dom, "steps");
+    assert_eq!(
+        chart.matches(r#"class="predicted""#).count(),
+        program.len() - first_guided
+    );
+    assert!(chart.contains(r#"class="baseline""#), "compute alone");
+
+    // The clock is the device's, simulated, and the charts carry the budget.
+    assert!(svg(&dom, "memory").contains("device time (ms, simulated"));
+    for id in ["memory", "memory-step"] {
+        assert!(
+            svg(&dom, id).contains(&format!(r#"data-bytes="{}""#, plan["budget"])),
+            "{id}: the budget line"
+        );
+    }
+
+    // Tensors by what made them: the call, shape, type and size, never an id.
+    let res = svg(&dom, "residency");
+    let names: Vec<&str> = res
+        .split(r#"<text class="name""#)
+        .skip(1)
+        .map(|t| {
+            let t = &t[t.find("<title>").unwrap() + 7..];
+            &t[..t.find("</title>").unwrap()]
+        })
+        .collect();
+    assert_eq!(names.len(), 16);
+    for n in &names {
+        assert!(n.starts_with("cudnn") || n.starts_with("cudaMemcpy"), "{n}");
+        assert!(
+            n.contains(" f32, ") && n.contains("[256,") && n.ends_with("MiB"),
+            "{n}"
+        );
+    }
+    let table = &dom[dom.find(r#"id="decisions""#).unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    for row in table.split("<tr>").skip(2).take(50) {
+        let tensor = row.split("<td>").nth(3).unwrap();
+        assert!(
+            tensor.starts_with("cudnn") || tensor.starts_with("cudaMemcpy"),
+            "{row}"
+        );
+    }
+    std::fs::remove_file(&trace).ok();
+    std::fs::remove_file(&html).ok();
 }
 
 #[test]
