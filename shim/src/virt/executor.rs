@@ -26,11 +26,9 @@ use crate::core::state::log;
 use crate::virt::recompute::Recipe;
 use crate::virt::sequence::Found;
 use planner::iteration::TensorId;
-use planner::model::Step;
 use planner::shimtrace::Converted;
-use planner::timeline::{Decision, Stall};
 use planner::timeline::{Outcome, Plan};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,135 +43,8 @@ pub struct Ready {
     pub recipes: HashMap<usize, Recipe>,
 }
 
-/// The plan as the hooks need it: per call offset within the iteration, what to do.
-struct Steps {
-    period: usize,
-    /// Tensors to prefetch before the call at this offset (its in-trigger).
-    prefetch: HashMap<usize, Vec<TensorId>>,
-    /// Tensors to evict after the call at this offset (their evicted-access).
-    evict: HashMap<usize, Vec<TensorId>>,
-    /// Tensors whose contents are dead after the call at this offset: the model frees them
-    /// there (their next access overwrites them whole), or the plan recomputes them later.
-    drop: HashMap<usize, Vec<TensorId>>,
-    /// Recomputations before the call at this offset (their back-access): indices in `recipes`.
-    recompute: HashMap<usize, Vec<usize>>,
-    /// Tensor dropped for recomputation after the call at this offset, with its recipe.
-    dropped_at: HashMap<usize, Vec<(TensorId, usize)>>,
-    /// The same drops by the offset of the operation's first call: a tensor the
-    /// recomputations before it rebuild only as a source goes once they are done with it.
-    early: HashMap<usize, Vec<(TensorId, usize)>>,
-    recipes: Vec<(TensorId, Recipe)>,
-    /// The launches whose current parameters recipes take, by offset: (recipe, chain member).
-    refresh: HashMap<usize, Vec<(usize, Option<usize>)>>,
-    /// Tensors whose back-access the plan's own timeline has waiting for the copy in: late by
-    /// design (an in-trigger after the operation the swap relieves), not for the feedback to
-    /// move. The allocator's own rule (`memory::take_late`: a prefetch that had to make room)
-    /// does not cover these: without this set, `capuchin` on BERT at batch 4, half its peak,
-    /// ran 59.33 ms against 56.11 predicted (55.99 with it; simulated).
-    waits: HashSet<TensorId>,
-}
-
-impl Steps {
-    fn of(r: &Ready) -> Steps {
-        let c = &r.converted;
-        // Before an operation: before its first call; after it: after its last (a chain's
-        // last member).
-        let offset = |op: usize| c.ops.get(op).map(|o| o.0);
-        let end = |op: usize| c.last_call(op);
-        let mut s = Steps {
-            period: r.found.period,
-            prefetch: HashMap::new(),
-            evict: HashMap::new(),
-            drop: HashMap::new(),
-            recompute: HashMap::new(),
-            dropped_at: HashMap::new(),
-            early: HashMap::new(),
-            recipes: Vec::new(),
-            refresh: HashMap::new(),
-            waits: r
-                .outcome
-                .stalls
-                .iter()
-                .filter_map(|st| match *st {
-                    Stall::SwapIn { storage, .. } => c.storages.get(storage).map(|o| o.tensor),
-                    _ => None,
-                })
-                .collect(),
-        };
-        let valid_until = planner::memory::carried_out::valid_until(&c.trace);
-        let sourced = |storage: usize, back: usize| {
-            planner::memory::carried_out::sourced(&c.trace, &valid_until, storage, back)
-        };
-        let mut last_op = None;
-        for step in &c.trace.steps {
-            match *step {
-                Step::Op(o) => last_op = Some(o),
-                Step::Free(st) => {
-                    if let (Some(a), Some(origin)) = (last_op.and_then(end), c.storages.get(st)) {
-                        s.drop.entry(a).or_default().push(origin.tensor);
-                    }
-                }
-            }
-        }
-        for &(storage, d) in &r.plan {
-            let Some(origin) = c.storages.get(storage) else {
-                continue;
-            };
-            if let Decision::Swap {
-                after,
-                trigger,
-                back,
-            } = d
-                && let (Some(a), Some(t), Some(b)) = (end(after), offset(trigger), offset(back))
-                && a < t
-                && t <= b
-            {
-                s.evict.entry(a).or_default().push(origin.tensor);
-                s.prefetch.entry(t).or_default().push(origin.tensor);
-            }
-            // A recomputation the shim can replay: dropped after `after`, replayed before
-            // `back` if its memory went meanwhile. Any other stays resident (costs memory, never
-            // bytes).
-            // Only where every source still holds its contents at the back-access: the shim
-            // cannot keep a source past the program's free or overwrite of it (the planner's
-            // `Extend`).
-            if let Decision::Recompute { after, back } = d {
-                let why = if !sourced(storage, back) {
-                    "a source is freed or overwritten before its back-access"
-                } else if !r.recipes.contains_key(&storage) {
-                    "its producing call cannot be replayed"
-                } else {
-                    "its drop would not come before its back-access"
-                };
-                if let Some(recipe) = r.recipes.get(&storage).filter(|_| sourced(storage, back))
-                    && let (Some(a), Some(b)) = (end(after), offset(back))
-                    && a < b
-                {
-                    let i = s.recipes.len();
-                    for (call, member) in recipe.launches() {
-                        s.refresh.entry(call).or_default().push((i, member));
-                    }
-                    s.recipes
-                        .push((origin.tensor, recipe.clone().for_target(origin.tensor)));
-                    s.dropped_at.entry(a).or_default().push((origin.tensor, i));
-                    if let Some(o) = offset(after) {
-                        s.early.entry(o).or_default().push((origin.tensor, i));
-                    }
-                    s.recompute.entry(b).or_default().push(i);
-                } else if back != usize::MAX {
-                    log(
-                        Level::Debug,
-                        &format!(
-                            "executor: {:?} stays resident: its planned recomputation is not carried out ({why})",
-                            origin.tensor
-                        ),
-                    );
-                }
-            }
-        }
-        s
-    }
-}
+mod steps;
+use steps::Steps;
 
 struct Executor {
     /// A plan made since the last boundary.

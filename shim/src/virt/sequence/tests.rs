@@ -1,0 +1,347 @@
+use super::*;
+use planner::trace::{Access, Touch};
+
+struct Stream {
+    t: Tracker,
+    seq: u64,
+    next_alloc: u64,
+    /// Kinds planned before (their calls), recognised from an iteration's first calls.
+    kinds: Vec<Arc<[u64]>>,
+}
+
+impl Stream {
+    fn new() -> Stream {
+        Stream {
+            t: Tracker {
+                records: Vec::new(),
+                tokens: Vec::new(),
+                allocs: Vec::new(),
+                seqs: Vec::new(),
+                dropped: 0,
+                generation: 0,
+                sizes: HashMap::new(),
+                made: Vec::new(),
+                found: None,
+                next_check: CHECK,
+                stopped: false,
+                boundary: None,
+                pending: None,
+            },
+            seq: 1,
+            next_alloc: 1,
+            kinds: Vec::new(),
+        }
+    }
+    fn push(&mut self, event: Event) -> After {
+        self.seq += 1;
+        let kinds = self.kinds.clone();
+        self.t.observe(
+            &Record {
+                seq: self.seq,
+                t_ns: 0,
+                tid: 1,
+                event,
+            },
+            &mut |calls: &[u64]| kinds.iter().find(|k| k.starts_with(calls)).cloned(),
+        )
+    }
+    fn alloc(&mut self, size: u64) -> (u64, After) {
+        let id = self.next_alloc;
+        self.next_alloc += 1;
+        let a = self.push(Event::Alloc {
+            api: "cudaMalloc".into(),
+            alloc: id,
+            ptr: id << 32,
+            size,
+            stream: None,
+            result: 0,
+        });
+        (id, a)
+    }
+    fn free(&mut self, id: u64) -> After {
+        self.push(Event::Free {
+            api: "cudaFree".into(),
+            ptr: id << 32,
+            alloc: Some(id),
+            size: None,
+            stream: None,
+            result: 0,
+        })
+    }
+    fn launch(&mut self, func: u64, allocs: &[u64]) -> After {
+        self.push(Event::Launch {
+            api: "cudaLaunchKernel".into(),
+            func,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            stream: None,
+            touches: allocs
+                .iter()
+                .map(|&a| Touch {
+                    alloc: a,
+                    offset: 0,
+                    bytes: 0,
+                    access: Access::Rw,
+                })
+                .collect(),
+            result: 0,
+        })
+    }
+    /// One training-like iteration of 7 calls (kernel `f` in the middle); what each said.
+    fn iteration(&mut self, w: u64, f: u64) -> Vec<After> {
+        self.iteration_from(w, f, 4096)
+    }
+    /// The same, its first allocation of `first` bytes.
+    fn iteration_from(&mut self, w: u64, f: u64, first: u64) -> Vec<After> {
+        let mut out = Vec::new();
+        let (a, r) = self.alloc(first);
+        out.push(r);
+        let (b, r) = self.alloc(8192);
+        out.push(r);
+        out.push(self.launch(1, &[w, a]));
+        out.push(self.launch(f, &[a, b]));
+        out.push(self.launch(3, &[b, w]));
+        out.push(self.free(a));
+        out.push(self.free(b));
+        out
+    }
+}
+
+fn plans(v: &[After]) -> Vec<&Found> {
+    v.iter()
+        .filter_map(|a| match a {
+            After::Plan { found, .. } => Some(found),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_repeating_iteration_is_found_verified_and_followed_until_it_diverges() {
+    let mut s = Stream::new();
+    let (w, _) = s.alloc(1 << 20);
+    let mut seen = Vec::new();
+    // Not before CHECK calls.
+    for _ in 0..CHECK / 7 {
+        seen.extend(s.iteration(w, 2));
+    }
+    assert!(plans(&seen).is_empty());
+    seen.clear();
+    for _ in 0..2 {
+        seen.extend(s.iteration(w, 2));
+    }
+    let found = plans(&seen);
+    assert_eq!(found.len(), 1, "found once, at a check");
+    assert_eq!(found[0].period, 7);
+    // Boundaries are the iterations' first calls (an alloc of 4096 B after the weight).
+    assert_eq!((found[0].boundary - 1) % 7, 0);
+    // The tensors of the current iteration are named as the plan names them.
+    assert_eq!(
+        resolve_in(
+            &s.t,
+            TensorId::Persistent {
+                alloc: w,
+                size: 1 << 20
+            }
+        ),
+        Some(w)
+    );
+    // The same iteration again: followed, nothing said.
+    let again = s.iteration(w, 2);
+    assert!(again.iter().all(|a| matches!(a, After::Nothing)));
+    let k0 = resolve_in(
+        &s.t,
+        TensorId::Rel {
+            back: 0,
+            k: 0,
+            size: 4096,
+        },
+    );
+    assert_eq!(
+        k0,
+        Some(s.next_alloc - 2),
+        "the 0th allocation of this iteration"
+    );
+    // Another kernel at call 3: a divergence there, once.
+    let changed = s.iteration(w, 9);
+    let div: Vec<(usize, usize)> = changed
+        .iter()
+        .filter_map(|a| match a {
+            After::Diverged { call, period, .. } => Some((*call, *period)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(div, vec![(3, 7)]);
+    assert!(s.t.found.is_none());
+    // The new sequence repeats: found again, from the divergence on.
+    let mut seen = Vec::new();
+    for _ in 0..60 {
+        seen.extend(s.iteration(w, 9));
+    }
+    let found = plans(&seen);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].period, 7);
+}
+
+#[test]
+fn the_models_cut_becomes_the_iteration_boundary() {
+    let mut s = Stream::new();
+    let (w, _) = s.alloc(1 << 20);
+    let mut seen = Vec::new();
+    for _ in 0..CHECK / 7 + 2 {
+        seen.extend(s.iteration(w, 2));
+    }
+    let f = plans(&seen)[0].clone();
+    // Cut two calls later (after the iteration's two allocations): those two now belong to
+    // the iteration before, and the next iteration starts at its first launch.
+    assert!(realign_in(&mut s.t, f.generation, f.boundary + 2));
+    let g = s.t.found.clone().unwrap();
+    assert_eq!((g.boundary - f.boundary) % 7, 2);
+    let before = s.t.made.len();
+    let (a, _) = s.alloc(4096);
+    assert_eq!(
+        s.t.made.len(),
+        before,
+        "an allocation ends the iteration now"
+    );
+    assert_eq!(s.t.made.last().unwrap().last(), Some(&a));
+    s.alloc(8192);
+    s.launch(1, &[w, a]);
+    assert_eq!(s.t.made.len(), before + 1, "the first launch starts one");
+    // A stale generation changes nothing.
+    assert!(!realign_in(&mut s.t, f.generation + 1, f.boundary));
+}
+
+fn realign_in(t: &mut Tracker, generation: u64, start: usize) -> bool {
+    t.realign(generation, start)
+}
+
+fn next_offset_in(t: &Tracker) -> Option<usize> {
+    let f = t.found.as_ref()?;
+    Some((t.tokens.len() - f.boundary) % f.period)
+}
+
+fn resolve_in(t: &Tracker, name: TensorId) -> Option<u64> {
+    t.resolve(name)
+}
+
+/// The calls of the last `period` calls seen (the kind of the iteration just run, from its
+/// first call), with the tracker's iterations cut there, as the bridge cuts them where the
+/// planner's model did.
+fn last_kind(t: &mut Tracker, period: usize) -> Arc<[u64]> {
+    let start = t.tokens.len() - period;
+    let generation = t.generation;
+    assert!(t.realign(generation, start + t.dropped));
+    t.tokens[start..].into()
+}
+
+#[test]
+fn a_kind_planned_before_is_followed_from_its_first_call() {
+    let mut s = Stream::new();
+    let (w, _) = s.alloc(1 << 20);
+    // Kind A (first allocation 4096 B) found; its calls kept as a planned kind would be.
+    let mut seen = Vec::new();
+    for _ in 0..CHECK / 7 + 2 {
+        seen.extend(s.iteration_from(w, 2, 4096));
+    }
+    assert_eq!(plans(&seen).len(), 1);
+    let a = last_kind(&mut s.t, 7);
+    // Kind B (first allocation 2048 B) found too.
+    seen.clear();
+    for _ in 0..CHECK / 7 + 2 {
+        seen.extend(s.iteration_from(w, 2, 2048));
+    }
+    assert!(!plans(&seen).is_empty(), "kind B found");
+    let b = last_kind(&mut s.t, 7);
+    assert_ne!(a, b);
+    s.kinds = vec![a.clone(), b.clone()];
+    // A again: a divergence from B at its first call; the calls from there begin A and
+    // only A, recognised at the next call (A's call 1) and followed.
+    let back = s.iteration_from(w, 2, 4096);
+    let said: Vec<&After> = back
+        .iter()
+        .filter(|x| !matches!(x, After::Nothing))
+        .collect();
+    assert_eq!(said.len(), 2, "{}", said.len());
+    assert!(matches!(said[0], After::Diverged { call: 0, .. }));
+    assert!(matches!(
+        said[1],
+        After::Adopted {
+            call: 1,
+            kind: 7,
+            ..
+        }
+    ));
+    // Followed from there: a whole iteration more says nothing.
+    let again = s.iteration_from(w, 2, 4096);
+    assert!(again.iter().all(|x| matches!(x, After::Nothing)));
+    let f = s.t.found.clone().expect("followed");
+    assert_eq!(f.expected.as_deref(), Some(&a[..]));
+    // Offsets are the kind's: the next call is its call 0.
+    assert_eq!(next_offset_in(&s.t), Some(0));
+    // The adopted iteration's allocations are named exactly.
+    assert_eq!(
+        resolve_in(
+            &s.t,
+            TensorId::Rel {
+                back: 1,
+                k: 0,
+                size: 4096
+            }
+        ),
+        Some(s.next_alloc - 4)
+    );
+    // B again is recognised the same way; an unknown kind (kernel 5 at call 3) diverges,
+    // and detection starts again.
+    let to_b = s.iteration_from(w, 2, 2048);
+    assert!(to_b.iter().any(|x| matches!(x, After::Adopted { .. })));
+    let other = s.iteration_from(w, 5, 2048);
+    assert!(
+        other
+            .iter()
+            .any(|x| matches!(x, After::Diverged { call: 3, .. }))
+    );
+    assert!(s.t.found.is_none());
+}
+
+#[test]
+fn a_followed_iteration_keeps_only_its_last_two_iterations() {
+    let mut s = Stream::new();
+    let (w, _) = s.alloc(1 << 20);
+    for _ in 0..CHECK / 7 + 2 {
+        s.iteration(w, 2);
+    }
+    let found = s.t.found.clone().expect("found");
+    let generation = found.generation;
+    // As if the records had reached the bound: the calls before the previous iteration go.
+    let n = s.t.tokens.len();
+    let kept_before = s.t.records.len();
+    while s.t.tokens.len() < MAX_RECORDS / 4 + 3 * 7 {
+        s.iteration(w, 2);
+    }
+    assert!(s.t.compact());
+    // The previous iteration and the one just ended: 14 calls, their 14 records and the
+    // weight's allocation.
+    assert_eq!(s.t.tokens.len(), 14);
+    assert!(s.t.dropped >= MAX_RECORDS / 4);
+    assert_eq!(s.t.records.len(), 15, "{kept_before}");
+    // Followed on: the next iteration says nothing, and offsets and names still hold.
+    let next = s.iteration(w, 2);
+    assert!(next.iter().all(|x| matches!(x, After::Nothing)));
+    assert_eq!(next_offset_in(&s.t), Some(0));
+    assert_eq!(
+        resolve_in(
+            &s.t,
+            TensorId::Rel {
+                back: 0,
+                k: 1,
+                size: 8192
+            }
+        ),
+        Some(s.next_alloc - 1)
+    );
+    // An index from before the drop realigns to the same phase.
+    assert!(s.t.realign(generation, found.boundary));
+    assert_eq!(next_offset_in(&s.t), Some(0));
+    let _ = n;
+}
