@@ -2,6 +2,7 @@
 //! The shim fills these types; the `marmoset` command and the planner read them. The schema is
 //! documented in `docs/trace-schema.md`; a change of meaning bumps the version.
 
+pub mod hex;
 mod reading;
 mod run_files;
 
@@ -144,8 +145,13 @@ impl Held {
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum Replay {
     /// A kernel launch: its parameters as one buffer, each at the offset `cuFuncGetParamInfo`
-    /// gives (as `CU_LAUNCH_PARAM_BUFFER_POINTER` takes them), in hex; dynamic shared memory.
-    Kernel { params: String, shared: u64 },
+    /// gives (as `CU_LAUNCH_PARAM_BUFFER_POINTER` takes them), written in hex; dynamic shared
+    /// memory.
+    Kernel {
+        #[serde(with = "hex::bytes")]
+        params: Vec<u8>,
+        shared: u64,
+    },
     /// A memset: the value, and the width it is repeated at (1 or 4 bytes).
     Memset { value: u32, width: u8 },
     /// A cuDNN computation: scaling parameters (read as the tensors' type), the tensors' data
@@ -188,7 +194,8 @@ pub enum Replay {
     },
     /// A cuBLASLt matmul: the matmul descriptor's attributes and the four matrix layouts (A, B,
     /// C, D), which the framework destroys right after the call; alpha and beta by value (host
-    /// pointer mode); the algorithm as its opaque bytes in hex (absent: the call passed none).
+    /// pointer mode); the algorithm as its opaque bytes, written in hex (absent: the call passed
+    /// none).
     Lt {
         compute: i32,
         scale: i32,
@@ -197,8 +204,12 @@ pub enum Replay {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         bias_type: Option<i32>,
         layouts: Vec<LtLayout>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        algo: Option<String>,
+        #[serde(
+            default,
+            with = "hex::optional",
+            skip_serializing_if = "Option::is_none"
+        )]
+        algo: Option<Vec<u8>>,
         alpha: f64,
         beta: f64,
     },

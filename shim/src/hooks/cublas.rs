@@ -496,7 +496,7 @@ mod lt {
                     // SAFETY: a cublasLtMatmulAlgo_t is 64 bytes of plain data.
                     let bytes =
                         unsafe { std::slice::from_raw_parts(algo as *const u8, ALGO_BYTES) };
-                    bytes.iter().map(|b| format!("{b:02x}")).collect()
+                    bytes.to_vec()
                 }),
                 alpha: host_scalar(alpha, scale)?,
                 beta: host_scalar(beta, scale)?,

@@ -139,11 +139,6 @@ pub fn memset(
     })
 }
 
-/// Lower-case hex of a byte buffer.
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 pub fn sync(api: &str, stream: Option<u64>) -> Option<Pending> {
     crate::sinks::timing::drain(false);
     Some(Pending::new(Event::Sync {
@@ -181,7 +176,7 @@ fn kernel(
     with_lineage(Some(p.timed(stream as u64)), || {
         launch::param_buffer(f as usize, true, args, std::ptr::null_mut()).map(|buf| {
             Replay::Kernel {
-                params: hex(&buf),
+                params: buf,
                 shared: shared as u64,
             }
         })

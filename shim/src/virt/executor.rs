@@ -652,7 +652,6 @@ pub fn after_call() {
         && let Ok(mut e) = EXECUTOR.lock()
         && let Some(s) = e.active.as_mut().filter(|s| offset < s.period)
         && let Some(list) = s.refresh.get(&offset).cloned()
-        && let Some(params) = crate::virt::recompute::decode_params(&params)
     {
         // This iteration's parameters for the recipes of the launch just made, before any of
         // its outputs is dropped (below).

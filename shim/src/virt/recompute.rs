@@ -17,7 +17,7 @@ mod cudnn;
 mod kernel;
 
 use kernel::{Kernel, launch};
-pub use kernel::{decode_params, note_params, take_params};
+pub use kernel::{note_params, take_params};
 
 use crate::virt::sequence;
 use planner::iteration::TensorId;

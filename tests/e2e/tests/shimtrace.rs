@@ -247,10 +247,7 @@ fn every_computation_carries_its_lineage() {
                     panic!("no kernel lineage for {r:?}")
                 };
                 assert_eq!(*shared, 0);
-                let bytes: Vec<u8> = (0..params.len() / 2)
-                    .map(|i| u8::from_str_radix(&params[2 * i..2 * i + 2], 16).unwrap())
-                    .collect();
-                let words: Vec<u64> = bytes
+                let words: Vec<u64> = params
                     .chunks(8)
                     .filter(|c| c.len() == 8)
                     .map(|c| u64::from_le_bytes(c.try_into().unwrap()))

@@ -37,7 +37,7 @@ fn bn_lineage(beta: f64) -> Replay {
 fn kernel_lineage() -> Event {
     Event::Lineage {
         replay: Replay::Kernel {
-            params: "00".into(),
+            params: vec![0],
             shared: 0,
         },
     }

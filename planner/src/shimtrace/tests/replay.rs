@@ -6,7 +6,7 @@ use super::*;
 #[test]
 fn kernels_replay_only_with_exact_roles() {
     let lineage = Replay::Kernel {
-        params: "00".into(),
+        params: vec![0],
         shared: 0,
     };
     // The shim knew the roles (an elementwise kernel: output written whole, input read).

@@ -133,7 +133,7 @@ pub fn replay(
             // Beta 0: C is not read, and was recorded only where it is D.
             let c = tensors.iter().find(|t| t.role == "C").unwrap_or(d);
             let bias = tensors.iter().find(|t| t.role == "bias").map(|t| t.ptr);
-            let algo = algo.as_deref().map(unhex).transpose()?;
+            let algo = algo.as_deref().map(words).transpose()?;
             let desc = Desc::new(*compute, *scale)?;
             desc.set(DESC_TRANSA, &trans[0])?;
             desc.set(DESC_TRANSB, &trans[1])?;
@@ -360,18 +360,15 @@ impl Drop for Layout {
     }
 }
 
-/// The recorded algorithm's bytes, as cuBLASLt takes a cublasLtMatmulAlgo_t (8-byte aligned).
-fn unhex(s: &str) -> Result<Vec<u64>, String> {
-    let bad = || format!("the recorded algorithm {s:?} is not {ALGO_BYTES} bytes of hex");
-    if s.len() != 2 * ALGO_BYTES {
-        return Err(bad());
+/// The recorded algorithm's bytes as cuBLASLt takes a cublasLtMatmulAlgo_t (8-byte aligned).
+fn words(b: &[u8]) -> Result<Vec<u64>, String> {
+    if b.len() != ALGO_BYTES {
+        return Err(format!(
+            "the recorded algorithm is {} bytes, not {ALGO_BYTES}",
+            b.len()
+        ));
     }
-    let bytes = (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
-        .collect::<Result<Vec<u8>, String>>()?;
-    Ok(bytes
-        .chunks(8)
+    Ok(b.chunks(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
         .collect())
 }
@@ -382,11 +379,10 @@ mod tests {
 
     #[test]
     fn a_recorded_algorithm_reads_back_as_its_words() {
-        let hex: String = (0..64u8).map(|b| format!("{b:02x}")).collect();
-        let words = unhex(&hex).unwrap();
-        assert_eq!(words.len(), 8);
-        assert_eq!(words[0], u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]));
-        assert!(unhex("00ff").is_err());
-        assert!(unhex(&"zz".repeat(64)).is_err());
+        let bytes: Vec<u8> = (0..64u8).collect();
+        let w = words(&bytes).unwrap();
+        assert_eq!(w.len(), 8);
+        assert_eq!(w[0], u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]));
+        assert!(words(&[0, 255]).is_err());
     }
 }

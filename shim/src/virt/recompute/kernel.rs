@@ -22,17 +22,6 @@ pub(super) struct Kernel {
     pub(super) pointers: Vec<(usize, usize)>,
 }
 
-/// Bytes from lower-case hex; None if it is not.
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 impl Kernel {
     /// From a launch's record and parameter buffer: each touch's recorded address must occur
     /// in the buffer (at a 4-byte boundary, as parameters are aligned; only in the pointer
@@ -40,7 +29,7 @@ impl Kernel {
     /// cannot be rebuilt.
     pub(super) fn of(
         event: &Event,
-        params: &str,
+        params: &[u8],
         shared: u64,
         base: &impl Fn(u64) -> Option<u64>,
     ) -> Option<Kernel> {
@@ -55,7 +44,7 @@ impl Kernel {
         else {
             return None;
         };
-        let params = unhex(params)?;
+        let params = params.to_vec();
         let runtime = api.starts_with("cuda") || api.starts_with("__cuda");
         // Only the words the kernel's name says are pointers, where it says: a stale integer
         // (an unused TensorInfo slot) may equal an operand's address.
@@ -86,24 +75,19 @@ impl Kernel {
 }
 
 thread_local! {
-    /// The parameter buffer of this thread's last kernel launch (its lineage, in hex), for
-    /// [`Recipe::refresh`]: kept as written, decoded only for a launch a recipe replays.
-    static LAST_PARAMS: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    /// The parameter buffer of this thread's last kernel launch (its lineage), for
+    /// [`Recipe::refresh`].
+    static LAST_PARAMS: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Notes a launch's parameter buffer (a `kernel` lineage, in hex), before its record.
-pub fn note_params(hex: &str) {
-    LAST_PARAMS.with(|p| *p.borrow_mut() = Some(hex.to_string()));
+/// Notes a launch's parameter buffer (a `kernel` lineage), before its record.
+pub fn note_params(params: &[u8]) {
+    LAST_PARAMS.with(|p| *p.borrow_mut() = Some(params.to_vec()));
 }
 
-/// The parameter buffer of this thread's last launch, taken (hex; see [`decode_params`]).
-pub fn take_params() -> Option<String> {
+/// The parameter buffer of this thread's last launch, taken.
+pub fn take_params() -> Option<Vec<u8>> {
     LAST_PARAMS.with(|p| p.borrow_mut().take())
-}
-
-/// A noted parameter buffer's bytes.
-pub fn decode_params(hex: &str) -> Option<Vec<u8>> {
-    unhex(hex)
 }
 
 /// Launches the recorded kernel again with the current addresses (`addrs`: each operand's,
