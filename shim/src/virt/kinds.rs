@@ -109,43 +109,17 @@ pub fn recognise(calls: &[u64]) -> Option<(Arc<[u64]>, Arc<Ready>, Event)> {
 
 /// A kind's plan record written again as it guides again: `reused`, starting at record `start`,
 /// with the look-up's time as its planning time.
-pub fn reused(record: Event, start: u64, planning_ms: f64) -> Event {
-    match record {
-        Event::Plan {
-            policy,
-            budget,
-            period,
-            ops,
-            swaps,
-            recomputes,
-            feasible,
-            predicted_ms,
-            swap_bytes,
-            recompute_ms,
-            held,
-            pcie_bps,
-            iteration_kind,
-            ..
-        } => Event::Plan {
-            policy,
-            budget,
-            start,
-            period,
-            ops,
-            swaps,
-            recomputes,
-            feasible,
-            predicted_ms,
-            planning_ms,
-            swap_bytes,
-            recompute_ms,
-            held,
-            pcie_bps,
-            iteration_kind,
-            reused: true,
-        },
-        other => other,
+pub fn reused(mut record: Event, start: u64, planning_ms: f64) -> Event {
+    if let Event::Plan {
+        start: s,
+        planning_ms: ms,
+        reused,
+        ..
+    } = &mut record
+    {
+        (*s, *ms, *reused) = (start, planning_ms, true);
     }
+    record
 }
 
 /// The smallest `r` with `window[i] == kind[(i + r) % n]` for every `i`, if any: the window

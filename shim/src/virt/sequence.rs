@@ -106,27 +106,34 @@ struct Tracker {
 
 static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
 
+impl Tracker {
+    /// Nothing seen yet.
+    fn new() -> Tracker {
+        Tracker {
+            records: Vec::new(),
+            tokens: Vec::new(),
+            allocs: Vec::new(),
+            seqs: Vec::new(),
+            dropped: 0,
+            generation: 0,
+            sizes: HashMap::new(),
+            made: Vec::new(),
+            found: None,
+            next_check: CHECK,
+            stopped: false,
+            boundary: None,
+            pending: None,
+        }
+    }
+}
+
 /// Sees one record: the sequence so far, updated under the lock; what the caller does next
 /// (an iteration boundary, then planning or a divergence) is returned, for after the lock.
 pub fn see(r: &Record, recognise: Recognise) -> (Option<usize>, After) {
     let Ok(mut g) = TRACKER.lock() else {
         return (None, After::Nothing);
     };
-    let t = g.get_or_insert_with(|| Tracker {
-        records: Vec::new(),
-        tokens: Vec::new(),
-        allocs: Vec::new(),
-        seqs: Vec::new(),
-        dropped: 0,
-        generation: 0,
-        sizes: HashMap::new(),
-        made: Vec::new(),
-        found: None,
-        next_check: CHECK,
-        stopped: false,
-        boundary: None,
-        pending: None,
-    });
+    let t = g.get_or_insert_with(Tracker::new);
     let after = t.observe(r, recognise);
     (t.boundary.take(), after)
 }

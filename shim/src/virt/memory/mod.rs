@@ -752,10 +752,9 @@ pub fn before(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> {
         .into_iter()
         .filter_map(|(id, role)| allocs.get(&id).map(|a| (a.0, role.reads())))
         .collect();
-    let held: Vec<u64> = vas.iter().map(|v| v.0).collect();
     with_room(|m| {
         m.ensure(&vas, stream.unwrap_or(0))?;
-        Ok(Hold::take(m, held.clone()))
+        Ok(Hold::take(m, vas.iter().map(|v| v.0).collect()))
     })
     .unwrap_or(Ok(Hold::none()))
 }

@@ -12,21 +12,7 @@ struct Stream {
 impl Stream {
     fn new() -> Stream {
         Stream {
-            t: Tracker {
-                records: Vec::new(),
-                tokens: Vec::new(),
-                allocs: Vec::new(),
-                seqs: Vec::new(),
-                dropped: 0,
-                generation: 0,
-                sizes: HashMap::new(),
-                made: Vec::new(),
-                found: None,
-                next_check: CHECK,
-                stopped: false,
-                boundary: None,
-                pending: None,
-            },
+            t: Tracker::new(),
             seq: 1,
             next_alloc: 1,
             kinds: Vec::new(),
