@@ -43,7 +43,9 @@ use std::collections::HashMap;
 use stream::Stream;
 
 pub use held::{as_held, held_and_links};
-pub use replay::{GEMMS_REPLAYED, REPLAYED, exact_update, lineage, replay_scope, replays_in_shim};
+pub use replay::{
+    GEMMS_REPLAYED, REPLAYED, exact_update, first_writes, lineage, replay_scope, replays_in_shim,
+};
 pub use stream::{Role, roles};
 
 /// A demangled kernel name without `void `, its parameter list and past 100 characters.
@@ -90,6 +92,10 @@ pub struct Converted {
     /// the storage a recomputation rebuilds it in: that kernel's output, of the same size, the
     /// kernel then running in place. Never recomputed on their own (no producer).
     pub internal: Vec<Vec<(usize, usize)>>,
+    /// For each launch replayed through first writes (see [`first_writes`]), by its call's
+    /// `seq`: the allocations its `rw` touches wrote first. A recipe of the launch must see them
+    /// as the planner did.
+    pub first_written: HashMap<u64, Vec<u64>>,
     /// Operations with no `timing` record (their time is 0).
     pub untimed: usize,
 }
@@ -252,6 +258,7 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         current.insert(a, st);
     }
     let mut op_calls = Vec::new();
+    let mut first_written: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut op_replays = Vec::new();
     let mut chains: Vec<Vec<Member>> = Vec::new();
     let mut internal: Vec<Vec<(usize, usize)>> = Vec::new();
@@ -320,7 +327,17 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
             },
             e => e.api().unwrap_or("?").to_string(),
         };
-        let replayable = replays_in_shim(&r.event, lineage_of);
+        // `rw` touches on allocations nothing wrote yet in the iteration: first writes.
+        let fresh: Vec<u64> = s.roles[i]
+            .iter()
+            .filter(|&&(a, role)| role == Role::Update && !current.contains_key(&a))
+            .map(|x| x.0)
+            .collect();
+        let seen = first_writes(&r.event, |a| fresh.contains(&a), size_of);
+        let replayable = replays_in_shim(&seen, lineage_of);
+        if replayable && !fresh.is_empty() {
+            first_written.insert(r.seq, fresh);
+        }
         // What the replay rebuilds and reads (None: all the call writes and reads).
         let scope = if replayable {
             replay_scope(&r.event, base)
@@ -550,6 +567,7 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         replays: op_replays,
         chains,
         internal,
+        first_written,
         untimed,
     })
 }

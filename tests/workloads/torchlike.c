@@ -17,7 +17,9 @@
  * input is kept for its backward and its output for the next convolution's, and both kernels
  * are named and laid out as ATen's contiguous elementwise kernels are in torch's fatbins
  * (vectorized_elementwise_kernel<4, functor, std::array<char*, K>>(int N, functor, operands),
- * the output first), so that Marmoset can tell their roles and replay them. CONV legacy: each
+ * the output first), so that Marmoset can tell their roles and replay them; softsign: the same
+ * place in the network, with kernels written for the tests whose names say nothing of their
+ * output's role (see softsign_forward). CONV legacy: each
  * forward convolution is cudnnConvolutionForward then its bias added in place (cudnnAddTensor,
  * beta 1); nobias: the convolution alone, as ResNet's convolutions before batch normalisation
  * (the bias is still trained, never applied); backend: the convolution alone through the cuDNN
@@ -145,6 +147,31 @@ static void gelu_backward(simgpuKernelCtx *ctx, void **p) {
   for (int i = 0; i < n; i++) dx[i] = dy[i] * gelu_grad(x[i]);
 }
 
+/* ACT softsign: a kernel family written for the tests and named nowhere in Marmoset, a plain
+ * function of a namespace with its parameters typed (c++filt: mm_test::softsign_forward(int,
+ * float const*, float*)): out = x / (1 + |x|). Its output parameter is not const, so Marmoset
+ * cannot tell from the name whether the kernel reads it too. */
+static void softsign_forward(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  const float *x = arg(ctx, p[1], n, 0);
+  float *out = arg(ctx, p[2], n, 1);
+  if (!out || !x) return;
+  for (int i = 0; i < n; i++) out[i] = x[i] / (1.0f + fabsf(x[i]));
+}
+
+/* mm_test::softsign_backward(int, float const* dy, float const* x, float* dx):
+ * dx = dy / (1 + |x|)^2 */
+static void softsign_backward(simgpuKernelCtx *ctx, void **p) {
+  int n = *(int *)p[0];
+  const float *dy = arg(ctx, p[1], n, 0), *x = arg(ctx, p[2], n, 0);
+  float *dx = arg(ctx, p[3], n, 1);
+  if (!dx || !dy || !x) return;
+  for (int i = 0; i < n; i++) {
+    float d = 1.0f + fabsf(x[i]);
+    dx[i] = dy[i] / (d * d);
+  }
+}
+
 /* vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, std::array<char*, 3>>(int n, functor,
  * {out, a, b}): out = a + b (CONV other than legacy: the residual addition, roles exact) */
 static void aten_add(simgpuKernelCtx *ctx, void **p) {
@@ -252,7 +279,9 @@ static void masked_scale(simgpuKernelCtx *ctx, void **p) {
 }
 
 static void *k_relu, *k_relu_bwd, *k_add, *k_add_, *k_xent, *k_sgd, *k_gelu, *k_gelu_bwd, *k_aten_add, *k_aten_relu;
-static void *k_dropout, *k_masked_scale;
+static void *k_dropout, *k_masked_scale, *k_softsign, *k_softsign_bwd;
+/* ACT softsign: the test's own kernels instead of GELU's. */
+static int use_softsign;
 
 /* ATen's mangled names (c++filt: void at::native::vectorized_elementwise_kernel<4,
  * at::native::GeluFunctor<float>, std::array<char*, 2ul>, false>(int, ...) and the backward's). */
@@ -279,6 +308,10 @@ static void register_kernels(void) {
   size_t gs[] = {4, 1, 16}, ga[] = {4, 1, 8}, bs[] = {4, 1, 24}, ba[] = {4, 1, 8};
   if (reg(GELU_NAME, gelu, 3, gs, ga, &k_gelu) || reg(GELU_BWD_NAME, gelu_backward, 3, bs, ba, &k_gelu_bwd) ||
       reg(ADD_NAME, aten_add, 3, bs, ba, &k_aten_add) || reg(RELU_NAME, aten_relu, 3, gs, ga, &k_aten_relu))
+    exit(1);
+  size_t ss[] = {4, 8, 8}, sb[] = {4, 8, 8, 8};
+  if (reg("_ZN7mm_test16softsign_forwardEiPKfPf", softsign_forward, 3, ss, ss, &k_softsign) ||
+      reg("_ZN7mm_test17softsign_backwardEiPKfS1_Pf", softsign_backward, 4, sb, sb, &k_softsign_bwd))
     exit(1);
   /* Dropout: three 216-byte TensorInfos, unsigned int, float, a 24-byte PhiloxCudaState. */
   size_t ds[] = {216, 216, 216, 4, 4, 24}, da[] = {8, 8, 8, 4, 4, 8}, ms[] = {4, 4, 8, 8, 8}, ma[] = {4, 4, 8, 8, 8};
@@ -319,12 +352,22 @@ static void aten_add_(float *y, float *b, int n) {
 }
 static void add_inplace(float *a, float *b, int n) { void *v[] = {&n, &a, &b}; launch(k_add_, n, v); }
 static void gelu_into(float *x, float *out, int n) {
+  if (use_softsign) {
+    void *v[] = {&n, &x, &out};
+    launch(k_softsign, n, v);
+    return;
+  }
   unsigned char functor = 0;
   float *data[2] = {out, x};
   void *v[] = {&n, &functor, data};
   launch(k_gelu, n, v);
 }
 static void gelu_bwd_into(float *dy, float *x, float *dx, int n) {
+  if (use_softsign) {
+    void *v[] = {&n, &dy, &x, &dx};
+    launch(k_softsign_bwd, n, v);
+    return;
+  }
   unsigned char functor = 0;
   float *data[3] = {dx, dy, x};
   void *v[] = {&n, &functor, data};
@@ -630,7 +673,8 @@ int main(int argc, char **argv) {
   int ch = argc > 4 ? atoi(argv[4]) : 8, nblocks = argc > 5 ? atoi(argv[5]) : 2;
   int ks = argc > 6 ? atoi(argv[6]) : 3;
   const char *act_name = argc > 7 ? argv[7] : "relu";
-  int use_gelu = strcmp(act_name, "gelu") == 0;
+  use_softsign = strcmp(act_name, "softsign") == 0;
+  int use_gelu = strcmp(act_name, "gelu") == 0 || use_softsign;
   const char *conv_name = argc > 8 ? argv[8] : "legacy";
   const char *modes[4] = {"legacy", "nobias", "backend", "backend-rebuild"};
   conv_mode = -1;
@@ -647,7 +691,7 @@ int main(int argc, char **argv) {
       (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0 || (!use_bn && strcmp(norm_name, "none") != 0) ||
       (use_bn && (use_gelu || conv_mode == 0)) || (!use_drop && !drop_res && strcmp(drop_name, "none") != 0) ||
       ((use_drop || drop_res) && use_bn)) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)] [none|drop|drop-seeded|drop-res (norm none)]\n");
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu|softsign] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)] [none|drop|drop-seeded|drop-res (norm none)]\n");
     return 2;
   }
   register_kernels();

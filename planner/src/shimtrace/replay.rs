@@ -1,7 +1,7 @@
 //! Lineage and replayability: each call's lineage (what replaying it needs), which calls the
 //! shim's executor can replay to recompute their outputs, and what such a replay covers.
 
-use crate::trace::{Access, Event, Record, Replay};
+use crate::trace::{Access, Event, Record, Replay, Touch};
 use std::collections::HashMap;
 
 /// Each call's lineage, by the call's `seq`: a `lineage` record describes the next call record of
@@ -188,6 +188,40 @@ pub fn exact_update(
         && size(t.alloc) == Some(t.bytes)
         && touches.iter().filter(|u| u.alloc == t.alloc).count() == 1;
     exact.then_some(t.alloc)
+}
+
+/// A kernel launch as its replay sees it: each `rw` touch on an allocation that held nothing
+/// the program wrote before the launch (`fresh`: made and not yet written) becomes a write
+/// (`w`) from its offset to the allocation's end (`size`). Whatever the kernel does with a
+/// pointer into such memory, its result cannot depend on the old bytes (uninitialised memory
+/// no correct program reads), so replaying it on fresh memory rebuilds every byte the program
+/// may read of it: the write is detected as a first write, not assumed from the kernel's name.
+/// An `rw` touch on memory that holds contents stays `rw` (a possible in-place update: the
+/// launch is then never replayed). Other events, and launches with no such touch, come back
+/// unchanged.
+pub fn first_writes<'a>(
+    event: &'a Event,
+    fresh: impl Fn(u64) -> bool,
+    size: impl Fn(u64) -> Option<u64>,
+) -> std::borrow::Cow<'a, Event> {
+    use std::borrow::Cow;
+    let Event::Launch { touches, .. } = event else {
+        return Cow::Borrowed(event);
+    };
+    let first = |t: &Touch| t.access == Access::Rw && fresh(t.alloc) && size(t.alloc).is_some();
+    if !touches.iter().any(first) {
+        return Cow::Borrowed(event);
+    }
+    let mut out = event.clone();
+    if let Event::Launch { touches, .. } = &mut out {
+        for t in touches.iter_mut() {
+            if let Some(size) = size(t.alloc).filter(|_| first(t)) {
+                t.access = Access::W;
+                t.bytes = size.saturating_sub(t.offset);
+            }
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Whether the shim can replay this call (see [`REPLAYED`]).

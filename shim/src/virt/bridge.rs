@@ -10,7 +10,7 @@ use crate::virt::executor::Ready;
 use crate::virt::recompute::Recipe;
 use crate::virt::sequence::Found;
 use planner::iteration::TensorId;
-use planner::shimtrace::{Converted, as_held, convert_with};
+use planner::shimtrace::{Converted, as_held, convert_with, first_writes};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
@@ -58,8 +58,18 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
             continue;
         };
         let call = converted.ops.get(op).map(|o| o.0);
+        // The launch as the planner saw it: its first writes are writes.
+        let first = converted
+            .first_written
+            .get(&seq)
+            .map_or(&[][..], |v| &v[..]);
+        let event = first_writes(
+            &rec.event,
+            |a| first.contains(&a),
+            |a| sizes.get(&a).copied(),
+        );
         let Some(recipe) =
-            Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()).map(|r| match call {
+            Recipe::of(&event, replay, name, |a| base.get(&a).copied()).map(|r| match call {
                 Some(c) => r.at(c),
                 None => r,
             })

@@ -64,3 +64,63 @@ fn a_wrong_kernel_replay_is_caught_by_verify_and_visible_without_it() {
     ok(&o);
     assert_ne!(stdout(&o), plain);
 }
+
+/// torchlike with the test's own activation kernels (`ACT softsign`): a family named nowhere
+/// in Marmoset, whose name types its parameters (`mm_test::softsign_forward(int, float const*,
+/// float*)`) but does not say whether the kernel reads its output too. Its output is allocated
+/// right before the launch, so the launch writes it first: a replay on fresh memory rebuilds it.
+const SOFTSIGN_ARGS: [&str; 7] = ["8", "128", "32", "4", "4", "1", "softsign"];
+const SOFTSIGN: &str = "mm_test::softsign_forward";
+
+fn softsign_replays(records: &[Value]) -> usize {
+    of_kind(records, "recompute")
+        .iter()
+        .filter(|r| r["api"].as_str().is_some_and(|a| a.contains(SOFTSIGN)))
+        .count()
+}
+
+#[test]
+fn a_kernel_family_never_seen_is_replayed_from_its_first_write_bit_for_bit() {
+    let (peak, plain) = unlimited("torchlike", &SOFTSIGN_ARGS);
+    for fraction in [0.5, 0.3] {
+        let budget = (peak as f64 * fraction) as u64;
+        let (o, records, rep) = planned(
+            "recompute",
+            budget,
+            &[("MARMOSET_VERIFY", "1")],
+            "torchlike",
+            &SOFTSIGN_ARGS,
+        );
+        exact_within(&format!("at {fraction} P"), &o, &plain, &rep, budget);
+        assert!(
+            softsign_replays(&records) > 0,
+            "at {fraction} P: the test kernel's outputs recomputed by replaying it: {:?}",
+            of_kind(&records, "plan")
+        );
+    }
+}
+
+#[test]
+fn a_wrong_replay_of_a_kernel_family_never_seen_is_caught_by_verify() {
+    let (peak, plain) = unlimited("torchlike", &SOFTSIGN_ARGS);
+    let budget = peak / 2;
+    let corrupt = ("MARMOSET_TEST_CORRUPT_REPLAY", "1");
+    let (o, records, _) = planned(
+        "recompute",
+        budget,
+        &[corrupt, ("MARMOSET_VERIFY", "1")],
+        "torchlike",
+        &SOFTSIGN_ARGS,
+    );
+    ok(&o);
+    assert!(softsign_replays(&records) > 0);
+    let err = stderr(&o);
+    assert!(
+        err.contains("MARMOSET_VERIFY: replaying cudaLaunchKernel (mm_test::softsign_forward"),
+        "the log names the kernel: {err}"
+    );
+    assert_eq!(stdout(&o), plain, "its saved bytes were put back");
+    let (o, _, _) = planned("recompute", budget, &[corrupt], "torchlike", &SOFTSIGN_ARGS);
+    ok(&o);
+    assert_ne!(stdout(&o), plain);
+}

@@ -22,6 +22,42 @@ fn kernels_replay_only_with_exact_roles() {
     assert!(!replays_in_shim(&reads, Some(&lineage)));
 }
 
+#[test]
+fn a_first_write_through_an_inferred_touch_is_a_write() {
+    let lineage = Replay::Kernel {
+        params: vec![0],
+        shared: 0,
+    };
+    let sizes = |a: u64| Some(a * 1024);
+    // A kernel whose name says only that its output is not const: `rw`, extent unknown.
+    let launch = kernel(vec![touch(1, 0, Access::R), touch(2, 0, Access::Rw)]);
+    // The output held nothing yet: a first write, replayed on fresh memory.
+    let seen = first_writes(&launch, |a| a == 2, sizes);
+    assert!(replays_in_shim(&seen, Some(&lineage)));
+    assert_eq!(seen.touches()[1].access, Access::W);
+    assert_eq!(seen.touches()[1].bytes, 2048, "to the allocation's end");
+    assert_eq!(seen.touches()[0].access, Access::R);
+    // It held contents: maybe an in-place update, never replayed.
+    let held = first_writes(&launch, |_| false, sizes);
+    assert!(!replays_in_shim(&held, Some(&lineage)));
+    assert!(matches!(held, std::borrow::Cow::Borrowed(_)));
+    // Two inferred touches, one on contents: the launch may update them in place.
+    let two = kernel(vec![touch(1, 0, Access::Rw), touch(2, 0, Access::Rw)]);
+    assert!(!replays_in_shim(
+        &first_writes(&two, |a| a == 2, sizes),
+        Some(&lineage)
+    ));
+    assert!(replays_in_shim(
+        &first_writes(&two, |_| true, sizes),
+        Some(&lineage)
+    ));
+    // An allocation of unknown size is left as it was.
+    assert!(!replays_in_shim(
+        &first_writes(&launch, |a| a == 2, |_| None),
+        Some(&lineage)
+    ));
+}
+
 fn conv_lineage(beta: f64, conv: bool) -> Replay {
     Replay::Cudnn {
         alpha: Some(1.0),
