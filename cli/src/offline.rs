@@ -429,6 +429,7 @@ pub(crate) fn plan(
     }
     if explain {
         explain_stalls(&t, &o);
+        explain_replay_gaps(path);
         for (s, d) in &plan {
             let size = t.storages[*s].size;
             match d {
@@ -463,6 +464,43 @@ pub(crate) fn plan(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the shim cannot replay in a shim's trace, for `--explain`: the calls whose outputs a
+/// later call reads but no recomputation can rebuild, by name and why, the most bytes first.
+fn explain_replay_gaps(path: &Path) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    if !text.contains("\"kind\":\"header\"") {
+        return;
+    }
+    let Ok(records) = read_trace(path, &text) else {
+        return;
+    };
+    let upto = records
+        .iter()
+        .rposition(|r| matches!(r.event, planner::trace::Event::Plan { .. }))
+        .unwrap_or(records.len());
+    let Ok(c) = planner::shimtrace::convert(&records[..upto]) else {
+        return;
+    };
+    let gaps = c.replay_gaps();
+    if gaps.is_empty() {
+        println!("  every call whose output is read later can be replayed");
+        return;
+    }
+    println!("  not replayable (their outputs can only be kept or swapped), the most bytes first:");
+    for g in gaps.iter().take(20) {
+        println!(
+            "    {:>12} B in {:>4} call(s) of {}: {}",
+            g.bytes, g.calls, g.name, g.why
+        );
+    }
+    if gaps.len() > 20 {
+        let rest: u64 = gaps[20..].iter().map(|g| g.bytes).sum();
+        println!("    {rest:>12} B in {} more kinds of call", gaps.len() - 20);
+    }
 }
 
 /// Where a plan's stalls go, for `--explain`: by cause and pass, then the operations that

@@ -45,6 +45,7 @@ use stream::Stream;
 pub use held::{as_held, held_and_links};
 pub use replay::{
     GEMMS_REPLAYED, REPLAYED, exact_update, first_writes, lineage, replay_scope, replays_in_shim,
+    why_not_replayed,
 };
 pub use stream::{Role, roles};
 
@@ -96,6 +97,9 @@ pub struct Converted {
     /// `seq`: the allocations its `rw` touches wrote first. A recipe of the launch must see them
     /// as the planner did.
     pub first_written: HashMap<u64, Vec<u64>>,
+    /// Why each call the shim cannot replay cannot be, by its `seq` (see
+    /// [`why_not_replayed`]); [`Converted::replay_gaps`] sums them up.
+    pub not_replayed: HashMap<u64, &'static str>,
     /// Operations with no `timing` record (their time is 0).
     pub untimed: usize,
 }
@@ -110,7 +114,60 @@ pub struct Member {
     pub replay: Option<Replay>,
 }
 
+/// Calls whose outputs no recomputation can rebuild, grouped by operation name and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayGap {
+    pub name: String,
+    pub why: &'static str,
+    pub calls: usize,
+    /// Bytes of the contents they write that a later operation reads: what can only be kept
+    /// or swapped.
+    pub bytes: u64,
+}
+
 impl Converted {
+    /// What cannot be replayed, the most bytes first: every operation that is not replayable
+    /// and writes contents a later operation of the iteration reads (what a plan could drop
+    /// but must keep or swap instead), grouped by its name and the reason.
+    pub fn replay_gaps(&self) -> Vec<ReplayGap> {
+        let mut read = vec![false; self.trace.storages.len()];
+        for op in &self.trace.ops {
+            for &s in &op.inputs {
+                read[s] = true;
+            }
+        }
+        let mut out: Vec<ReplayGap> = Vec::new();
+        for (i, op) in self.trace.ops.iter().enumerate() {
+            let Some(&why) = self.ops.get(i).and_then(|o| self.not_replayed.get(&o.1)) else {
+                continue;
+            };
+            let bytes: u64 = op
+                .outputs
+                .iter()
+                .chain(op.inplace.iter().map(|p| &p.1))
+                .filter(|&&s| read[s] && self.trace.storages[s].producer.is_none())
+                .map(|&s| self.trace.storages[s].size)
+                .sum();
+            if bytes == 0 {
+                continue;
+            }
+            match out.iter_mut().find(|g| g.name == op.name && g.why == why) {
+                Some(g) => {
+                    g.calls += 1;
+                    g.bytes += bytes;
+                }
+                None => out.push(ReplayGap {
+                    name: op.name.clone(),
+                    why,
+                    calls: 1,
+                    bytes,
+                }),
+            }
+        }
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
+        out
+    }
+
     /// The offset within the iteration of operation `op`'s last call (its first call, unless
     /// it is a chain): what happens after the operation happens after this call.
     pub fn last_call(&self, op: usize) -> Option<usize> {
@@ -259,6 +316,7 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
     }
     let mut op_calls = Vec::new();
     let mut first_written: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut not_replayed: HashMap<u64, &'static str> = HashMap::new();
     let mut op_replays = Vec::new();
     let mut chains: Vec<Vec<Member>> = Vec::new();
     let mut internal: Vec<Vec<(usize, usize)>> = Vec::new();
@@ -337,6 +395,9 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         let replayable = replays_in_shim(&seen, lineage_of);
         if replayable && !fresh.is_empty() {
             first_written.insert(r.seq, fresh);
+        }
+        if let Some(why) = why_not_replayed(&seen, lineage_of) {
+            not_replayed.insert(r.seq, why);
         }
         // What the replay rebuilds and reads (None: all the call writes and reads).
         let scope = if replayable {
@@ -568,6 +629,7 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
         chains,
         internal,
         first_written,
+        not_replayed,
         untimed,
     })
 }

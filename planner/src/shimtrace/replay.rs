@@ -1,7 +1,7 @@
 //! Lineage and replayability: each call's lineage (what replaying it needs), which calls the
 //! shim's executor can replay to recompute their outputs, and what such a replay covers.
 
-use crate::trace::{Access, Event, Record, Replay, Touch};
+use crate::trace::{Access, CopyDir, Event, Record, Replay, Touch};
 use std::collections::HashMap;
 
 /// Each call's lineage, by the call's `seq`: a `lineage` record describes the next call record of
@@ -311,4 +311,60 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
             }
             _ => false,
         }
+}
+
+/// Why the shim cannot replay this call (None: it can; see [`replays_in_shim`]), in words a
+/// user can act on, for `marmoset plan --explain`. `event` is the call as its replay would see
+/// it (after [`first_writes`]).
+pub fn why_not_replayed(event: &Event, replay: Option<&Replay>) -> Option<&'static str> {
+    if replays_in_shim(event, replay) {
+        return None;
+    }
+    let failed = match event {
+        Event::Launch { result, .. }
+        | Event::Cudnn { result, .. }
+        | Event::Cublas { result, .. } => *result != 0,
+        _ => false,
+    };
+    Some(match event {
+        _ if failed => "the call failed",
+        Event::Copy {
+            dir: CopyDir::H2d, ..
+        } => "a copy from the host, whose memory the program may have changed since",
+        Event::Copy { .. } => "a copy (not replayed)",
+        Event::Memset { .. } => "a memset (not replayed)",
+        Event::Launch { touches, .. } => match replay {
+            Some(Replay::Kernel { .. }) if touches.iter().any(|t| t.access == Access::Rw) => {
+                "a kernel that may update memory holding contents in place (a pointer its name \
+                 leaves non-const, into memory written before)"
+            }
+            Some(Replay::Kernel { .. }) => "a kernel that writes nothing the shim can name",
+            _ => "a kernel launch whose parameter buffer was not recorded",
+        },
+        Event::Cublas { api, .. } if !GEMMS_REPLAYED.contains(&api.as_str()) => {
+            "a cuBLAS call the shim does not replay (pointer-array batches, GEMV, ...)"
+        }
+        Event::Cublas { .. } => match replay {
+            Some(Replay::Gemm { beta, .. } | Replay::Lt { beta, .. }) if *beta != 0.0 => {
+                "a GEMM with beta not 0: it reads its output's old contents"
+            }
+            Some(Replay::Gemm { .. } | Replay::Lt { .. }) => {
+                "a GEMM with a second output, an 8-bit type or an operand of unknown extent"
+            }
+            _ => "a cuBLAS call without its lineage",
+        },
+        Event::Cudnn { api, .. } => match replay {
+            Some(Replay::Cudnn { beta: Some(b), .. }) if *b != 0.0 => {
+                "a cuDNN call with beta not 0: it reads its output's old contents"
+            }
+            _ if api == "cudnnBackendExecute" => {
+                "a backend execution with a tensor not read or written whole, or without its plan"
+            }
+            _ if !REPLAYED.contains(&api.as_str()) => {
+                "a cuDNN call the shim does not replay (a backward pass, pooling, ...)"
+            }
+            _ => "a cuDNN call whose lineage lacks a descriptor's parameters",
+        },
+        _ => "not a call that computes",
+    })
 }

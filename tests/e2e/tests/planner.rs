@@ -189,6 +189,50 @@ fn a_marmoset_trace_with_timings_can_be_planned() {
     std::fs::remove_file(path).ok();
 }
 
+/// `--explain` on a shim's trace lists what cannot be replayed, with why: torchlike's plainly
+/// named in-place ReLU (`relu_`, its roles inferred) may update its tensor in place, while the
+/// test's softsign kernel, which writes fresh memory, is replayable and not listed.
+#[test]
+fn explain_lists_what_cannot_be_replayed_and_why() {
+    let (o, records) = run_shim(
+        &[("MARMOSET_TRACE_TIMING", "1")],
+        "torchlike",
+        &["5", "4", "16", "8", "2", "3", "softsign"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path = temp_path("torchlike-explain.jsonl");
+    std::fs::write(
+        &path,
+        records.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let p = Command::new(marmoset())
+        .arg("plan")
+        .arg(&path)
+        .args(["--budget", "0.5", "--explain"])
+        .output()
+        .unwrap();
+    assert!(p.status.success(), "{}", stderr(&p));
+    let text = stdout(&p);
+    let listed: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("not replayable"))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.contains("relu_") && l.contains("may update memory holding contents")),
+        "{text}"
+    );
+    assert!(
+        !listed.iter().any(|l| l.contains("softsign_forward")),
+        "{text}"
+    );
+    std::fs::remove_file(path).ok();
+}
+
 /// `--explain` prints every decision, including drops at a tensor's last use (no operation
 /// after them) and sources kept past the program's free, and never panics.
 #[test]
