@@ -266,6 +266,12 @@ def gib(b):
     return f"{b / GIB:.2f}"
 
 
+def times(v, none="-"):
+    """A ratio, or `none` where the planner gave none (null in its JSON: for the lower bound, no
+    schedule fits the budget at all)."""
+    return none if v is None else f"{v:.2f}x"
+
+
 def cell_ms(c, base):
     if not c.get("ok"):
         return "failed", "-"
@@ -335,8 +341,8 @@ def tables(results, profile, fractions, head):
                 planning, gf = "-", "never"
             o = (r.get("offline") or {}).get(str(row["budget"])) or {}
             if "overhead" in o:
-                ox = f"{o['overhead']:.2f}x" + ("" if o.get("feasible", True) else " (infeasible)")
-                bx = f"{o['lower_bound_overhead']:.2f}x"
+                ox = times(o["overhead"]) + ("" if o.get("feasible", True) else " (infeasible)")
+                bx = times(o.get("lower_bound_overhead"), "none fits")
             else:
                 ox = bx = "-"
             out.append(f"| {r['model']} | {f} | {gib(row['budget'])} | {dms} | {dx} | {peak_cell(d)} | {gf} | "
@@ -361,8 +367,8 @@ def tables(results, profile, fractions, head):
             a = [x for x in s["results"] if x["policy"] == "auto" and abs(x["budget_fraction"] - f) < 1e-9]
             if a:
                 a = a[0]
-                cells.append(f"{a['overhead']:.2f}x" + ("" if a["feasible"] else " (infeasible)"))
-                cells.append(f"{a['lower_bound_overhead']:.2f}x")
+                cells.append(times(a["overhead"]) + ("" if a["feasible"] else " (infeasible)"))
+                cells.append(times(a.get("lower_bound_overhead"), "none fits"))
             else:
                 cells += ["-", "-"]
         out.append(f"| {r['model']} | {gib(s['peak_bytes_baseline'])} | {' | '.join(cells)} | {s['host_s']:.1f} |")
@@ -417,7 +423,13 @@ def main():
     all_results = {}
     for prof in profiles:
         t = time.time()
-        results = [bench(m, prof, fractions) for m in chosen]
+        results = []
+        os.makedirs(OUT, exist_ok=True)
+        for m in chosen:
+            results.append(bench(m, prof, fractions))
+            # Kept as it goes, so that a table's failure loses no measurement.
+            with open(os.path.join(OUT, f"results-{prof}.json"), "w") as f:
+                json.dump(results, f, indent=1, default=str)
         all_results[prof] = results
         wall = time.time() - t
         head = (f"### Simulated {prof.upper()}\n\n`scripts/bench-zoo.sh` at commit {commit}, "
@@ -426,9 +438,6 @@ def main():
                 f"*simulated* (shape mode).")
         text = tables(results, prof, fractions, head)
         print(text + "\n", flush=True)
-        os.makedirs(OUT, exist_ok=True)
-        with open(os.path.join(OUT, f"results-{prof}.json"), "w") as f:
-            json.dump(results, f, indent=1, default=str)
         if not (a.quick or a.no_docs):
             write_doc(prof, text)
             say(f"wrote the {prof} tables into {os.path.relpath(DOC, ROOT)}")
