@@ -161,6 +161,11 @@ def main():
             r = res[pol]
             if r["ok"]:
                 r["x"] = r["total_ms"] / base["total_ms"]
+                # Step by step against the run without Marmoset: the last step, and the steps
+                # that ran within 10% of it (guided steps; a passive one runs as lru's does).
+                per = [a / b for a, b in zip(r["steps"], base["steps"])]
+                r["last_x"] = per[-1]
+                r["near"] = sum(1 for x in per if x <= 1.10)
                 r["vx"] = r["virtual_s"] / base["virtual_s"]
                 r["within"] = r["peak"] <= budget
         sys.stderr.write(f"bench-loops: {name} done ({time.time() - started:.0f} s so far)\n")
@@ -175,8 +180,10 @@ def main():
 
     print()
     head = ("loop", "peak GiB", "budget GiB", "without ms", "auto ms", "auto x", "vs fixed", "lru ms",
-            "lru x", "vs fixed", "plans made/reused", "kinds", "left plan", "virtual x auto/lru")
-    print("%-15s %8s %10s %10s %9s %7s %8s %9s %7s %8s %17s %5s %9s %18s" % head)
+            "lru x", "vs fixed", "auto last x", "auto steps <=1.1x", "plans made/reused", "kinds", "left plan",
+            "virtual x auto/lru")
+    row = "%-15s %8s %10s %10s %9s %7s %8s %9s %7s %8s %11s %17s %17s %5s %9s %18s"
+    print(row % head)
     for name, res in results.items():
         base = res["base"]
         if not base["ok"]:
@@ -191,11 +198,13 @@ def main():
                 cells += [f"{r['total_ms']:.1f}{mark}", f"{r['x']:.3f}", vs]
             else:
                 cells += ["failed", "-", "-"]
+        d = res["default"]
+        cells += [f"{d['last_x']:.3f}", f"{d['near']}/{STEPS}"] if d["ok"] else ["-", "-"]
         pl = res["plans"]
         cells += [f"{pl['made']}/{pl['reused']}", str(pl["kinds"]), str(pl["divergences"])]
         vx = [f"{res[p]['vx']:.3f}" if res[p]["ok"] else "-" for p in ("default", "lru")]
         cells.append("/".join(vx))
-        print("%-15s %8s %10s %10s %9s %7s %8s %9s %7s %8s %17s %5s %9s %18s" % tuple(cells))
+        print(row % tuple(cells))
     failed = [(n, p, res[p]["why"]) for n, res in results.items() if res["base"]["ok"]
               for p in ("default", "lru") if not res[p]["ok"]]
     for n, p, why in failed:
@@ -211,7 +220,8 @@ def main():
                 print(f"* {n} under {'auto' if p == 'default' else p}: contents lost, {r['lost']} times "
                       f"(a wrong result in data mode): {r['first_lost']}")
     print("\n(ms: the sum of the run's step times on the device's clock; x: against the run without "
-          "Marmoset; vs fixed: that ratio over the fixed loop's of the same model; plans: made, "
+          "Marmoset; vs fixed: that ratio over the fixed loop's of the same model; auto last x: the last "
+          "step's; auto steps <=1.1x: the steps within 10% of the same step without Marmoset; plans: made, "
           "and reused from the plan cache, under the default policy (auto); kinds: the iteration "
           "kinds planned; left plan: the times the program left the planned sequence; virtual x: "
           "the simulator's makespan of the whole run, set-up included, against the run without "
