@@ -88,7 +88,14 @@ class Run:
         self.steps = [float(x) for x in re.findall(r", ([0-9.]+) ms device time\)", p.stdout)]
         m = re.search(r"^\S+: ([0-9.]+) M parameters", p.stdout, re.M)
         self.params = float(m.group(1)) if m else None
-        self.lost = [l for l in p.stderr.splitlines() if l.startswith("marmoset:") and "lost" in l]
+        shim = [l for l in p.stderr.splitlines() if l.startswith("marmoset:")]
+        self.lost = [l for l in shim if "lost" in l]
+        # A call the library could not make room for returns out-of-memory to the program
+        # without running (shim/src/hooks: the hook returns the status, the real call is not
+        # made); the PyTorch programs here ran on to their end regardless, so the step went on
+        # without that call, and its time is not that of a whole step.
+        self.refused = [l for l in shim if "out of memory for an operation" in l]
+        self.shim_errors = [l for l in shim if re.search(r"out of memory|lost|internal error|panic|failed", l)]
         self.trapped = "simgpu: illegal address" in p.stderr or (report or {}).get("sticky_error") is not None
         self.aborted_at_exit = p.returncode in (-6, 134) and ABORT in p.stderr and "peak memory allocated" in p.stdout
         self.ok = (p.returncode == 0 or self.aborted_at_exit) and len(self.steps) >= 3 and report is not None
@@ -229,7 +236,8 @@ def bench(model, profile, fractions):
             trace = os.path.join(OUT, f"{model}-{profile}-{f}.jsonl") if pol == "default" else None
             r = run(model, profile, policy=None if pol == "default" else pol, budget=budget, trace=trace)
             cell = {"ok": r.ok and not r.trapped and not r.lost, "trapped": r.trapped, "lost": len(r.lost),
-                    "host_s": r.host_s}
+                    "refused": len(r.refused), "shim_errors": len(r.shim_errors),
+                    "first_shim_error": r.shim_errors[0] if r.shim_errors else None, "host_s": r.host_s}
             if r.report:
                 cell["peak"] = r.peak
                 cell["within"] = r.peak <= budget
@@ -275,7 +283,8 @@ def times(v, none="-"):
 def cell_ms(c, base):
     if not c.get("ok"):
         return "failed", "-"
-    return f"{c['step_ms']:.2f}", f"{c['ratio']:.2f}x"
+    mark = " †" if c.get("refused") else ""
+    return f"{c['step_ms']:.2f}{mark}", f"{c['ratio']:.2f}x{mark}"
 
 
 def peak_cell(c):
@@ -287,7 +296,8 @@ def peak_cell(c):
 def traps(row):
     t = [p for p in ("default", "lru") if row[p].get("trapped")]
     lost = [p for p in ("default", "lru") if row[p].get("lost")]
-    return ", ".join([f"{p} trapped" for p in t] + [f"{p} lost contents" for p in lost]) or "no"
+    refused = [f"{p}: {row[p]['refused']} calls refused" for p in ("default", "lru") if row[p].get("refused")]
+    return ", ".join([f"{p} trapped" for p in t] + [f"{p} lost contents" for p in lost] + refused) or "no"
 
 
 def tables(results, profile, fractions, head):
@@ -310,7 +320,12 @@ def tables(results, profile, fractions, head):
     out.append(f"Under Marmoset within a fraction of that peak, the same {STEPS} steps (*simulated*). "
                "**default**: no `--policy` (`auto`, the planner in the library); **lru**: `--policy lru`. "
                "`x`: the step against the step without Marmoset above, same run of this script. "
-               "*peak*: the simulator's device peak (**over** where above the budget). *guided from*: "
+               "*peak*: the simulator's device peak (**over** where above the budget). *traps*: the "
+               "simulator trapped (a touch of evicted memory), contents were lost, or (†) the library "
+               "refused calls it could not make room for within the budget (`marmoset: memory: out of "
+               "memory for an operation`): it returns out-of-memory without running the call, and "
+               "the program ran on to its end regardless, so a † "
+               "time is not that of a whole step. *guided from*: "
                "the first of the program's steps (0-based) that the in-process plan guided whole; "
                "*plan*: its swaps / recomputations and its predicted step; *planning*: the planner's "
                "host ms for that plan (real). *offline*: `marmoset plan --budget` (`auto`) on a trace "
@@ -376,9 +391,12 @@ def tables(results, profile, fractions, head):
     fails += [dict(model=f"{r['model']} at {f}, {p}", failed=r["fractions"][f][p]["why"])
               for r in results if "failed" not in r for f in fractions for p in ("default", "lru")
               if "why" in r["fractions"][f][p]]
+    fails += [dict(model=f"{r['model']} at {f}, {p}", failed=r["fractions"][f][p]["first_shim_error"])
+              for r in results if "failed" not in r for f in fractions for p in ("default", "lru")
+              if r["fractions"][f][p].get("first_shim_error") and "why" not in r["fractions"][f][p]]
     if fails:
         out.append("")
-        out.append("Failures, with the line that says why:")
+        out.append("Failures and the library's errors, each with its first line:")
         out.append("")
         for r in fails:
             out.append(f"- {r['model']}: `{r['failed']}`")
