@@ -4,7 +4,7 @@ events). No weights are downloaded and nothing is fetched: torchvision models ar
 weights=None, transformers models from a configuration object written here.
 
     marmoset run --sim -- .venv/bin/python examples/zoo.py --model gpt2 --steps 3
-    .venv/bin/python examples/zoo.py --list
+    marmoset run --sim --no-shim -- .venv/bin/python examples/zoo.py --list
 
 Needs scripts/setup-zoo.sh (torchvision, transformers). Each model's default batch and sizes
 keep its peak at a few GiB and a step set within a minute of host time in shape mode on the
