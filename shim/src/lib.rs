@@ -98,6 +98,22 @@ fn start(c: &Config) -> Result<(), String> {
     let mut observers: Vec<bus::Observer> = Vec::new();
     if c.policy.guided().is_some() {
         observers.push(virt::tracker::observe);
+        if c.online {
+            // The online policy sees each record after the tracker, and answers the allocator.
+            observers.push(virt::online::observe);
+            virt::memory::attach_online(virt::memory::Online {
+                choosing: virt::online::choosing,
+                droppable: virt::online::droppable,
+                drop: virt::online::drop,
+                link_bps: virt::online::link_bps,
+                before_use: virt::online::before_use,
+                after_use: virt::online::after_use,
+                before_free: virt::online::before_free,
+                before_loss: virt::online::before_loss,
+                saved: virt::online::saved,
+                is_dropped: virt::online::is_dropped,
+            });
+        }
     }
     bus::attach(observers, sink, flushers);
     Ok(())

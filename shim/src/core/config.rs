@@ -123,6 +123,10 @@ pub struct Config {
     /// next iteration boundary, as it would on a real GPU. Off by default here, as a real GPU
     /// needs; `marmoset run --sim` sets it unless the user did.
     pub plan_wait: bool,
+    /// MARMOSET_ONLINE: under a planner policy, while no plan guides, the passive mechanism
+    /// chooses its victims by DTR's heuristic and drops what it can replay (`1`, the default);
+    /// `0`: least recently used, swapped, as under `lru`.
+    pub online: bool,
 }
 
 impl Config {
@@ -192,6 +196,7 @@ impl Default for Config {
             test_fast_link: None,
             plan_wait: false,
             plan_deadline_ms: 1000,
+            online: true,
         }
     }
 }
@@ -289,6 +294,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
                 Err(_) => errors.push(bad(name, &v, SIZE_ACCEPTED)),
             }
         }
+    }
+    if let Some(v) = var("MARMOSET_ONLINE") {
+        flag("MARMOSET_ONLINE", &v)
+            .map(|b| c.online = b)
+            .unwrap_or_else(|e| errors.push(e));
     }
     if let Some(v) = var("MARMOSET_VERIFY") {
         flag("MARMOSET_VERIFY", &v)

@@ -536,6 +536,8 @@ hooks! {
     [""] fn cudnnBackendDestroyDescriptor(d: P) => None,
         call = {
             super::attempt(entry, || { backend::destroyed(d as usize); Some(()) });
+            // What the online policy rebuilds through this plan, it rebuilds while it exists.
+            super::attempt(entry, || { crate::virt::online::before_plan_gone(d as u64); Some(()) });
             unsafe { real(d) }
         };
     [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;

@@ -105,6 +105,7 @@ pub fn boundary(period: usize) {
                 ),
             );
             e.active = Some(steps);
+            GUIDING.store(true, Ordering::Relaxed);
         }
         if e.active.is_some() {
             e.guided += 1;
@@ -145,6 +146,7 @@ pub fn adopt(r: Arc<Ready>) {
         let steps = Steps::of(&r);
         e.offered = None;
         e.active = Some(steps);
+        GUIDING.store(true, Ordering::Relaxed);
         e.guided += 1;
     }
 }
@@ -165,9 +167,19 @@ pub fn diverged() {
     }
     if let Ok(mut e) = EXECUTOR.lock() {
         e.active = None;
+        GUIDING.store(false, Ordering::Relaxed);
         e.offered = None;
         orphan(&mut e);
     }
+}
+
+/// Whether a plan guides the iteration under way (kept in step with the executor's `active`).
+static GUIDING: AtomicBool = AtomicBool::new(false);
+
+/// Whether a plan guides the iteration under way: while none does, the passive mechanism
+/// chooses for itself (`virt::online`).
+pub fn guiding() -> bool {
+    GUIDING.load(Ordering::Relaxed)
 }
 
 #[derive(Clone, Copy)]

@@ -373,13 +373,7 @@ impl Recipe {
             m.ready()
                 .map_err(|why| format!("its chain's {}: {why}", m.api))?;
         }
-        if let Replay::Backend { plan, life } = self.replay
-            && crate::ffi::cudnn_backend::plan_life(plan as usize) != Some(life)
-        {
-            return Err(format!(
-                "the execution plan {plan:#x} that ran it was destroyed since"
-            ));
-        }
+        self.alive()?;
         // (allocation, size) of each operand, once.
         let mut held: Vec<(u64, u64)> = Vec::new();
         for a in self.args.iter().filter(|a| !a.scratch) {
@@ -400,6 +394,30 @@ impl Recipe {
             return Err(format!(
                 "its operands and a {} B workspace would not fit in the budget at once",
                 self.scratch()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The cuDNN execution plans the replay runs through (its call's and its chain's).
+    pub fn plans(&self) -> Vec<u64> {
+        std::iter::once(self)
+            .chain(&self.then)
+            .filter_map(|r| match r.replay {
+                Replay::Backend { plan, .. } => Some(plan),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether what the replay runs through still exists: a backend execution's plan still
+    /// the one that ran (not destroyed, no other made at its address since).
+    pub fn alive(&self) -> Result<(), String> {
+        if let Replay::Backend { plan, life } = self.replay
+            && crate::ffi::cudnn_backend::plan_life(plan as usize) != Some(life)
+        {
+            return Err(format!(
+                "the execution plan {plan:#x} that ran it was destroyed since"
             ));
         }
         Ok(())
@@ -540,16 +558,17 @@ impl Recipe {
     }
 }
 
-/// Replays so far (MARMOSET_TEST_CORRUPT_REPLAY counts them).
+/// Replays begun so far (MARMOSET_TEST_REFUSE_REPLAY counts them).
 static REPLAYS: AtomicU64 = AtomicU64::new(0);
+/// Replays issued so far, in the order their first calls go to the device, which is the order
+/// of their `recompute` records (a replay that rebuilds a dropped source first issues after it):
+/// MARMOSET_TEST_CORRUPT_REPLAY counts them.
+static ISSUED: AtomicU64 = AtomicU64::new(0);
 
 /// Replays the recipe on `stream` (its workspace obtained, then its sources made resident and
 /// its output mapped).
 pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
-    // MARMOSET_TEST_CORRUPT_REPLAY counts recomputations (a chain is one): its first call
-    // replays wrongly.
     let n = REPLAYS.fetch_add(1, Ordering::Relaxed) + 1;
-    let corrupt = crate::core::state::config().test_corrupt_replay == Some(n);
     if crate::core::state::config().test_refuse_replay == Some(n)
         && !crate::virt::memory::is_beyond_budget()
     {
@@ -571,7 +590,7 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
         }
     }
     let done = got.and_then(|()| {
-        replay_one(r, stream, corrupt, &aside)?;
+        replay_one(r, stream, true, &aside)?;
         for m in &r.then {
             replay_one(m, stream, false, &aside)
                 .map_err(|why| format!("its chain's {}: {why}", m.api))?;
@@ -588,7 +607,7 @@ pub fn replay(r: &Recipe, stream: u64) -> Result<(), String> {
 fn replay_one(
     r: &Recipe,
     stream: u64,
-    corrupt: bool,
+    first: bool,
     aside: &[(TensorId, u64)],
 ) -> Result<(), String> {
     let (event, addrs) = r.now(stream, aside)?;
@@ -598,7 +617,7 @@ fn replay_one(
         n => crate::virt::memory::alloc_internal(n as usize)
             .ok_or_else(|| format!("no room for a {n} B workspace"))?,
     };
-    let done = replay_with(r, &event, &addrs, stream, ws, corrupt);
+    let done = replay_with(r, &event, &addrs, stream, ws, first);
     if ws != 0 {
         // Released once the replay, queued on `stream`, is done with it.
         crate::virt::memory::free(ws, Some(stream));
@@ -612,11 +631,17 @@ fn replay_with(
     addrs: &[u64],
     stream: u64,
     ws: u64,
-    corrupt: bool,
+    first: bool,
 ) -> Result<(), String> {
     // Held until the replay below is issued.
-    let _hold = crate::virt::memory::before(event, Some(stream))
+    let _hold = crate::virt::memory::before_replay(event, Some(stream))
         .map_err(|code| format!("making its tensors resident failed ({code})"))?;
+    // MARMOSET_TEST_CORRUPT_REPLAY counts recomputations (a chain is one) as they issue: its
+    // first call replays wrongly.
+    let corrupt = first && {
+        let n = ISSUED.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::core::state::config().test_corrupt_replay == Some(n)
+    };
     if let (Some(k), Event::Launch { .. }) = (&r.kernel, event) {
         return launch(k, addrs, stream, corrupt);
     }

@@ -118,12 +118,19 @@ fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
 /// builds it again at its next use (often at the same address): the plans the iteration was
 /// recorded with are gone when the plan is made, so no convolution is recomputed through one
 /// (the same run with its plans kept does recompute them, above), and the results stay exact.
+/// The online policy (off here: it replays through plans alive when it drops, rebuilding before
+/// a plan is destroyed) is checked on the same program below.
 #[test]
 fn a_destroyed_execution_plan_is_never_replayed() {
     let (peak, plain) = unlimited("torchlike", &args("backend-rebuild"));
     for fraction in [0.5, 0.3] {
         let budget = (peak as f64 * fraction) as u64;
-        let (o, records, rep) = under("backend-rebuild", "recompute", budget, &[]);
+        let (o, records, rep) = under(
+            "backend-rebuild",
+            "recompute",
+            budget,
+            &[("MARMOSET_ONLINE", "0")],
+        );
         ok(&o);
         let err = stderr(&o);
         assert_eq!(stdout(&o), plain, "at {fraction} P: {err}");
@@ -170,5 +177,28 @@ fn a_replay_refused_room_is_rebuilt_beyond_the_budget_and_loses_nothing() {
         );
         assert!(!of_kind(&records, "recompute").is_empty());
         assert_eq!(rep["sticky_error"], Value::Null, "replay {n}: no trap");
+    }
+}
+
+/// The online policy drops convolution outputs it replays through the program's execution
+/// plans, which torchlike's CONV backend-rebuild destroys after every optimizer step: what it
+/// dropped is rebuilt before its plan goes, and the results stay exact.
+#[test]
+fn the_online_policy_rebuilds_before_an_execution_plan_is_destroyed() {
+    let (peak, plain) = unlimited("torchlike", &args("backend-rebuild"));
+    for fraction in [0.5, 0.3] {
+        let budget = (peak as f64 * fraction) as u64;
+        let (o, records, rep) = under(
+            "backend-rebuild",
+            "recompute",
+            budget,
+            &[("MARMOSET_VERIFY", "1")],
+        );
+        exact_within(&format!("at {fraction} P"), &o, &plain, &rep, budget);
+        assert!(
+            replays(&records, BACKEND.1).contains(&true),
+            "at {fraction} P: convolutions rebuilt through live plans: {:?}",
+            of_kind(&records, "recompute")
+        );
     }
 }

@@ -171,6 +171,10 @@ pub fn mark_dead(id: u64) {
     if !active() {
         return;
     }
+    // What the online policy dropped and rebuilds from these contents is rebuilt first.
+    if let Some(o) = super::online() {
+        (o.before_loss)(id, 0);
+    }
     if let Some((va, _)) = crate::core::registry::allocation(id) {
         with(|m| m.mark_dead(va, false));
     }
@@ -235,10 +239,16 @@ pub fn snapshot(id: u64) -> Option<Vec<u8>> {
         return None;
     }
     let (va, size) = crate::core::registry::allocation(id)?;
-    with(|m| {
+    with(|m| m.snapshot(va, size)).flatten()
+}
+
+impl Manager {
+    /// The bytes of the tensor at `va` (`size` of them) now, the device idle first; None when
+    /// they are nowhere (dropped).
+    pub(super) fn snapshot(&mut self, va: u64, size: u64) -> Option<Vec<u8>> {
         let _ = call!(cuCtxSynchronize());
-        m.reclaim(true);
-        let t = m.tensors.get(&va)?;
+        self.reclaim(true);
+        let t = self.tensors.get(&va)?;
         let mut buf = vec![0u8; size as usize];
         match t.place {
             Place::Resident(_) => {
@@ -251,8 +261,7 @@ pub fn snapshot(id: u64) -> Option<Vec<u8>> {
             Place::Empty { .. } => return None,
         }
         Some(buf)
-    })
-    .flatten()
+    }
 }
 
 /// MARMOSET_VERIFY: whether allocation `id` holds `expected` now; when it does not, `expected`

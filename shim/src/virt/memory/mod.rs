@@ -36,8 +36,11 @@ mod hold;
 mod releases;
 mod restore;
 pub mod stats;
+mod victims;
 
 pub use hold::Hold;
+use victims::online;
+pub use victims::{Online, attach_online};
 
 pub use guided::{
     evict_planned, keep_dead, mark_dead, mark_dead_kept, matches_or_restore, prefetch, revive,
@@ -364,6 +367,7 @@ impl Manager {
         }
         self.reclaim(false);
         let mut refused: HashSet<u64> = HashSet::new();
+        let choose = online().is_some_and(|o| (o.choosing)());
         while self.used + bytes > self.budget {
             let copying: u64 = self
                 .releases
@@ -375,18 +379,37 @@ impl Manager {
             if self.used - quick + bytes <= self.budget {
                 break;
             }
-            let victim = self
-                .tensors
-                .iter()
-                .filter(|(va, t)| {
-                    matches!(t.place, Place::Resident(_))
-                        && !t.internal
-                        && t.pins == 0
-                        && !protect.contains(va)
-                        && !refused.contains(va)
-                })
-                .min_by_key(|(va, t)| (!t.dead, t.last_use, **va))
-                .map(|(va, t)| (*va, t.dead && !t.keep));
+            let candidates = self.tensors.iter().filter(|(va, t)| {
+                matches!(t.place, Place::Resident(_))
+                    && !t.internal
+                    && t.pins == 0
+                    && !protect.contains(va)
+                    && !refused.contains(va)
+            });
+            let victim = if choose {
+                self.cheapest(candidates)
+            } else {
+                candidates
+                    .min_by_key(|(va, t)| (!t.dead, t.last_use, **va))
+                    .map(|(va, t)| (*va, t.dead && !t.keep))
+            };
+            // A victim the online policy can rebuild is dropped, not copied out.
+            let victim = victim.map(|(v, dead)| {
+                let rebuilt = !dead
+                    && choose
+                    && self.droppable_now(v)
+                    && online().is_some_and(|o| (o.drop)(alloc_of(v)));
+                // MARMOSET_VERIFY: the bytes it held, to check the rebuild against.
+                if rebuilt
+                    && config().verify
+                    && let Some(o) = online()
+                    && let Some(size) = crate::core::registry::allocation(alloc_of(v)).map(|x| x.1)
+                    && let Some(bytes) = self.snapshot(v, size)
+                {
+                    (o.saved)(alloc_of(v), bytes);
+                }
+                (v, dead || rebuilt)
+            });
             if self.used - self.releasing + bytes <= self.budget
                 && !victim.is_some_and(|(_, dead)| dead)
             {
@@ -716,6 +739,12 @@ pub fn free(ptr: u64, stream: Option<u64>) -> Option<c_int> {
     if ptr == 0 {
         return Some(0);
     }
+    // What the online policy dropped and rebuilds from it is rebuilt first.
+    if let Some((id, 0)) = crate::core::registry::points_into(ptr)
+        && let Some(o) = online()
+    {
+        (o.before_free)(id, stream.unwrap_or(0));
+    }
     with(|m| m.free(ptr, stream))?
 }
 
@@ -740,6 +769,16 @@ pub fn mem_info(free: *mut usize, total: *mut usize) -> Option<c_int> {
 /// operation reads them, and held there until the returned [`Hold`] is dropped, which the
 /// caller does once the operation is issued on its stream. Err: the operation cannot run.
 pub fn before(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> {
+    before_as(event, stream, true)
+}
+
+/// [`before`] for a replay of Marmoset's own (a recomputation): not one of the program's
+/// writes, so the online policy's producers stay as they are.
+pub fn before_replay(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> {
+    before_as(event, stream, false)
+}
+
+fn before_as(event: &Event, stream: Option<u64>, program: bool) -> Result<Hold, c_int> {
     let touches = event.touches();
     if !active() || touches.is_empty() {
         return Ok(Hold::none());
@@ -752,11 +791,20 @@ pub fn before(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> {
         .into_iter()
         .filter_map(|(id, role)| allocs.get(&id).map(|a| (a.0, role.reads())))
         .collect();
-    with_room(|m| {
+    // What the online policy dropped and this call needs is rebuilt first; none of the call's
+    // tensors is dropped again until it is held for the call (see `Online::after_use`).
+    if let Some(o) = online() {
+        (o.before_use)(event, stream.unwrap_or(0), program);
+    }
+    let held = with_room(|m| {
         m.ensure(&vas, stream.unwrap_or(0))?;
         Ok(Hold::take(m, vas.iter().map(|v| v.0).collect()))
     })
-    .unwrap_or(Ok(Hold::none()))
+    .unwrap_or(Ok(Hold::none()));
+    if let Some(o) = online() {
+        (o.after_use)(event);
+    }
+    held
 }
 
 /// At exit: waits for the copies out still under way, so that their `evict` records are

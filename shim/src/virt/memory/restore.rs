@@ -130,7 +130,10 @@ impl Manager {
             }
             let Some(buf) = buf.filter(|_| reads) else {
                 // Nothing to copy in: never written, dead, or about to be overwritten whole.
-                if dropped && reads {
+                if dropped
+                    && reads
+                    && !super::online().is_some_and(|o| (o.is_dropped)(alloc_of(va)))
+                {
                     log(
                         Level::Error,
                         &format!(

@@ -1,0 +1,117 @@
+//! How the allocator meets the online policy (`virt::online`, above it): the policy's answers,
+//! attached at start-up, and the victim it would choose. Under a planner policy, while no plan
+//! guides, the victim is the least `cost / (size x staleness)` (DTR), dead contents first;
+//! otherwise the allocator's own order, least recently used.
+
+use super::{Manager, Place, Tensor, alloc_of};
+use planner::trace::Event;
+
+/// What the online policy (`virt::online`, above this module) answers the allocator, attached
+/// once at start-up: whether it chooses victims now, a tensor's replay cost and sources when
+/// it can be dropped, the drop itself, the link's speed, and what it rebuilds before a use or a
+/// free.
+pub struct Online {
+    pub choosing: fn() -> bool,
+    pub droppable: fn(u64) -> Option<(f64, Vec<u64>)>,
+    pub drop: fn(u64) -> bool,
+    pub link_bps: fn() -> f64,
+    /// Before a call's tensors are made resident: rebuilds what it needs; from then until
+    /// `after_use`, none of its tensors is dropped.
+    pub before_use: fn(&Event, u64, bool),
+    pub after_use: fn(&Event),
+    pub before_free: fn(u64, u64),
+    /// Before contents are marked dead (a plan's drop): rebuilds what was dropped and reads
+    /// them.
+    pub before_loss: fn(u64, u64),
+    /// MARMOSET_VERIFY: a dropped tensor's bytes, kept to check its rebuild against.
+    pub saved: fn(u64, Vec<u8>),
+    pub is_dropped: fn(u64) -> bool,
+}
+
+static ONLINE: std::sync::OnceLock<Online> = std::sync::OnceLock::new();
+
+/// Attaches the online policy (once, at start-up).
+pub fn attach_online(o: Online) {
+    let _ = ONLINE.set(o);
+}
+
+pub(super) fn online() -> Option<&'static Online> {
+    ONLINE.get()
+}
+
+impl Manager {
+    /// The online policy's victim (see `virt::online`): dead contents first, least recently
+    /// used first among them; then the least `cost / (size x staleness)`, the cost of one the
+    /// shim can rebuild its rebuild's (see [`Manager::rebuild_cost`]), of any other its copy
+    /// out and back in. With whether it is dead.
+    pub(super) fn cheapest<'a>(
+        &self,
+        candidates: impl Iterator<Item = (&'a u64, &'a Tensor)>,
+    ) -> Option<(u64, bool)> {
+        let o = online()?;
+        let bps = (o.link_bps)();
+        // (key, address, dead): keys order dead contents first, then by score.
+        type Best = ((bool, f64, u64, u64), u64, bool);
+        let mut best: Option<Best> = None;
+        for (&va, t) in candidates {
+            let dead = t.dead && !t.keep;
+            let key = if t.dead {
+                (false, 0.0, t.last_use, va)
+            } else {
+                let swap = 2.0 * t.size as f64 / bps;
+                let cost = self.rebuild_cost(va, o, bps).map_or(swap, |r| r.min(swap));
+                let stale = self.clock.saturating_sub(t.last_use) as f64 + 1.0;
+                (true, cost / (t.size.max(1) as f64 * stale), t.last_use, va)
+            };
+            if best
+                .as_ref()
+                .is_none_or(|b| key.partial_cmp(&b.0) == Some(std::cmp::Ordering::Less))
+            {
+                best = Some((key, va, dead));
+            }
+        }
+        best.map(|(_, va, dead)| (va, dead))
+    }
+
+    /// Whether the tensor at `va` can be dropped for the online policy to rebuild it: it can
+    /// be rebuilt, more cheaply than swapped.
+    pub(super) fn droppable_now(&self, va: u64) -> bool {
+        let (Some(t), Some(o)) = (self.tensors.get(&va), online()) else {
+            return false;
+        };
+        let bps = (o.link_bps)();
+        let swap = 2.0 * t.size as f64 / bps;
+        self.rebuild_cost(va, o, bps).is_some_and(|r| r < swap)
+    }
+
+    /// What rebuilding the tensor at `va` would cost (seconds), if the online policy can: its
+    /// replay (and a dropped source's, see `virt::online`), and bringing back each source that
+    /// is swapped out; None when a source holds its bytes nowhere.
+    fn rebuild_cost(&self, va: u64, o: &Online, bps: f64) -> Option<f64> {
+        let (replay, sources) = (o.droppable)(alloc_of(va))?;
+        let mut cost = replay;
+        for s in sources {
+            let (sva, size) = crate::core::registry::allocation(s)?;
+            match self.tensors.get(&sva).map(|t| &t.place) {
+                None | Some(Place::Resident(_)) if self.holds_bytes(s, o) => {}
+                Some(Place::Evicted(_)) => cost += size as f64 / bps,
+                Some(Place::Empty { .. }) if (o.is_dropped)(s) => {}
+                _ => return None,
+            }
+        }
+        Some(cost)
+    }
+
+    /// Whether allocation `id` holds its bytes somewhere: resident and live, swapped out, in the
+    /// pool of small allocations (never evicted), or dropped by the online policy (rebuilt
+    /// before any use).
+    fn holds_bytes(&self, id: u64, o: &Online) -> bool {
+        let Some((va, _)) = crate::core::registry::allocation(id) else {
+            return false;
+        };
+        self.tensors.get(&va).is_none_or(|t| match t.place {
+            Place::Empty { .. } => (o.is_dropped)(id),
+            _ => !t.dead || t.keep,
+        })
+    }
+}
