@@ -13,8 +13,9 @@ pub mod dl;
 pub mod driver;
 pub mod runtime;
 
+use crate::core::config::Level;
 use crate::core::registry;
-use crate::core::state::{self, Guard};
+use crate::core::state::{self, Guard, log};
 use planner::trace::{Access, Event, Touch};
 use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -246,7 +247,32 @@ pub fn run(
                 ));
             }
         }
-        match crate::virt::memory::before(&p.event, stream) {
+        // A call whose tensors cannot be resident within the budget together (the budget is
+        // smaller than what it needs at once, or nothing else can go) runs beyond it, with a
+        // warning: refused, it would be skipped, and a kernel launch's error reaches the
+        // program only through cudaGetLastError, which the runtime was never told of.
+        let resident = match crate::virt::memory::before(&p.event, stream) {
+            Err(code) if code == crate::virt::memory::NO_ROOM => {
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                let first = !SAID.swap(true, Ordering::Relaxed);
+                log(
+                    if first { Level::Warn } else { Level::Debug },
+                    &format!(
+                        "memory: {} needs more at once than the budget can give; it runs beyond the budget (raise --memory-limit){}",
+                        p.event.api().unwrap_or("a call"),
+                        if first {
+                            "; said once, every time at MARMOSET_LOG=debug"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+                crate::virt::memory::beyond_budget(|| crate::virt::memory::before(&p.event, stream))
+            }
+            r => r,
+        };
+        match resident {
             // Its operands stay held until the call below is issued.
             Ok(h) => hold = h,
             Err(code) => {

@@ -421,3 +421,29 @@ fn out_of_memory_names_the_host_limit_when_that_is_what_stopped_eviction() {
     );
     assert!(!err.contains("nothing left to evict"), "{err}");
 }
+
+/// A budget smaller than what one call needs at once (torchlike's convolutions read and write
+/// 4 MiB activations: 6 MiB cannot hold both): each such call runs beyond the budget, said once,
+/// rather than be refused (a refused kernel launch would be skipped: `<<<...>>>` launches report
+/// errors only through cudaGetLastError). Results bit for bit, under `lru` and `auto`.
+#[test]
+fn a_call_that_cannot_fit_in_the_budget_runs_beyond_it_said_once() {
+    let args = ["2", "256", "32", "4", "2", "1"];
+    let (_, plain) = unlimited("torchlike", &args);
+    let budget = 6 << 20;
+    for policy in ["lru", "auto"] {
+        let (o, _, report) = planned(policy, budget, &[], "torchlike", &args);
+        ok(&o);
+        assert_eq!(stdout(&o), plain, "{policy}: every call ran");
+        let err = stderr(&o);
+        assert_eq!(
+            err.matches("it runs beyond the budget").count(),
+            1,
+            "{policy}: said once: {err}"
+        );
+        assert!(
+            report["peak_bytes"].as_u64().unwrap() > budget,
+            "{policy}: the simulator saw it beyond: {report}"
+        );
+    }
+}

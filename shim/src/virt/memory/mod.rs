@@ -146,9 +146,13 @@ thread_local! {
     static BEYOND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// What [`before`] answers when a call's tensors find no room within the budget.
+pub const NO_ROOM: c_int = OUT_OF_MEMORY;
+
 /// Runs `f` with the budget lifted for this thread: room that cannot be made within the budget
-/// is taken beyond it (up to what the device gives). For the one case where keeping to the
-/// budget would lose bytes: rebuilding contents dropped for recomputation.
+/// is taken beyond it (up to what the device gives). For what keeping to the budget would lose:
+/// rebuilding contents dropped for recomputation, and a call whose tensors do not fit within
+/// it together (refused, the call would not run).
 pub fn beyond_budget<T>(f: impl FnOnce() -> T) -> T {
     BEYOND.with(|b| b.set(true));
     let r = f();
@@ -421,7 +425,7 @@ impl Manager {
                 log(
                     Level::Warn,
                     &format!(
-                        "memory: {bytes} B taken beyond the budget of {} B to rebuild dropped contents",
+                        "memory: {bytes} B taken beyond the budget of {} B, for what cannot wait (dropped contents rebuilt, or a call's tensors that do not fit within it together)",
                         self.budget
                     ),
                 );
