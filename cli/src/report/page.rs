@@ -273,6 +273,20 @@ pub fn summary(h: &mut String, run: &Run) {
                 .map(|v| format!(", predicted {} per step on the planner's timeline", ms(v)))
                 .unwrap_or_default()
         );
+        // The plan cache: plans made, plans kept for an iteration kind and used again.
+        let plans = &run.steps.plans;
+        let reused = plans.iter().filter(|p| p.reused).count();
+        let made = plans.len() - reused;
+        let planning: f64 = plans
+            .iter()
+            .filter(|p| !p.reused)
+            .map(|p| p.planning_ms)
+            .sum();
+        let _ = write!(
+            h,
+            r#"<p id="plan-cache" class="note" data-made="{made}" data-reused="{reused}" data-planning-ms="{planning:.1}">Plans: {made} made ({planning:.1} ms of host time planning), {reused} reused from the cache of iteration kinds ({:.0}% hits).</p>"#,
+            100.0 * reused as f64 / plans.len() as f64
+        );
     }
 }
 

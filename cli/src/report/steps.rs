@@ -67,6 +67,10 @@ pub struct Plan {
     pub swaps: u64,
     pub recomputes: u64,
     pub feasible: bool,
+    /// A plan kept for its iteration kind and used again (no planning).
+    pub reused: bool,
+    /// Host time its planning took.
+    pub planning_ms: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -151,6 +155,8 @@ pub fn find(text: &str, recs: &[Value]) -> Steps {
             swaps: u(r, "swaps").unwrap_or(0),
             recomputes: u(r, "recomputes").unwrap_or(0),
             feasible: r["feasible"].as_bool().unwrap_or(false),
+            reused: r["reused"].as_bool().unwrap_or(false),
+            planning_ms: r["planning_ms"].as_f64().unwrap_or(0.0),
         })
         .collect();
     // The repeating stretch, by the planner's detection (typed records; a trace this version

@@ -38,6 +38,33 @@ fn a_kind_that_comes_back_is_guided_by_its_kept_plan() {
     let ps = plans(&records);
     let made: Vec<&&Value> = ps.iter().filter(|p| p["reused"] != true).collect();
     let reused: Vec<&&Value> = ps.iter().filter(|p| p["reused"] == true).collect();
+    // The report counts the plan cache as the records do.
+    let t = temp_path("kinds-run.jsonl");
+    let html = temp_path("kinds-run.html");
+    std::fs::write(
+        &t,
+        records.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(marmoset())
+        .arg("report")
+        .arg(&t)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    ok(&out);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains(&format!(
+            r#"id="plan-cache" class="note" data-made="{}" data-reused="{}""#,
+            made.len(),
+            reused.len()
+        )),
+        "{page}"
+    );
+    std::fs::remove_file(&t).ok();
+    std::fs::remove_file(&html).ok();
     let kind = |p: &Value| p["iteration_kind"].as_u64().expect("a plan names its kind");
     // Training planned, evaluation planned, training again from the cache.
     assert!(made.len() >= 2, "{ps:?}");
