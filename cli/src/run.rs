@@ -171,6 +171,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         if let Some(t) = &trace {
             clear_previous(t);
             cmd.env("MARMOSET_TRACE", t).env("MARMOSET_RUN_ID", &run_id);
+            // A trace is for planning and reports, which need each call's device time: timed
+            // unless the user said otherwise (MARMOSET_TRACE_TIMING=0).
+            if std::env::var_os("MARMOSET_TRACE_TIMING").is_none_or(|v| v.is_empty()) {
+                cmd.env("MARMOSET_TRACE_TIMING", "1");
+            }
         }
     }
     if let Some(profile) = &a.sim {
