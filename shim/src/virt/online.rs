@@ -499,7 +499,7 @@ pub fn saved(a: u64, bytes: Vec<u8>) {
 }
 
 /// MARMOSET_VERIFY: the rebuilt bytes of `a` must be those it held when dropped; when they are
-/// not, those go back, and it is never dropped again (its producer forgotten).
+/// not, those go back, and it is kept from now on, not recomputed (its producer forgotten).
 fn verify(a: u64, api: &str) {
     let Some(saved) = with(|o| o.saved.remove(&a)).flatten() else {
         return;
@@ -511,7 +511,7 @@ fn verify(a: u64, api: &str) {
     log(
         Level::Warn,
         &format!(
-            "online: MARMOSET_VERIFY: replaying {api} did not give allocation {a} the bytes it held when dropped; its saved bytes are back, and it is never dropped again"
+            "online: MARMOSET_VERIFY: replaying {api} did not give allocation {a} the bytes it held when dropped; its saved bytes are back, and it is kept from now on, not recomputed"
         ),
     );
 }
