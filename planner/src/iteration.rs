@@ -19,11 +19,13 @@
 //! every few hundred allocations); the planner's conversion ([`crate::shimtrace`]) runs them on a
 //! whole trace and plans one steady iteration (not the first).
 
+mod boundary;
 mod detection;
 mod naming;
 mod tokens;
 
-pub use detection::{Region, detect};
+pub use boundary::quietest;
+pub use detection::{NEXT, Region, detect, detect_at_end, detect_period};
 pub use naming::{Divergence, Steady, TensorId, steady, steady_from};
 pub use tokens::{Call, Effect, calls, token};
 

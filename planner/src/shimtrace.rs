@@ -4,7 +4,8 @@
 //! - **The iteration** is found by [`crate::iteration`]: the repetition of the call stream, cut
 //!   where the fewest bytes of live contents cross the cut (between an optimizer step and the
 //!   next forward pass, wherever the program's calls happen to start), verified against the
-//!   iteration before, and not the first.
+//!   iteration before, and not the first; or, where the shim's tracker follows a repetition of
+//!   one full iteration and the next's first calls, that one, verified against them.
 //! - **Contents, not allocations.** A storage of the model is one content of one allocation:
 //!   it needs memory from the call that writes it (Marmoset maps physical memory at the first
 //!   touch) to its last read. Between a last read and the next full overwrite the allocation's
@@ -193,7 +194,7 @@ fn choose_cut(live: &[u64], allocated: &[u64], region: Region) -> usize {
 /// Builds the model of one steady iteration of a Marmoset trace (recorded with
 /// `MARMOSET_TRACE_TIMING=1`), chains folded (see [`convert_with`]).
 pub fn convert(records: &[Record]) -> Result<Converted, String> {
-    convert_with(records, true)
+    convert_with(records, true, None)
 }
 
 /// [`convert`], with `fold` saying whether an elementwise kernel that reads a replayed call's
@@ -202,7 +203,13 @@ pub fn convert(records: &[Record]) -> Result<Converted, String> {
 /// from the dead output, which the planner may keep past its free (`Extend`, which the shim
 /// does not do: such a recomputation stays resident). The shim plans the folded model; the
 /// unfolded one's plans were predicted faster than they ran (MARMOSET_TEST_FOLD=0 plans it).
-pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String> {
+/// `period`: the repetition of that period which ends the records (the one the shim's tracker
+/// found and follows), rather than the longest.
+pub fn convert_with(
+    records: &[Record],
+    fold: bool,
+    period: Option<usize>,
+) -> Result<Converted, String> {
     let mut times: HashMap<u64, f64> = HashMap::new();
     for r in records {
         if let Event::Timing { of, device_ms } = r.event {
@@ -228,7 +235,11 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
     }
     let tokens: Vec<u64> = s.calls.iter().map(|c| c.token).collect();
     let (live, allocated) = (s.live_bytes(), s.allocated_bytes());
-    let iteration = match iteration::detect(&tokens) {
+    let region = match period {
+        Some(p) => iteration::detect_period(&tokens, p),
+        None => iteration::detect(&tokens),
+    };
+    let iteration = match region {
         Some(region) => {
             iteration::steady_from(&s.calls, region, |r| choose_cut(&live, &allocated, r))
                 .map_err(|d| d.to_string())
@@ -262,6 +273,9 @@ pub fn convert_with(records: &[Record], fold: bool) -> Result<Converted, String>
             return false;
         }
         match (&iteration, name(a)) {
+            // The only full iteration (the one before it differs): what the next one's calls
+            // seen so far do with it, live where they have not reached it.
+            (Ok(st), TensorId::Rel { .. }) if st.iterations == 1 => s.live_at(a, we),
             // Made inside the repetition: its counterpart was made one period earlier.
             (Ok(st), TensorId::Rel { .. }) if made >= st.period => {
                 match s.calls[made - st.period].effect {

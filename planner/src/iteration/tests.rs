@@ -311,3 +311,241 @@ fn a_buffer_made_once_in_the_repetition_is_named_by_itself() {
         );
     }
 }
+
+/// An iteration of 30 calls: 20 (`A`) then 10 (`B`), all different.
+fn a() -> Vec<u64> {
+    (100..120).collect()
+}
+fn b() -> Vec<u64> {
+    (200..210).collect()
+}
+
+#[test]
+fn one_iteration_and_the_next_first_calls_count_at_the_end_only() {
+    let mut t = vec![1, 2];
+    t.extend(a());
+    t.extend(b());
+    let mut more = t.clone();
+    more.extend(&a()[..NEXT]);
+    let r = detect(&more).expect("one iteration and the next's first calls");
+    assert_eq!((r.start, r.period, r.end), (2, 30, 2 + 30 + NEXT));
+    assert!(r.one_period());
+    assert_eq!(
+        r.cuts(),
+        2..3,
+        "cuts that leave the next's first NEXT calls"
+    );
+    assert_eq!(detect_at_end(&more), Some(r));
+    // One call fewer: not yet.
+    assert_eq!(detect(&more[..more.len() - 1]), None);
+    // Not at the end: the program went on with other calls.
+    more.extend([7, 8, 9]);
+    assert_eq!(detect(&more), None);
+    assert_eq!(detect_at_end(&more), None);
+}
+
+/// The first step of a loop makes something the others do not (a call `X` between its `A` and
+/// `B`), so that the first two steps together recur at the third's start: over a stretch longer
+/// than the step's own repetition, but for fewer calls. The repetition under way is the step's.
+#[test]
+fn the_repetition_under_way_is_the_one_its_latest_calls_repeat_longest() {
+    let mut t = a();
+    t.push(99);
+    t.extend(b());
+    for _ in 0..1 {
+        t.extend(a());
+        t.extend(b());
+    }
+    t.extend(&a()[..18]);
+    let longest = detect(&t).unwrap();
+    assert_eq!(
+        longest.period, 61,
+        "the first two steps, from the first's start"
+    );
+    let r = detect_at_end(&t).unwrap();
+    assert_eq!((r.period, r.start, r.end), (30, 21, t.len()));
+    assert_eq!(detect_period(&t, 30), Some(r));
+    assert_eq!(detect_period(&t, 29), None);
+}
+
+/// Setup (a weight), then `iters` steps of 7 calls; the first ends with a call the others do
+/// not make, after its loss (an optimizer's state made at its first step), so its calls are
+/// out of step with the others': the repetition starts at the second. Each step reads (call
+/// `3`, `4`) and frees the loss of the step before; `twice`: the second step's call `4` reads
+/// another allocation made before the loop instead.
+fn first_longer(iters: usize, twice: bool) -> Vec<Call> {
+    let mut v = vec![alloc(1, 64), use_(7, &[1]), alloc(2, 16)];
+    let mut next = 10;
+    let mut prev = None;
+    for i in 0..iters {
+        let (x, l) = (next, next + 1);
+        next += 2;
+        v.push(alloc(x, 32));
+        v.push(use_(1, &[1, x]));
+        v.push(alloc(l, 16));
+        if let Some(pl) = prev {
+            v.push(use_(3, &[pl]));
+            v.push(use_(4, &[if twice && i == 1 { 2 } else { pl }]));
+            v.push(free(pl, 16));
+        } else {
+            v.push(use_(30, &[l]));
+            v.push(use_(31, &[l]));
+            v.push(use_(32, &[l]));
+        }
+        v.push(free(x, 32));
+        if i == 0 {
+            v.push(use_(90, &[1]));
+        }
+        prev = Some(l);
+    }
+    v
+}
+
+#[test]
+fn what_a_first_step_out_of_step_made_stands_for_what_the_next_made() {
+    let calls = first_longer(3, false);
+    let r = detect(&tokens(&calls)).unwrap();
+    assert_eq!((r.period, r.start), (7, 11), "{r:?}");
+    // The second step reads and frees the first's loss, made where the third's call stands
+    // for nothing alike: it stands for the loss the second made, as the third's touch has it.
+    // The first pair verifies, and the plan's step is the third.
+    let s = steady(&calls, r, r.start).expect("the first pair verifies");
+    assert_eq!((s.index, s.start), (1, 18));
+    let loss = TensorId::Rel {
+        back: 1,
+        k: 1,
+        size: 16,
+    };
+    assert_eq!(s.names[&13], loss, "the second step's loss, one step back");
+    // What the third step's calls touch by name, by offset: the loss it reads and frees.
+    assert_eq!(s.touched[3], [loss]);
+    assert_eq!(s.touched[5], [loss]);
+    // Standing for a name another placeless allocation stands for already is a divergence.
+    let calls = first_longer(3, true);
+    let r = detect(&tokens(&calls)).unwrap();
+    let e = steady(&calls, r, r.start).unwrap_err();
+    assert_eq!((e.iteration, e.call), (1, 4), "{e}");
+}
+
+#[test]
+fn one_full_iteration_is_verified_against_the_next_first_calls() {
+    // Three full steps and the first calls of a fourth: at a cut leaving one whole step, that
+    // step, verified over the calls of the next that are there.
+    let calls = program(4);
+    let r = Region {
+        start: it(2),
+        period: P,
+        end: it(3) + 5,
+    };
+    assert!(r.one_period());
+    let s = steady(&calls, r, it(2)).expect("one step and the next's first calls");
+    assert_eq!((s.index, s.iterations, s.start), (0, 1, it(2)));
+    assert_eq!(
+        s.names[&14],
+        TensorId::Rel {
+            back: 1,
+            k: 1,
+            size: 16
+        },
+        "the previous step's activation"
+    );
+    // A divergence among those first calls is refused.
+    let mut calls = program(4);
+    calls[it(3) + 3].touches[0] = 2;
+    let e = steady(&calls, r, it(2)).unwrap_err();
+    assert_eq!((e.iteration, e.call), (1, 3), "{e}");
+}
+
+/// A loop of kernels over the layers' parameters (an optimizer's update, one weight and one
+/// bias each) repeats inside an iteration; its calls name no allocation (a kernel's touches are
+/// inferred from its parameter words), so nothing verifies it is an iteration.
+#[test]
+fn calls_that_name_no_allocation_verify_nothing() {
+    let layers = |named: bool| {
+        let mut v = vec![alloc(1, 64), alloc(2, 8)];
+        for l in 0..12u64 {
+            let (w, b) = (100 + 2 * l, 101 + 2 * l);
+            v.push(alloc(w, 64));
+            v.push(alloc(b, 8));
+        }
+        for l in 0..12u64 {
+            for (t, id) in [(1, 100 + 2 * l), (2, 101 + 2 * l)] {
+                let mut k = use_(t, &[id]);
+                k.inferred = !named;
+                v.push(k);
+            }
+        }
+        v
+    };
+    let calls = layers(false);
+    let r = detect_period(&tokens(&calls), 2).expect("the loop repeats");
+    assert_eq!((r.start, r.period, r.end), (26, 2, 50));
+    let e = steady(&calls, r, r.start).unwrap_err();
+    assert!(e.what.contains("no call names an allocation"), "{e}");
+    // Named, each layer's own weights differ: refused as well, for what it names.
+    let calls = layers(true);
+    let e = steady(&calls, r, r.start).unwrap_err();
+    assert!(e.what.contains("stands where"), "{e}");
+}
+
+/// A loop inside each step (over attention heads: the same three calls four times) repeats
+/// at the end of the stream while the second step runs it, but it ran in the first step too,
+/// over as long a stretch, and ended: a loop inside an iteration. Once the third step begins,
+/// the repetition under way is the step's.
+#[test]
+fn a_loop_that_ran_and_ended_before_is_inside_an_iteration() {
+    let step = |t: &mut Vec<u64>| {
+        t.push(1);
+        for _ in 0..4 {
+            t.extend([2, 3, 4]);
+        }
+        t.extend(5..30);
+    };
+    let mut t = vec![0];
+    step(&mut t);
+    t.push(1);
+    t.extend([2, 3, 4, 2, 3, 4, 2, 3, 4]);
+    assert_eq!(
+        detect_period(&t, 3).map(|r| r.period),
+        Some(3),
+        "it repeats"
+    );
+    assert_eq!(detect_at_end(&t), None, "a loop that ended before");
+    t.extend([2, 3, 4]);
+    t.extend(5..30);
+    t.push(1);
+    t.extend(&[2, 3, 4, 2, 3, 4, 2, 3, 4, 2, 3, 4, 5, 6, 7, 8, 9][..NEXT]);
+    let r = detect_at_end(&t).expect("the step");
+    assert_eq!((r.period, r.start), (38, 1));
+}
+
+/// A first step out of step with the others (it makes its loss first, then a call the others do
+/// not make) whose loss is made by a call alike, by chance, to the one a period later (the next
+/// step's scratch, of the same size): one call alike is no repetition, so the loss has no place
+/// of its own and stands for the loss the next step makes, as the step after reads it.
+#[test]
+fn a_call_alike_by_chance_in_a_first_step_out_of_step_places_nothing() {
+    let mut v = vec![alloc(1, 64), use_(7, &[1]), use_(8, &[1])];
+    let (mut next, mut prev) = (10, None);
+    for i in 0..3 {
+        let (t, x, l) = (next, next + 1, next + 2);
+        next += 3;
+        if i == 0 {
+            v.extend([alloc(l, 16), use_(90, &[1]), alloc(t, 16), alloc(x, 32)]);
+            v.extend([use_(1, &[x, t]), use_(2, &[l]), use_(30, &[1])]);
+        } else {
+            v.extend([alloc(t, 16), alloc(x, 32), use_(1, &[x, t]), alloc(l, 16)]);
+            v.extend([
+                use_(2, &[l]),
+                use_(3, &[prev.unwrap()]),
+                free(prev.unwrap(), 16),
+            ]);
+        }
+        v.extend([free(t, 16), free(x, 32)]);
+        prev = Some(l);
+    }
+    let r = detect(&tokens(&v)).unwrap();
+    assert_eq!((r.period, r.start), (9, 10), "{r:?}");
+    let s = steady(&v, r, r.start).expect("the first pair verifies");
+    assert_eq!(s.index, 1);
+}

@@ -241,7 +241,8 @@ fn reuse(found: &Found) -> bool {
     let Some((cut, ready, record)) = crate::virt::kinds::find(&window) else {
         return false;
     };
-    if !crate::virt::sequence::realign(found.generation, from + cut) {
+    let names = crate::virt::kinds::names(&ready);
+    if !crate::virt::sequence::realign(found.generation, from + cut, names) {
         return false;
     }
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -273,7 +274,9 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
     crate::sinks::timing::drain(false);
     let records = crate::virt::sequence::records(found.generation).unwrap_or(records);
     let records = replayable_now(records);
-    let got = catch_unwind(AssertUnwindSafe(|| plan_now(policy, budget, &records)));
+    let got = catch_unwind(AssertUnwindSafe(|| {
+        plan_now(policy, budget, &records, found.period)
+    }));
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
     match got {
         Ok(Ok(Planned {
@@ -333,11 +336,16 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 ),
             );
             // The model's cut becomes the tracker's iteration boundary, so that the
-            // plan's call offsets and tensor names are the tracker's.
-            let aligned = converted
-                .iteration
-                .as_ref()
-                .is_ok_and(|st| crate::virt::sequence::realign(found.generation, st.start));
+            // plan's call offsets and tensor names are the tracker's; from now on each call
+            // touches what the plan's names stand for, or the program has diverged.
+            let aligned = converted.iteration.as_ref().is_ok_and(|st| {
+                st.period == found.period
+                    && crate::virt::sequence::realign(
+                        found.generation,
+                        st.start,
+                        Some(st.touched.clone()),
+                    )
+            });
             if !aligned {
                 no_plan(
                     policy,
@@ -357,7 +365,16 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
             if let Some(tokens) = kind_tokens {
                 crate::virt::kinds::remember(tokens, ready.clone(), record);
             }
-            crate::virt::executor::offer(ready);
+            // The plan guides from the next call: what it says of the calls already run in
+            // this iteration is past.
+            log(
+                Level::Info,
+                &format!(
+                    "bridge: the plan guides from this iteration, from its call {}",
+                    crate::virt::sequence::next_offset().unwrap_or(0)
+                ),
+            );
+            crate::virt::executor::adopt(ready);
         }
         Ok(Err(why)) => no_plan(policy, why, planning_ms),
         Err(_) => no_plan(policy, "the planner panicked".into(), planning_ms),
@@ -376,14 +393,21 @@ fn no_plan(policy: &str, why: String, planning_ms: f64) {
     });
 }
 
-/// The model of the records' steady iteration and the policy's plan for it. The model folds
-/// chains (`planner::shimtrace::convert_with`) as the shim carries them out: a plan made on the
+/// The model of the records' steady iteration (of `period` calls: the repetition the tracker
+/// follows) and the policy's plan for it. The model folds chains
+/// (`planner::shimtrace::convert_with`) as the shim carries them out: a plan made on the
 /// unfolded model predicted ResNet-50 at 0.3 of its peak 9% faster than the folded one and ran
 /// 3% slower (simulated H100), so only MARMOSET_TEST_FOLD=0 plans it. The plan is the one the
 /// shim carries out (`planner::memory::carried_out::as_carried_out`: no `Extend`, no recomputation from
 /// sources the program frees first), and so is its prediction.
-fn plan_now(policy: &str, budget: u64, records: &[Record]) -> Result<Planned, String> {
-    let mut converted = convert_with(records, config().test_fold != Some(false))?;
+fn plan_now(
+    policy: &str,
+    budget: u64,
+    records: &[Record],
+    period: usize,
+) -> Result<Planned, String> {
+    let fold = config().test_fold != Some(false);
+    let mut converted = convert_with(records, fold, Some(period))?;
     if let Err(why) = &converted.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }

@@ -107,6 +107,13 @@ pub fn recognise(calls: &[u64]) -> Option<(Arc<[u64]>, Arc<Ready>, Event)> {
     Some((kind.tokens.clone(), kind.ready.clone(), kind.record.clone()))
 }
 
+/// The names each call of a kind's iteration touches by, in its plan (what the tracker checks
+/// the calls it follows against).
+pub fn names(ready: &Ready) -> Option<crate::virt::sequence::Names> {
+    let st = ready.converted.iteration.as_ref().ok()?;
+    Some(st.touched.clone())
+}
+
 /// A kind's plan record written again as it guides again: `reused`, starting at record `start`,
 /// with the look-up's time as its planning time.
 pub fn reused(mut record: Event, start: u64, planning_ms: f64) -> Event {

@@ -2,13 +2,18 @@
 //! written) as it happens, online iteration detection, and the position of each call within
 //! the iteration, which the bridge, the executor and recomputation ask for.
 //!
-//! SINGA's way, on Marmoset's calls: every `CHECK` calls, the calls so far are tokenised
-//! (`planner::iteration::calls`), the repetition is found (`detect`) and verified (`steady`:
-//! every touched tensor named alike in consecutive iterations). A repetition counts only if it
-//! reaches the latest call, so that the next call's place in the iteration is known: it must
-//! repeat the call one period before it. A call that does not is a divergence (Capuchin's
-//! "the program left the measured sequence"): the guided plan stops for the rest of the
-//! iteration, and detection starts again from the divergence, with the allocations still live.
+//! SINGA's way, on Marmoset's calls: when a repetition may be there (`periods`: the latest calls
+//! repeat the ones a period before, over one full period and the next's first calls, in a
+//! period that frees what it allocates), or at intervals that grow with the stream (a quarter of
+//! it), the calls so far are tokenised (`planner::iteration::calls`), the repetition is found
+//! (`detect`) and verified (`steady`: every touched tensor named alike in consecutive
+//! iterations, or, where one full iteration is all there is, in it and the next's first calls).
+//! A repetition counts only if it reaches the latest call, so that the next call's place in the
+//! iteration is known: it must repeat the call one period before it, and, once a plan names the
+//! tensors, touch by each name the API gives it the allocation the plan's name stands for now. A
+//! call that does not is a divergence (Capuchin's "the program left the measured sequence"): the
+//! guided plan stops for the rest of the iteration, and detection starts again from the
+//! divergence, with the allocations still live.
 
 use crate::core::config::Level;
 use crate::core::state::log;
@@ -17,9 +22,17 @@ use planner::trace::{Event, Record};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Calls between two detection attempts at least (SINGA checks every few hundred allocations);
-/// the interval grows with the calls seen, a quarter of them, so that detection's cost over a
-/// long stream stays proportional to it.
+mod periods;
+use periods::Periods;
+
+/// For each call of an iteration, the plan's names of the allocations the API names it
+/// touching (`planner::iteration::Steady::touched`).
+pub type Names = Arc<[Vec<TensorId>]>;
+
+/// Calls between two detection attempts at least, where no repetition is known to be there
+/// (SINGA checks every few hundred allocations); such attempts are a quarter of the calls seen
+/// apart at least, and those where a repetition may be there a thirty-second, so that
+/// detection's cost over a long stream stays proportional to it.
 const CHECK: usize = 32;
 /// Records kept at most. While an iteration is followed, older iterations' calls go once this
 /// many are kept (only the last two iterations are needed); while none is, the tracker stops
@@ -41,6 +54,10 @@ pub struct Found {
     /// A kind planned before, recognised from its first calls: each call must be the kind's
     /// call at its offset (None: each call must repeat the one a period before).
     pub expected: Option<Arc<[u64]>>,
+    /// Verified over one full iteration and the next's first calls only.
+    pub one_period: bool,
+    /// Once a plan guides: the names each call must touch by (None: its calls only).
+    pub names: Option<Names>,
 }
 
 /// What the caller does once the tracker's lock is released (planning, records).
@@ -69,9 +86,9 @@ pub enum After {
     Stopped,
 }
 
-/// Which kind planned before begins with `calls` (an iteration's first calls): its calls,
-/// where exactly one kind does.
-pub type Recognise<'a> = &'a mut dyn FnMut(&[u64]) -> Option<Arc<[u64]>>;
+/// Which kind planned before begins with `calls` (an iteration's first calls): its calls and
+/// its plan's names, where exactly one kind does.
+pub type Recognise<'a> = &'a mut dyn FnMut(&[u64]) -> Option<(Arc<[u64]>, Option<Names>)>;
 
 /// Calls after a divergence within which a kind planned before may be recognised.
 const RECOGNISE_CALLS: usize = 64;
@@ -95,6 +112,11 @@ struct Tracker {
     /// iteration's `TensorId::Rel{k}` names (the current one last).
     made: Vec<Vec<u64>>,
     found: Option<Found>,
+    /// The candidate periods of the calls since detection (re)started.
+    periods: Periods,
+    /// The first call at which a ripe period may be tried (but one a detection waits for).
+    next_try: usize,
+    /// The first call at which detection runs whatever the candidates.
     next_check: usize,
     stopped: bool,
     /// Set when the call just seen starts an iteration: the period.
@@ -119,6 +141,8 @@ impl Tracker {
             sizes: HashMap::new(),
             made: Vec::new(),
             found: None,
+            periods: Periods::new(),
+            next_try: 0,
             next_check: CHECK,
             stopped: false,
             boundary: None,
@@ -173,14 +197,39 @@ impl Tracker {
         let Some(token) = iteration::token(&r.event, &self.sizes) else {
             return After::Nothing;
         };
-        if let Event::Free {
-            alloc: Some(id),
-            result: 0,
-            ..
-        } = r.event
-        {
+        // What the call allocated and freed (the freed allocation stays known until the call
+        // has been followed: the plan may name it).
+        let (made, freeing) = match r.event {
+            Event::Alloc {
+                size, result: 0, ..
+            } => (size, None),
+            Event::Free {
+                alloc: Some(id),
+                result: 0,
+                ..
+            } => (0, Some(id)),
+            _ => (0, None),
+        };
+        let freed = freeing
+            .and_then(|id| self.sizes.get(&id).copied())
+            .unwrap_or(0);
+        let after = self.call(r, token, made, freed, recognise);
+        if let Some(id) = freeing {
             self.sizes.remove(&id);
         }
+        after
+    }
+
+    /// [`Tracker::observe`] for a call with token `token`, which allocated `made` bytes and
+    /// freed `freed`.
+    fn call(
+        &mut self,
+        r: &Record,
+        token: u64,
+        made: u64,
+        freed: u64,
+        recognise: Recognise,
+    ) -> After {
         let index = self.tokens.len();
         self.tokens.push(token);
         self.seqs.push(r.seq);
@@ -203,13 +252,18 @@ impl Tracker {
                 m.push(alloc);
             }
             // The repetition continues only if this call repeats the one a period before, or
-            // the kind's call at its offset.
+            // the kind's call at its offset, and touches what the plan's names stand for.
             let call = (index - f.boundary) % f.period;
             let expected = match &f.expected {
                 Some(kind) => kind.get(call).copied(),
                 None => index.checked_sub(f.period).map(|i| self.tokens[i]),
             };
-            if expected != Some(token) {
+            let named = f
+                .names
+                .as_ref()
+                .and_then(|n| n.get(call))
+                .is_none_or(|names| self.touches_as_named(&r.event, names));
+            if expected != Some(token) || !named {
                 self.restart(index);
                 // From the next call on, the calls from this one may be a kind planned before.
                 self.pending = Some(self.tokens.len() - 1);
@@ -224,11 +278,45 @@ impl Tracker {
         if let Some(a) = self.recognise(r.seq, recognise) {
             return a;
         }
-        if self.tokens.len() < self.next_check {
+        let ripe = self.periods.see(&self.tokens, made, freed);
+        let n = self.tokens.len();
+        let due = n >= self.next_check;
+        let ripe = ripe.filter(|&(_, waited)| waited || n >= self.next_try);
+        if !due && ripe.is_none() {
             return After::Nothing;
         }
-        self.next_check = self.tokens.len() + CHECK.max(self.tokens.len() / 4);
+        if let Some((p, _)) = ripe {
+            self.periods.tried(p);
+            self.next_try = n + n / 32;
+        }
+        if due {
+            self.next_check = n + CHECK.max(n / 4);
+        }
         self.detect()
+    }
+
+    /// Whether the call `event` touches, by each allocation the API names (and the one it
+    /// frees), the allocation the plan's name there stands for now; a name that stands for none
+    /// (made by an iteration no longer followed, or freed) is no action's, and passes.
+    fn touches_as_named(&self, event: &Event, names: &[TensorId]) -> bool {
+        let mut ids: Vec<u64> = if matches!(event, Event::Launch { .. }) {
+            Vec::new()
+        } else {
+            event.touches().iter().map(|t| t.alloc).collect()
+        };
+        if let Event::Free {
+            alloc: Some(id),
+            result: 0,
+            ..
+        } = *event
+        {
+            ids.push(id);
+        }
+        ids.len() == names.len()
+            && ids
+                .iter()
+                .zip(names)
+                .all(|(&id, &name)| self.resolve(name).is_none_or(|a| a == id))
     }
 
     /// Finds and verifies a repetition reaching the latest call.
@@ -237,14 +325,37 @@ impl Tracker {
         sorted.sort_by_key(|r| r.seq);
         let calls = iteration::calls(&sorted);
         let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
-        let Some(region) = iteration::detect(&tokens) else {
+        let Some(region) = iteration::detect_at_end(&tokens) else {
             return After::Nothing;
         };
-        if region.end != tokens.len() {
-            return After::Nothing;
+        let not = |why: &str| {
+            log(
+                Level::Debug,
+                &format!(
+                    "tracker: the last {} calls repeat with a period of {}; not an iteration: {why}",
+                    region.end - region.start,
+                    region.period
+                ),
+            );
+            After::Nothing
+        };
+        if !steady_bytes(&calls, region) {
+            return not("it keeps what it allocates");
         }
-        let Ok(st) = iteration::steady_from(&calls, region, |r| r.cuts().start) else {
-            return After::Nothing;
+        // One full period is enough once the cuts that leave it whole and the next's first
+        // calls reach its boundary, the quietest call of its first period: the model's cut must
+        // be one of them. Tried again as soon as they will.
+        if region.one_period() {
+            let quiet = iteration::quietest(&calls, region);
+            if !region.cuts().contains(&quiet) {
+                let run = quiet - region.start + iteration::NEXT;
+                self.periods.wait(region.period, run);
+                return not("the next has not passed its boundary yet");
+            }
+        }
+        let st = match iteration::steady_from(&calls, region, |r| r.cuts().start) {
+            Ok(st) => st,
+            Err(d) => return not(&d.to_string()),
         };
         // Records arrive nearly in `seq` order (a free takes its number before it is forwarded);
         // from here the order of `seq` is the order of the calls.
@@ -267,8 +378,11 @@ impl Tracker {
             start_seq: calls[st.start].seq,
             generation: self.generation,
             expected: None,
+            one_period: st.iterations == 1,
+            names: None,
         };
         self.found = Some(found.clone());
+        self.periods.clear();
         self.align(st.start);
         let found = self.found.clone().expect("set above");
         After::Plan {
@@ -318,6 +432,23 @@ impl Tracker {
         self.seqs.push(last_seq);
         self.dropped = 0;
         self.next_check = self.tokens.len() + CHECK;
+        self.next_try = self.tokens.len();
+        // The candidates of the calls kept: the allocations, then this call.
+        self.periods.clear();
+        for (k, r) in self.records.iter().enumerate() {
+            let (made, freed) = match r.event {
+                Event::Alloc {
+                    size, result: 0, ..
+                } => (size, 0),
+                Event::Free {
+                    alloc: Some(id),
+                    result: 0,
+                    ..
+                } => (0, self.sizes.get(&id).copied().unwrap_or(0)),
+                _ => (0, 0),
+            };
+            self.periods.see(&self.tokens[..=k], made, freed);
+        }
     }
 
     /// After a divergence, within [`RECOGNISE_CALLS`] calls: the calls since it, if they are
@@ -338,11 +469,11 @@ impl Tracker {
         if !(index - from + 1).is_power_of_two() {
             return None;
         }
-        let kind = recognise(&self.tokens[from..=index])?;
+        let (kind, names) = recognise(&self.tokens[from..=index])?;
         let call = index - from;
         let calls = kind.len();
         self.pending = None;
-        self.follow(from, index, kind);
+        self.follow(from, index, kind, names);
         Some(After::Adopted {
             seq,
             call,
@@ -353,7 +484,7 @@ impl Tracker {
     /// The iteration under way, from call `start`, is of a kind planned before (`kind`, its
     /// calls): followed from here as a detection of its own. Only this iteration's allocations
     /// are named (`Rel { back: 0 }`): the iterations before it were of another kind.
-    fn follow(&mut self, start: usize, index: usize, kind: Arc<[u64]>) {
+    fn follow(&mut self, start: usize, index: usize, kind: Arc<[u64]>, names: Option<Names>) {
         self.generation += 1;
         self.made = vec![
             self.allocs[start..=index]
@@ -369,7 +500,10 @@ impl Tracker {
             start_seq: self.seqs[start],
             generation: self.generation,
             expected: Some(kind),
+            one_period: false,
+            names,
         });
+        self.periods.clear();
     }
 
     /// While an iteration is followed: the calls before the previous iteration go, with their
@@ -427,24 +561,57 @@ impl Tracker {
     }
 }
 
+/// Whether `region` of `calls` (ending with the last) frees what it allocates, by the rules the
+/// candidates are ripe by (see `periods`), on the calls in the order of their records.
+fn steady_bytes(calls: &[iteration::Call], region: iteration::Region) -> bool {
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    let (mut held, mut allocated) = (
+        Vec::with_capacity(calls.len()),
+        Vec::with_capacity(calls.len()),
+    );
+    let (mut h, mut a) = (0u64, 0u64);
+    for c in calls {
+        match c.effect {
+            iteration::Effect::Alloc { id, size } => {
+                sizes.insert(id, size);
+                h += size;
+                a += size;
+            }
+            iteration::Effect::Free { id } => h = h.saturating_sub(sizes.remove(&id).unwrap_or(0)),
+            iteration::Effect::Use => {}
+        }
+        held.push(h);
+        allocated.push(a);
+    }
+    let low = periods::fewest(&held, region.start, region.period);
+    periods::ripe(&held, &allocated, region.start, region.period, low)
+}
+
 /// The planner's model cut the iteration at call `start` of detection `generation`: from
 /// now on iterations begin there, so that the plan's call offsets and tensor names are the
 /// tracker's. False when the tracker has moved on (a divergence since).
-pub fn realign(generation: u64, start: usize) -> bool {
+pub fn realign(generation: u64, start: usize, names: Option<Names>) -> bool {
     let Ok(mut g) = TRACKER.lock() else {
         return false;
     };
-    g.as_mut().is_some_and(|t| t.realign(generation, start))
+    g.as_mut()
+        .is_some_and(|t| t.realign(generation, start, names))
 }
 
 impl Tracker {
-    fn realign(&mut self, generation: u64, start: usize) -> bool {
-        let Some(p) = self.found.as_ref().map(|f| f.period) else {
+    /// [`realign`]; from now on each call must touch what the plan's `names` stand for.
+    fn realign(&mut self, generation: u64, start: usize, names: Option<Names>) -> bool {
+        let Some(f) = self.found.as_mut() else {
             return false;
         };
         if self.generation != generation {
             return false;
         }
+        let p = f.period;
+        if names.as_ref().is_some_and(|n| n.len() != p) {
+            return false;
+        }
+        f.names = names;
         // An index from before calls were dropped: the same phase among those kept.
         let start = start
             .checked_sub(self.dropped)
@@ -456,11 +623,11 @@ impl Tracker {
 
 impl Tracker {
     /// The allocation a plan's tensor name stands for in the current iteration, if it exists
-    /// (`Persistent`: the same allocation; `Rel{back, k}`: the k-th allocation of the
-    /// iteration `back` before this one).
+    /// (`Persistent`: the same allocation, while it is not freed; `Rel{back, k}`: the k-th
+    /// allocation of the iteration `back` before this one).
     fn resolve(&self, name: TensorId) -> Option<u64> {
         match name {
-            TensorId::Persistent { alloc, .. } => Some(alloc),
+            TensorId::Persistent { alloc, .. } => self.sizes.contains_key(&alloc).then_some(alloc),
             TensorId::Rel { back, k, .. } => {
                 let i = self.made.len().checked_sub(1 + back)?;
                 self.made[i].get(k).copied()

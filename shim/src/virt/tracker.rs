@@ -29,8 +29,9 @@ pub fn observe(r: &Record) {
     let mut kept = None;
     let (boundary, after) = sequence::see(r, &mut |calls: &[u64]| {
         let (kind, ready, record) = crate::virt::kinds::recognise(calls)?;
+        let names = crate::virt::kinds::names(&ready);
         kept = Some((ready, record));
-        Some(kind)
+        Some((kind, names))
     });
     if let Some(period) = boundary {
         crate::virt::executor::boundary(period);
@@ -50,8 +51,13 @@ pub fn observe(r: &Record) {
             log(
                 Level::Info,
                 &format!(
-                    "tracker: an iteration of {} calls, verified after {calls} calls; planning it",
-                    found.period
+                    "tracker: an iteration of {} calls, verified after {calls} calls{}; planning it",
+                    found.period,
+                    if found.one_period {
+                        " (over one iteration and the next's first calls: followed call by call)"
+                    } else {
+                        ""
+                    }
                 ),
             );
             crate::virt::bridge::plan(found, records);

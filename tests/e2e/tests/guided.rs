@@ -107,6 +107,13 @@ fn trainer_at(policy: &str, fraction: f64) {
             rec.len()
         );
     }
+    // Planned from one step and the next's first calls, it guides from the third step at the
+    // latest.
+    let first = guided_from(&records, p["seq"].as_u64().unwrap(), &err[found..]);
+    assert!(
+        first.is_some_and(|s| s <= 2),
+        "{policy} at {fraction} P: first guided step {first:?}"
+    );
     // The training step is followed to the program's end (the checksum): no departure
     // from it before.
     let div = of_kind(&records, "divergence");
@@ -116,6 +123,21 @@ fn trainer_at(policy: &str, fraction: f64) {
             .all(|d| d["call"] == 0),
         "{policy} at {fraction} P: {div:?}"
     );
+}
+
+/// The step (from 0, as the programs print them: each ends with its loss read back, 4 bytes to
+/// the host) during which the plan recorded at `plan` (its `seq`) began to guide, where the
+/// library (`log`: its messages from the plan's detection on) adopted it from the call after its
+/// record; None where it waited for an iteration boundary.
+fn guided_from(records: &[Value], plan: u64, log: &str) -> Option<usize> {
+    log.contains("the plan guides from this iteration, from its call")
+        .then(|| {
+            of_kind(records, "copy")
+                .iter()
+                .filter(|c| c["size"] == 4 && c["dir"] == "d2h")
+                .filter(|c| c["seq"].as_u64().unwrap() < plan)
+                .count()
+        })
 }
 
 #[test]
@@ -176,8 +198,8 @@ fn runtime_policies() -> Vec<&'static str> {
 /// whole granule), with 1x1 convolutions so that data mode stays fast; 4 blocks make the largest
 /// operation (the residual addition: three activations) fit in 0.3 of the peak. Five
 /// iterations: the first creates the optimizer's state, and the batch the second reads was
-/// allocated by the first, so the repetition verifies only over the third and fourth (the
-/// iteration detector's "one period later"); the fifth is guided.
+/// allocated by the first (it stands for the one the second allocates for the third); the
+/// second is planned with the third's first calls, and the plan guides from the third on.
 const TORCHLIKE: [&str; 6] = ["5", "128", "32", "4", "4", "1"];
 /// The calls of one training step at that depth.
 const TORCHLIKE_PERIOD: u64 = 256;
@@ -255,6 +277,12 @@ fn torchlike_under(fraction: f64) {
             .unwrap_or(err.len());
         if !err[found..].contains("the plan guides from this iteration") {
             fail(format!("the plan never guided: {err}"));
+        }
+        let first = guided_from(&records, p["seq"].as_u64().unwrap(), &err[found..]);
+        if first.is_none_or(|s| s > 2) {
+            fail(format!(
+                "first guided in step {first:?}, not the third or before"
+            ));
         }
         // Followed to the program's end: the only departure is the tail after the last step.
         let div: Vec<_> = of_kind(&records, "divergence")

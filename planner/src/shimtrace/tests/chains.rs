@@ -267,7 +267,12 @@ fn no_chain_without_an_exact_update_right_after_a_replayable_write() {
 #[test]
 fn an_out_of_place_sum_of_a_batch_norm_is_chained_with_the_batch_norm_inside() {
     // Unfolded: the sum and relu_ are a chain of their own, which reads y.
-    let c = convert_with(&records(bn_program(After::OutOfPlace, 0.0), true), false).unwrap();
+    let c = convert_with(
+        &records(bn_program(After::OutOfPlace, 0.0), true),
+        false,
+        None,
+    )
+    .unwrap();
     let (bn, _) = bn_of(&c);
     assert!(c.chains[bn].is_empty());
     assert_eq!(c.chains[bn + 1].len(), 1);
