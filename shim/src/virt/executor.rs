@@ -107,7 +107,9 @@ pub fn boundary(period: usize) {
             e.active = Some(steps);
             GUIDING.store(true, Ordering::Relaxed);
         }
-        if e.active.is_some() {
+        if let Some(s) = e.active.as_mut() {
+            // Every launch of this iteration gives its recipes their parameters.
+            s.stale.clear();
             e.guided += 1;
         }
         orphan(&mut e);
@@ -142,8 +144,18 @@ fn orphan(e: &mut Executor) {
 /// The iteration under way is of a kind planned before, recognised from its first calls: its
 /// plan guides from the next call (what it says of the calls already run is past).
 pub fn adopt(r: Arc<Ready>) {
+    let now = crate::virt::sequence::next_offset();
     if let Ok(mut e) = EXECUTOR.lock() {
-        let steps = Steps::of(&r);
+        let mut steps = Steps::of(&r);
+        // Launches already past in this iteration gave their recipes no parameters of it.
+        if let Some(now) = now {
+            steps.stale = steps
+                .refresh
+                .iter()
+                .filter(|(call, _)| **call < now)
+                .flat_map(|(_, list)| list.iter().map(|x| x.0))
+                .collect();
+        }
         e.offered = None;
         e.active = Some(steps);
         GUIDING.store(true, Ordering::Relaxed);
@@ -702,6 +714,7 @@ pub fn after_call() {
                 let list = s.dropped_at.get(&offset)?;
                 Some(
                     list.iter()
+                        .filter(|&&(_, i)| !s.stale.contains(&i))
                         .filter_map(|&(n, i)| Some((n, i, s.recipes.get(i)?.1.clone())))
                         .collect(),
                 )

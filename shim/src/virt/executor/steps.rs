@@ -31,6 +31,11 @@ pub(super) struct Steps {
     pub(super) recipes: Vec<(TensorId, Recipe)>,
     /// The launches whose current parameters recipes take, by offset: (recipe, chain member).
     pub(super) refresh: HashMap<usize, Vec<(usize, Option<usize>)>>,
+    /// Recipes whose launches' parameters this iteration has not given them (the plan was
+    /// adopted after one of those launches): not dropped until the next iteration, whose
+    /// launches do (a kernel that draws from a generator's state by value would draw another
+    /// mask with the iteration before's).
+    pub(super) stale: std::collections::HashSet<usize>,
     /// Tensors whose back-access the plan's own timeline has waiting for the copy in: late by
     /// design (an in-trigger after the operation the swap relieves), not for the feedback to
     /// move. The allocator's own rule (`memory::take_late`: a prefetch that had to make room)
@@ -56,6 +61,7 @@ impl Steps {
             early: HashMap::new(),
             recipes: Vec::new(),
             refresh: HashMap::new(),
+            stale: Default::default(),
             waits: r
                 .outcome
                 .stalls
