@@ -246,3 +246,41 @@ fn bert_is_guided_to_the_end_at_half_its_peak_as_predicted() {
         ],
     );
 }
+
+/// A short run as a new user makes it (issue 40): ResNet-50 for 5 steps under a budget of half
+/// its peak, the default policy, `marmoset run --sim` as the README has it (nothing set: the
+/// program waits for the planner because `--sim` says so). The plan guides from its third step,
+/// and the last step is not the passive policy's.
+#[test]
+fn a_five_step_run_is_guided_from_its_third_step() {
+    let args = ["--steps", "5", "--batch", "8"];
+    let (_, report) = torch_example(&["--policy", "none"], "resnet50.py", &args, "short-p");
+    let budget = (report["peak_bytes"].as_u64().expect("a peak") / 2).to_string();
+    let info = [("MARMOSET_LOG", "info")];
+    let run = |policy: Option<&str>| {
+        let mut a = vec!["--memory-limit", budget.as_str()];
+        if let Some(p) = policy {
+            a.extend(["--policy", p]);
+        }
+        let (out, report) = torch_example_with(
+            &a,
+            &info,
+            "resnet50.py",
+            &args,
+            &format!("short-{}", policy.unwrap_or("default")),
+        );
+        assert!(report["sticky_error"].is_null(), "a trap: {report}");
+        (step_times(&out), stderr(&out))
+    };
+    let (lru, _) = run(Some("lru"));
+    let (times, err) = run(None);
+    assert_eq!(times.len(), 5, "{err}");
+    assert!(
+        err.contains("the plan guides from this iteration"),
+        "no plan guided: {err}"
+    );
+    assert!(
+        times[4] < lru[4] && times[3] < lru[3],
+        "the default policy's steps {times:?} against lru's {lru:?} (simulated)"
+    );
+}
