@@ -120,8 +120,9 @@ def main():
                     cells.append("|")
                 cells.append(f"{ms:.2f}")
             print(f"  at {frac}: {' '.join(cells)}")
-        print("  The first steps run passively (as lru) while the library measures the iteration and "
-              "plans it; the plan then swaps and recomputes what it chose, step after step.")
+        print("  The first steps run passively while the library measures the iteration and plans it "
+              "(the online policy: evictions by DTR's heuristic, rebuilding what it can replay); the "
+              "plan then swaps and recomputes what it chose, step after step.")
 
         # Correctness, with real bytes and arithmetic: a smaller trainer in data mode.
         small = ["5", "16", "64", "4"]
