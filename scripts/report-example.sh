@@ -26,3 +26,22 @@ chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir
   --window-size=1040,1600 --screenshot="$out/report.png" "file://$out/report-example.html" 2>/dev/null
 test -s "$out/report.png"
 echo "${1:-docs}/report.png, ${1:-docs}/report-example.html"
+# The same for unmodified PyTorch where .venv has it (scripts/setup-torch.sh): ResNet-50, batch 16,
+# 6 steps, the default policy at 0.3 of its peak: a screenshot (OUT/report-torch.png) of its report
+# (0.9 MB of HTML, kept out of the repository).
+if [ -x .venv/bin/python ]; then
+  targs=(examples/resnet50.py --steps 6 --batch 16)
+  # PyTorch may abort at exit after a complete run ("terminate called without an active
+  # exception"); what each run writes is checked instead of its status.
+  "${clean[@]}" SIMGPU_MODE=shape SIMGPU_REPORT=$tmp/tbase.json "$m" run --sim=h100 --no-shim -- \
+    .venv/bin/python "${targs[@]}" > /dev/null 2>&1 || test -s "$tmp/tbase.json"
+  tbudget=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['peak_bytes'] * 0.3))" "$tmp/tbase.json")
+  "${clean[@]}" SIMGPU_MODE=shape "$m" run --sim=h100 --memory-limit "$tbudget" \
+    --trace "$tmp/torch.jsonl" -- .venv/bin/python "${targs[@]}" > "$tmp/torch.out" 2>&1 \
+    || grep -q "^peak memory" "$tmp/torch.out"
+  "$m" report "$tmp/torch.jsonl" --simulated -o "$tmp/report-torch.html"
+  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$tmp/profile" \
+    --window-size=1040,1600 --screenshot="$out/report-torch.png" "file://$tmp/report-torch.html" 2>/dev/null
+  test -s "$out/report-torch.png"
+  echo "${1:-docs}/report-torch.png"
+fi
