@@ -167,8 +167,9 @@ fn a_marmoset_trace_with_timings_can_be_planned() {
     let v: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
     assert_eq!(v["feasible"], true, "{v}");
     assert!(v["peak_bytes_planned"].as_u64().unwrap() <= v["budget_bytes"].as_u64().unwrap());
-    // Without device timings the planner says what is missing.
-    let (_, untimed) = run_shim(&[], "trainer", &["1"]);
+    // Without device timings (`marmoset run --trace` records them unless told not to) the
+    // planner says what is missing.
+    let (_, untimed) = run_shim(&[("MARMOSET_TRACE_TIMING", "0")], "trainer", &["1"]);
     std::fs::write(
         &path,
         untimed.iter().map(|r| format!("{r}\n")).collect::<String>(),
