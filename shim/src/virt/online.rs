@@ -452,8 +452,7 @@ pub fn before_use(event: &Event, stream: u64, program: bool) {
         .filter(|t| program && t.access != Access::R)
         .map(|t| t.alloc)
         .collect();
-    let inside = INSIDE.with(|i| i.get());
-    let _serial = (any && !inside).then(|| REBUILDING.lock().unwrap_or_else(|p| p.into_inner()));
+    let _serial = serial(any);
     let due = with(|o| {
         let due: Vec<u64> = o
             .dropped
@@ -522,8 +521,7 @@ pub fn before_plan_gone(plan: u64) {
     if !ANY.load(Ordering::Relaxed) {
         return;
     }
-    let inside = INSIDE.with(|i| i.get());
-    let _serial = (!inside).then(|| REBUILDING.lock().unwrap_or_else(|p| p.into_inner()));
+    let _serial = serial(true);
     let due = with(|o| {
         o.dropped
             .iter()
@@ -541,16 +539,8 @@ pub fn before_loss(a: u64, stream: u64) {
     if !config().online || !crate::virt::tracker::enabled() || !ANY.load(Ordering::Relaxed) {
         return;
     }
-    let inside = INSIDE.with(|i| i.get());
-    let _serial = (!inside).then(|| REBUILDING.lock().unwrap_or_else(|p| p.into_inner()));
-    let due = with(|o| {
-        o.dropped
-            .iter()
-            .filter(|(b, d)| **b != a && d.sources.contains(&a))
-            .map(|(b, _)| *b)
-            .collect::<Vec<u64>>()
-    })
-    .unwrap_or_default();
+    let _serial = serial(true);
+    let due = with(|o| o.read_from(a)).unwrap_or_default();
     rebuild(due, stream);
 }
 
@@ -562,22 +552,36 @@ pub fn before_free(a: u64, stream: u64) {
         return;
     }
     let any = ANY.load(Ordering::Relaxed);
-    let inside = INSIDE.with(|i| i.get());
-    let _serial = (any && !inside).then(|| REBUILDING.lock().unwrap_or_else(|p| p.into_inner()));
+    let _serial = serial(any);
     // Nothing made from `a` is droppable from now; what was dropped is rebuilt while `a` still
     // counts as dropped, if it is, so that their replays rebuild it first.
     let due = with(|o| {
         o.versions.remove(&a);
         o.producers.remove(&a);
-        o.dropped
-            .iter()
-            .filter(|(b, d)| **b != a && d.sources.contains(&a))
-            .map(|(b, _)| *b)
-            .collect::<Vec<u64>>()
+        o.read_from(a)
     })
     .unwrap_or_default();
     rebuild(due, stream);
     let _ = with(|o| o.forget(a));
+}
+
+/// Rebuilds are one at a time across threads (`needed`: something is dropped), so that a call
+/// on another thread never finds a tensor half rebuilt; a rebuild's own replays do not wait
+/// for themselves.
+fn serial(needed: bool) -> Option<std::sync::MutexGuard<'static, ()>> {
+    (needed && !INSIDE.with(|i| i.get()))
+        .then(|| REBUILDING.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+impl Online {
+    /// The dropped tensors whose rebuild reads allocation `a`.
+    fn read_from(&self, a: u64) -> Vec<u64> {
+        self.dropped
+            .iter()
+            .filter(|(b, d)| **b != a && d.sources.contains(&a))
+            .map(|(b, _)| *b)
+            .collect()
+    }
 }
 
 /// Rebuilds each of the dropped tensors `due` on `stream`, one at a time: each is taken off the
