@@ -160,24 +160,32 @@ pub fn replay_scope(
     Some((allocs(BN_REBUILT), allocs(BN_READ)))
 }
 
-/// Whether a launch is an exact in-place update of one whole allocation (see the shim's
-/// `hooks::launch`: PyTorch's elementwise kernel whose output is also an input, starting its
-/// allocation and filling it exactly: `rw` with `bytes` the allocation's size), every other
-/// touch a read, with a recorded parameter buffer: its allocation, given each allocation's
-/// size. A conservative `rw` (bytes 0: extent unknown) is never exact.
+/// Whether a call is an exact in-place update of one whole allocation, every other touch a
+/// read: a launch (see the shim's `hooks::launch`: PyTorch's elementwise kernel whose output
+/// is also an input, starting its allocation and filling it exactly: `rw` with `bytes` the
+/// allocation's size) with a recorded parameter buffer, or a cuDNN call its lineage replays
+/// whose output it reads (beta not 0: a bias added to a convolution's output); its
+/// allocation, given each allocation's size. A conservative `rw` (bytes 0: extent unknown) is
+/// never exact.
 pub fn exact_update(
     event: &Event,
     replay: Option<&Replay>,
     size: impl Fn(u64) -> Option<u64>,
 ) -> Option<u64> {
-    let (
-        Event::Launch {
-            touches, result: 0, ..
-        },
-        Some(Replay::Kernel { .. }),
-    ) = (event, replay)
-    else {
-        return None;
+    let touches = match (event, replay) {
+        (
+            Event::Launch {
+                touches, result: 0, ..
+            },
+            Some(Replay::Kernel { .. }),
+        ) => touches,
+        (
+            Event::Cudnn { touches, .. },
+            Some(Replay::Cudnn {
+                beta: Some(beta), ..
+            }),
+        ) if *beta != 0.0 && cudnn_replays(event, replay) => touches,
+        _ => return None,
     };
     let mut rw = touches.iter().filter(|t| t.access != Access::R);
     let t = rw.next()?;
@@ -244,8 +252,6 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
     let Event::Cudnn {
         api,
         tensors,
-        algo,
-        workspace,
         result: 0,
         ..
     } = event
@@ -269,8 +275,35 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
             && operands().any(|t| t.access == Access::W);
     }
     let Some(Replay::Cudnn {
+        beta: Some(beta), ..
+    }) = replay
+    else {
+        return false;
+    };
+    // With beta 0 the output is written whole from the inputs alone; otherwise the call reads
+    // the output's old contents, which the recomputed version replaced (it is replayed only as
+    // an exact update, after what wrote them: see `exact_update`).
+    *beta == 0.0 && cudnn_replays(event, replay)
+}
+
+/// Whether the shim replays this legacy cuDNN call, its output's old contents aside (beta):
+/// its lineage (alpha, beta, data type and the operation's settings) recorded, every operand
+/// shaped, and an operation the shim knows.
+fn cudnn_replays(event: &Event, replay: Option<&Replay>) -> bool {
+    let Event::Cudnn {
+        api,
+        tensors,
+        algo,
+        workspace,
+        result: 0,
+        ..
+    } = event
+    else {
+        return false;
+    };
+    let Some(Replay::Cudnn {
         alpha: Some(_),
-        beta: Some(beta),
+        beta: Some(_),
         dtype: Some(_),
         conv,
         activation,
@@ -280,11 +313,12 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
     else {
         return false;
     };
-    // With beta 0 the output is written whole from the inputs alone; otherwise the call reads
-    // the output's old contents, which the recomputed version replaced.
-    if *beta != 0.0 {
-        return false;
-    }
+    let operands = || {
+        tensors
+            .iter()
+            .filter(|t| t.role != "workspace" && t.role != "reserve")
+    };
+    let shaped = operands().all(|t| !t.dims.is_empty() && t.dims.len() == t.strides.len());
     shaped
         && match api.as_str() {
             "cudnnActivationForward" => activation.is_some(),

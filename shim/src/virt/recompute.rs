@@ -108,6 +108,16 @@ impl Recipe {
         if !planner::shimtrace::replays_in_shim(event, Some(replay)) {
             return None;
         }
+        Recipe::call(event, replay, name, base)
+    }
+
+    /// A call's recipe, replayable or not by itself (see [`Recipe::of`], [`Recipe::member`]).
+    fn call(
+        event: &Event,
+        replay: &Replay,
+        name: impl Fn(u64) -> Option<TensorId>,
+        base: impl Fn(u64) -> Option<u64>,
+    ) -> Option<Recipe> {
         if let Replay::Kernel { .. } = replay {
             return Recipe::launch(event, replay, &name, &base);
         }
@@ -198,7 +208,7 @@ impl Recipe {
         size: impl Fn(u64) -> Option<u64>,
     ) -> Option<Recipe> {
         planner::shimtrace::exact_update(event, Some(replay), size)?;
-        Recipe::launch(event, replay, &name, &base)
+        Recipe::call(event, replay, name, base)
     }
 
     /// A kernel launch's recipe: its recorded parameters relaunched with each operand's
@@ -611,7 +621,9 @@ fn replay_one(
     aside: &[(TensorId, u64)],
 ) -> Result<(), String> {
     let (event, addrs) = r.now(stream, aside)?;
-    // The workspace first: obtaining it may evict, and what the replay touches must stay.
+    // Dropped sources rebuilt first, then the workspace: obtaining it may evict, and what the
+    // replay touches must stay.
+    crate::virt::memory::before_scratch(&event, Some(stream));
     let ws = match r.scratch() {
         0 => 0,
         n => crate::virt::memory::alloc_internal(n as usize)

@@ -340,3 +340,113 @@ fn an_out_of_place_sum_of_a_batch_norm_is_chained_with_the_batch_norm_inside() {
     let (bn, _) = bn_of(&c);
     assert!(c.chains[bn].is_empty(), "{:?}", c.chains);
 }
+
+/// Per iteration x, a convolution of x with the weights (1) into y (beta 0), then `bias`: the
+/// bias (2) added to y in place by cudnnAddTensor with `beta` (`lineage`: recorded), then a
+/// reader of y.
+fn conv_bias_program(beta: f64, lineage: bool) -> Vec<Event> {
+    let conv_lineage = |beta: f64, conv: bool| Replay::Cudnn {
+        alpha: Some(1.0),
+        beta: Some(beta),
+        dtype: Some(0),
+        conv: conv.then(|| crate::trace::ConvParams {
+            pads: vec![0, 0],
+            strides: vec![1, 1],
+            dilations: vec![1, 1],
+            mode: 1,
+            compute: 0,
+            groups: 1,
+            math: 0,
+        }),
+        activation: None,
+        softmax: None,
+        batchnorm: None,
+    };
+    let mut v = Vec::new();
+    for id in 1..=2 {
+        v.push(alloc(id, 16));
+        v.push(copy(CopyDir::H2d, 16, vec![touch(id, 16, Access::W)]));
+    }
+    for i in 0..3 {
+        let (x, y, out) = (10 + 3 * i, 11 + 3 * i, 12 + 3 * i);
+        for id in [x, y, out] {
+            v.push(alloc(id, 40));
+        }
+        v.push(copy(CopyDir::H2d, 40, vec![touch(x, 40, Access::W)]));
+        v.push(Event::Lineage {
+            replay: conv_lineage(0.0, true),
+        });
+        v.push(cudnn(
+            "cudnnConvolutionForward",
+            vec![
+                tensor("x", ptr(x), Access::R),
+                tensor("w", ptr(1), Access::R),
+                tensor("y", ptr(y), Access::W),
+            ],
+            vec![
+                touch(x, 40, Access::R),
+                touch(1, 16, Access::R),
+                touch(y, 40, Access::W),
+            ],
+        ));
+        if lineage {
+            v.push(Event::Lineage {
+                replay: conv_lineage(beta, false),
+            });
+        }
+        let c = if beta == 0.0 { Access::W } else { Access::Rw };
+        v.push(cudnn(
+            "cudnnAddTensor",
+            vec![tensor("a", ptr(2), Access::R), tensor("c", ptr(y), c)],
+            vec![touch(2, 16, Access::R), touch(y, 40, c)],
+        ));
+        v.push(kernel(vec![
+            touch(y, 0, Access::R),
+            touch(out, 40, Access::W),
+        ]));
+        for id in [x, y, out] {
+            v.push(free(id));
+        }
+    }
+    v
+}
+
+#[test]
+fn a_bias_added_in_place_by_cudnn_joins_the_convolution_that_wrote_its_output() {
+    let c = convert(&records(conv_bias_program(1.0, true), true)).unwrap();
+    let conv = (0..c.trace.ops.len())
+        .find(|&o| c.trace.ops[o].name.starts_with("cudnnConvolutionForward"))
+        .unwrap();
+    assert_eq!(c.chains[conv].len(), 1, "{}", c.trace.ops[conv].name);
+    assert!(matches!(
+        c.chains[conv][0].replay,
+        Some(Replay::Cudnn { beta: Some(b), .. }) if b == 1.0
+    ));
+    // y: one content, the chain's, rebuilt by it from x, the weights and the bias.
+    let ys: Vec<usize> = c.trace.ops[conv]
+        .outputs
+        .iter()
+        .copied()
+        .filter(|&s| c.trace.storages[s].producer == Some(conv))
+        .collect();
+    assert_eq!(ys.len(), 1);
+    assert_eq!(c.trace.ops[conv].inputs.len(), 3);
+}
+
+#[test]
+fn no_chain_for_a_cudnn_update_whose_lineage_is_unknown() {
+    let c = convert(&records(conv_bias_program(1.0, false), true)).unwrap();
+    assert!(c.chains.iter().all(Vec::is_empty));
+    // With beta 0 the sum is no update: it writes y whole and replays on its own.
+    let c = convert(&records(conv_bias_program(0.0, true), true)).unwrap();
+    assert!(c.chains.iter().all(Vec::is_empty));
+    let add = (0..c.trace.ops.len())
+        .find(|&o| c.trace.ops[o].name.starts_with("cudnnAddTensor"))
+        .unwrap();
+    assert!(
+        c.trace.ops[add]
+            .outputs
+            .iter()
+            .any(|&s| c.trace.storages[s].producer == Some(add))
+    );
+}
