@@ -112,6 +112,9 @@ fn start(c: &Config) -> Result<(), String> {
                 before_loss: virt::online::before_loss,
                 saved: virt::online::saved,
                 is_dropped: virt::online::is_dropped,
+                guard: virt::online::guard,
+                kept: virt::online::kept,
+                lost: virt::online::lost,
             });
         }
     }

@@ -23,7 +23,8 @@
 //!
 //! Only while no plan guides does it choose; what it dropped before a plan took over stays
 //! dropped until used, and a plan that drops contents a dropped tensor reads has it rebuilt
-//! first. `MARMOSET_ONLINE=0` turns it off (least recently used, swapped).
+//! first. Contents a plan releases as dead are guarded by the same recipes (see `dead`).
+//! `MARMOSET_ONLINE=0` turns it off (least recently used, swapped; dead contents unguarded).
 
 use crate::core::config::Level;
 use crate::core::state::{config, log};
@@ -34,6 +35,9 @@ use planner::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod dead;
+pub use dead::{guard, kept, lost};
 
 /// The call that wrote an allocation's current contents, replayable.
 #[derive(Clone)]
@@ -55,6 +59,10 @@ struct Producer {
 struct Dropped {
     recipe: Recipe,
     sources: Vec<u64>,
+    /// Dead contents a plan released, guarded (see `dead`): rebuilt only if read, forgotten
+    /// when overwritten or when a source changes; with the length of its chain of guarded
+    /// sources.
+    guard: Option<u32>,
 }
 
 #[derive(Default)]
@@ -277,7 +285,7 @@ impl Online {
 
     /// Allocation `a` is gone: it is no longer dropped, nor read by a dropped tensor's replay.
     fn forget(&mut self, a: u64) {
-        if let Some(d) = self.dropped.remove(&a) {
+        if let Some(d) = self.dropped.remove(&a).filter(|d| d.guard.is_none()) {
             for s in d.sources {
                 if let Some(n) = self.read_by.get_mut(&s) {
                     *n -= 1;
@@ -328,7 +336,8 @@ impl Online {
             }
             if b != a && !p.rebuilds(b) {
                 if let Some(d) = self.dropped.get(&b) {
-                    if d.sources.iter().any(|s| self.dropped.contains_key(s)) {
+                    // A guarded source may be forgotten, not rebuilt: it holds no bytes.
+                    if d.guard.is_some() || d.sources.iter().any(|s| self.dropped.contains_key(s)) {
                         return None;
                     }
                     cost += self
@@ -390,8 +399,32 @@ pub fn drop(a: u64) -> bool {
         let Some((_, sources)) = o.droppable(a) else {
             return false;
         };
-        let p = &o.producers[&a];
-        let sizes = &o.sizes;
+        let Some(recipe) = o.recipe(a) else {
+            return false;
+        };
+        for &s in &sources {
+            *o.read_by.entry(s).or_default() += 1;
+        }
+        o.dropped.insert(
+            a,
+            Dropped {
+                recipe,
+                sources,
+                guard: None,
+            },
+        );
+        ANY.store(true, Ordering::Relaxed);
+        true
+    })
+    .unwrap_or(false)
+}
+
+impl Online {
+    /// The recipe that rebuilds allocation `a` from its producer (and the exact in-place
+    /// updates since), if the shim can replay it now.
+    fn recipe(&self, a: u64) -> Option<Recipe> {
+        let p = self.producers.get(&a)?;
+        let sizes = &self.sizes;
         let name = |b: u64| {
             Some(TensorId::Persistent {
                 alloc: b,
@@ -399,41 +432,25 @@ pub fn drop(a: u64) -> bool {
             })
         };
         let base = |b: u64| crate::core::registry::allocation(b).map(|x| x.0);
-        let Some(target) = name(a) else {
-            return false;
-        };
-        let Some(recipe) = Recipe::of(&p.event, &p.replay, name, base) else {
-            return false;
-        };
+        let target = name(a)?;
+        let recipe = Recipe::of(&p.event, &p.replay, name, base)?;
         let size = |b: u64| sizes.get(&b).copied();
         let members: Option<Vec<Recipe>> = p
             .members
             .iter()
             .map(|(e, l)| Recipe::member(e, l, name, base, size))
             .collect();
-        let Some(members) = members else {
-            return false;
-        };
-        let recipe = recipe.chain(members, &[]);
-        let recipe = recipe.for_target(target);
-        if recipe.alive().is_err() {
-            return false;
-        }
-        for &s in &sources {
-            *o.read_by.entry(s).or_default() += 1;
-        }
-        o.dropped.insert(a, Dropped { recipe, sources });
-        ANY.store(true, Ordering::Relaxed);
-        true
-    })
-    .unwrap_or(false)
+        let recipe = recipe.chain(members?, &[]).for_target(target);
+        recipe.alive().is_ok().then_some(recipe)
+    }
 }
 
-/// Before a call is issued (`program`: the program's, else a replay of Marmoset's own): the
-/// dropped tensors it touches, and those whose sources it may write, are rebuilt first, on its
-/// stream; and what the program's call may write moves to a new version now, so that nothing
-/// made from the old one is dropped from here on.
-pub fn before_use(event: &Event, stream: u64, program: bool) {
+/// Before a call is issued (`program`: the program's, else a replay of Marmoset's own; `reads`:
+/// the allocations whose contents it needs): the dropped tensors it touches, and those whose
+/// sources it may write, are rebuilt first, on its stream (guarded dead contents only if it
+/// reads them, forgotten otherwise: see `dead`); and what the program's call may write moves
+/// to a new version now, so that nothing made from the old one is dropped from here on.
+pub fn before_use(event: &Event, reads: &[u64], stream: u64, program: bool) {
     if !config().online || !crate::virt::tracker::enabled() {
         return;
     }
@@ -454,15 +471,28 @@ pub fn before_use(event: &Event, stream: u64, program: bool) {
         .collect();
     let _serial = serial(any);
     let due = with(|o| {
-        let due: Vec<u64> = o
-            .dropped
-            .iter()
-            .filter(|(a, d)| {
-                touches.iter().any(|t| t.alloc == **a)
-                    || written.iter().any(|w| d.sources.contains(w))
-            })
-            .map(|(a, _)| *a)
-            .collect();
+        let mut due = Vec::new();
+        let mut stale = Vec::new();
+        for (&a, d) in &o.dropped {
+            let changed = touches.iter().any(|t| t.alloc == a)
+                || written.iter().any(|w| d.sources.contains(w));
+            match d.guard {
+                None if changed => due.push(a),
+                Some(_) if reads.contains(&a) => due.push(a),
+                Some(_) if changed => stale.push(a),
+                _ => {}
+            }
+        }
+        // A replay of Marmoset's own rebuilds the same contents: what was made from them holds.
+        for a in stale {
+            if program {
+                o.unguard(a);
+            } else {
+                o.dropped.remove(&a);
+                o.saved.remove(&a);
+            }
+        }
+        ANY.store(!o.dropped.is_empty(), Ordering::Relaxed);
         // Its producer stays: an exact in-place update joins it when the call's record comes.
         for w in &written {
             if let Some(v) = o.versions.get_mut(w) {
@@ -523,11 +553,21 @@ pub fn before_plan_gone(plan: u64) {
     }
     let _serial = serial(true);
     let due = with(|o| {
-        o.dropped
+        let through: Vec<(u64, bool)> = o
+            .dropped
             .iter()
             .filter(|(_, d)| d.recipe.plans().contains(&plan))
-            .map(|(b, _)| *b)
-            .collect::<Vec<u64>>()
+            .map(|(b, d)| (*b, d.guard.is_some()))
+            .collect();
+        let mut due = Vec::new();
+        for (b, guarded) in through {
+            if guarded {
+                o.unguard(b);
+            } else {
+                due.push(b);
+            }
+        }
+        due
     })
     .unwrap_or_default();
     rebuild(due, 0);
@@ -558,6 +598,7 @@ pub fn before_free(a: u64, stream: u64) {
     let due = with(|o| {
         o.versions.remove(&a);
         o.producers.remove(&a);
+        o.unguard_readers(a);
         o.read_from(a)
     })
     .unwrap_or_default();
@@ -574,11 +615,12 @@ fn serial(needed: bool) -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 impl Online {
-    /// The dropped tensors whose rebuild reads allocation `a`.
+    /// The dropped tensors whose rebuild reads allocation `a` (but guarded dead contents,
+    /// never rebuilt for their sources' sake).
     fn read_from(&self, a: u64) -> Vec<u64> {
         self.dropped
             .iter()
-            .filter(|(b, d)| **b != a && d.sources.contains(&a))
+            .filter(|(b, d)| **b != a && d.guard.is_none() && d.sources.contains(&a))
             .map(|(b, _)| *b)
             .collect()
     }

@@ -258,11 +258,10 @@ fn a_checkpoint_every_two_updates_under_lru() {
 
 /// The plan of the frozen iterations drops the backbone's activations after their last read
 /// there (the next forward pass overwrites them); the first unfrozen iteration's backward pass
-/// reads them before the tracker sees the program leave the plan, and they are lost
-/// (docs/loops.md). Ignored, not deleted, until the shim keeps them:
-/// `cargo test --release -p marmoset-e2e --test loops -- --ignored`.
+/// reads them before the tracker sees the program leave the plan. Those drops are guarded
+/// (`virt::online::dead`): each is rebuilt from the calls that made it when read, and
+/// MARMOSET_VERIFY checks every rebuild against the bytes dropped.
 #[test]
-#[ignore = "the shim loses the frozen backbone's activations when it is unfrozen (docs/loops.md)"]
 fn a_backbone_unfrozen_after_four_steps_under_auto() {
     under(&UNFREEZE, "auto");
 }

@@ -31,11 +31,22 @@ impl Manager {
                 t.dead = true;
                 t.keep = keep;
             }
-            Place::Evicted(_) if keep => {}
             Place::Evicted(b) if !queued => {
+                // The host copy goes, guarded where the contents can be rebuilt (as a release
+                // of resident dead contents is), kept otherwise once the program left a plan.
+                let guarded = self.guard(va);
+                if !guarded && keep {
+                    return;
+                }
+                let Some(t) = self.tensors.get_mut(&va) else {
+                    return;
+                };
                 t.place = Place::Empty { dropped: true };
                 let size = t.size;
                 self.host_free.entry(size).or_default().push(b);
+                if !guarded && let Some(o) = super::online() {
+                    (o.lost)(alloc_of(va));
+                }
                 crate::core::bus::emit(Event::Drop {
                     alloc: alloc_of(va),
                     bytes: size,

@@ -397,8 +397,14 @@ impl Manager {
                     .min_by_key(|(va, t)| (!t.dead, t.last_use, **va))
                     .map(|(va, t)| (*va, t.dead && !t.keep))
             };
-            // A victim the online policy can rebuild is dropped, not copied out.
+            // Dead contents go without a copy, guarded where they can be rebuilt, and where they
+            // cannot, copied out all the same once the program has left a plan (`keep`). A
+            // victim the online policy can rebuild is dropped, not copied out.
             let victim = victim.map(|(v, dead)| {
+                let guarded = self.tensors.get(&v).is_some_and(|t| t.dead) && self.guard(v);
+                if guarded {
+                    return (v, true);
+                }
                 let rebuilt = !dead
                     && choose
                     && self.droppable_now(v)
@@ -466,8 +472,16 @@ impl Manager {
             } else {
                 self.evict(v)
             };
-            if gone.is_err() {
-                refused.insert(v);
+            let a = alloc_of(v);
+            match (gone, online()) {
+                (Err(_), o) => {
+                    refused.insert(v);
+                    if let Some(o) = o {
+                        (o.kept)(a);
+                    }
+                }
+                (Ok(()), Some(o)) if dead && !(o.is_dropped)(a) => (o.lost)(a),
+                _ => {}
             }
         }
         while self.used + bytes > self.budget
@@ -782,23 +796,50 @@ pub fn before_replay(event: &Event, stream: Option<u64>) -> Result<Hold, c_int> 
     before_as(event, stream, false)
 }
 
-fn before_as(event: &Event, stream: Option<u64>, program: bool) -> Result<Hold, c_int> {
-    let touches = event.touches();
-    if !active() || touches.is_empty() {
-        return Ok(Hold::none());
+/// Before a replay of Marmoset's own takes its scratch: what the online policy dropped and the
+/// replay reads is rebuilt now, so that a chain of rebuilds holds one replay's scratch at a
+/// time, not every link's at once.
+pub fn before_scratch(event: &Event, stream: Option<u64>) {
+    if !active() {
+        return;
     }
-    let allocs: HashMap<u64, (u64, u64)> = touches
+    if let Some(o) = online() {
+        let (_, reads) = operands(event);
+        (o.before_use)(event, &reads, stream.unwrap_or(0), false);
+        (o.after_use)(event);
+    }
+}
+
+/// The call's operands: each touched allocation's address with whether the call needs its
+/// contents, and the allocations it reads.
+fn operands(event: &Event) -> (Vec<(u64, bool)>, Vec<u64>) {
+    let allocs: HashMap<u64, (u64, u64)> = event
+        .touches()
         .iter()
         .filter_map(|t| crate::core::registry::allocation(t.alloc).map(|a| (t.alloc, a)))
         .collect();
-    let vas: Vec<(u64, bool)> = planner::shimtrace::roles(event, &allocs)
-        .into_iter()
-        .filter_map(|(id, role)| allocs.get(&id).map(|a| (a.0, role.reads())))
+    let roles = planner::shimtrace::roles(event, &allocs);
+    let vas = roles
+        .iter()
+        .filter_map(|(id, role)| allocs.get(id).map(|a| (a.0, role.reads())))
         .collect();
+    let reads = roles
+        .iter()
+        .filter(|(_, role)| role.reads())
+        .map(|(id, _)| *id)
+        .collect();
+    (vas, reads)
+}
+
+fn before_as(event: &Event, stream: Option<u64>, program: bool) -> Result<Hold, c_int> {
+    if !active() || event.touches().is_empty() {
+        return Ok(Hold::none());
+    }
+    let (vas, reads) = operands(event);
     // What the online policy dropped and this call needs is rebuilt first; none of the call's
     // tensors is dropped again until it is held for the call (see `Online::after_use`).
     if let Some(o) = online() {
-        (o.before_use)(event, stream.unwrap_or(0), program);
+        (o.before_use)(event, &reads, stream.unwrap_or(0), program);
     }
     let held = with_room(|m| {
         m.ensure(&vas, stream.unwrap_or(0))?;

@@ -17,7 +17,7 @@ pub struct Online {
     pub link_bps: fn() -> f64,
     /// Before a call's tensors are made resident: rebuilds what it needs; from then until
     /// `after_use`, none of its tensors is dropped.
-    pub before_use: fn(&Event, u64, bool),
+    pub before_use: fn(&Event, &[u64], u64, bool),
     pub after_use: fn(&Event),
     pub before_free: fn(u64, u64),
     /// Before contents are marked dead (a plan's drop): rebuilds what was dropped and reads
@@ -26,6 +26,12 @@ pub struct Online {
     /// MARMOSET_VERIFY: a dropped tensor's bytes, kept to check its rebuild against.
     pub saved: fn(u64, Vec<u8>),
     pub is_dropped: fn(u64) -> bool,
+    /// Dead contents released without a copy are guarded where they can be rebuilt (see
+    /// `virt::online::dead`): `guard` (with whether a source holds its bytes here), `kept`
+    /// when the release fails, `lost` when contents go unguarded.
+    pub guard: fn(u64, &dyn Fn(u64) -> bool) -> bool,
+    pub kept: fn(u64),
+    pub lost: fn(u64),
 }
 
 static ONLINE: std::sync::OnceLock<Online> = std::sync::OnceLock::new();
@@ -113,5 +119,34 @@ impl Manager {
             Place::Empty { .. } => (o.is_dropped)(id),
             _ => !t.dead || t.keep,
         })
+    }
+
+    /// Guards the dead contents at `va`, about to go without a copy (see
+    /// `virt::online::dead`): true when the online policy can rebuild them if they are read.
+    /// MARMOSET_VERIFY keeps their bytes to check the rebuild against.
+    pub(super) fn guard(&mut self, va: u64) -> bool {
+        let Some(o) = online() else {
+            return false;
+        };
+        // A source holds its bytes resident (dead ones too: released later, guarded or said
+        // lost) or on the host; the online policy knows its own drops.
+        let holds = |b: u64| {
+            crate::core::registry::allocation(b).is_some_and(|(bva, _)| {
+                self.tensors
+                    .get(&bva)
+                    .is_none_or(|t| !matches!(t.place, Place::Empty { .. }))
+            })
+        };
+        let a = alloc_of(va);
+        if !(o.guard)(a, &holds) {
+            return false;
+        }
+        if crate::core::state::config().verify
+            && let Some(size) = crate::core::registry::allocation(a).map(|x| x.1)
+            && let Some(bytes) = self.snapshot(va, size)
+        {
+            (o.saved)(a, bytes);
+        }
+        true
     }
 }
