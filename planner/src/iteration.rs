@@ -26,7 +26,7 @@ mod tokens;
 
 pub use boundary::quietest;
 pub use detection::{NEXT, Region, detect, detect_at_end, detect_period};
-pub use naming::{Divergence, Steady, TensorId, steady, steady_from};
+pub use naming::{Divergence, Steady, TensorId, once, steady, steady_from};
 pub use tokens::{Call, Effect, calls, token};
 
 #[cfg(test)]

@@ -210,6 +210,30 @@ pub fn convert_with(
     fold: bool,
     period: Option<usize>,
 ) -> Result<Converted, String> {
+    convert_iteration(records, fold, Which::Repeated(period))
+}
+
+/// [`convert_with`] for one iteration seen once (`planner::iteration::once`): the calls from
+/// the one whose record is `start_seq` up to the one whose record is `end_seq`, not included.
+pub fn convert_once(
+    records: &[Record],
+    fold: bool,
+    start_seq: u64,
+    end_seq: u64,
+) -> Result<Converted, String> {
+    convert_iteration(records, fold, Which::Once { start_seq, end_seq })
+}
+
+/// Which iteration of the records a model is made of.
+enum Which {
+    /// The steady iteration of a repetition: the longest, or the one of this period that ends
+    /// the records.
+    Repeated(Option<usize>),
+    /// Calls `start_seq ..end_seq`, seen once.
+    Once { start_seq: u64, end_seq: u64 },
+}
+
+fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Converted, String> {
     let mut times: HashMap<u64, f64> = HashMap::new();
     for r in records {
         if let Event::Timing { of, device_ms } = r.event {
@@ -235,19 +259,33 @@ pub fn convert_with(
     }
     let tokens: Vec<u64> = s.calls.iter().map(|c| c.token).collect();
     let (live, allocated) = (s.live_bytes(), s.allocated_bytes());
-    let region = match period {
-        Some(p) => iteration::detect_period(&tokens, p),
-        None => iteration::detect(&tokens),
-    };
-    let iteration = match region {
-        Some(region) => {
+    let iteration = match which {
+        Which::Repeated(period) => match period {
+            Some(p) => iteration::detect_period(&tokens, p),
+            None => iteration::detect(&tokens),
+        }
+        .ok_or_else(|| {
+            format!(
+                "no repeating iteration in {} calls (two iterations or more are needed)",
+                s.calls.len()
+            )
+        })
+        .and_then(|region| {
             iteration::steady_from(&s.calls, region, |r| choose_cut(&live, &allocated, r))
                 .map_err(|d| d.to_string())
+        }),
+        Which::Once { start_seq, end_seq } => {
+            let start = s.calls.iter().position(|c| c.seq >= start_seq);
+            let end = s.calls.iter().position(|c| c.seq >= end_seq);
+            match (start, end) {
+                (Some(a), Some(b)) if a < b => {
+                    iteration::once(&s.calls, a, b - a).map_err(|d| d.to_string())
+                }
+                _ => Err(format!(
+                    "no calls from record {start_seq} to record {end_seq} in the records"
+                )),
+            }
         }
-        None => Err(format!(
-            "no repeating iteration in {} calls (two iterations or more are needed)",
-            s.calls.len()
-        )),
     };
     let (ws, we) = match &iteration {
         Ok(st) => (st.start, st.start + st.period),

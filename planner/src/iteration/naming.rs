@@ -287,6 +287,56 @@ pub fn steady(calls: &[Call], region: Region, cut: usize) -> Result<Steady, Dive
     }))
 }
 
+/// One iteration seen once: calls `start .. start + period`, named without a second to verify
+/// them against (what a program runs between two iterations of kinds it is known to run: an
+/// evaluation pass, a batch of another shape). What it allocates is named by its place in it
+/// (`Rel { back: 0 }`); what it touches from before, by the allocation itself, which a later
+/// iteration of the kind touches only if it still stands (see the shim's tracker).
+pub fn once(calls: &[Call], start: usize, period: usize) -> Result<Steady, Divergence> {
+    let not = |what: String| Divergence {
+        iteration: 0,
+        call: 0,
+        what,
+    };
+    if period == 0 || start + period > calls.len() {
+        return Err(not(format!(
+            "calls {start} to {} are not all in the {} calls",
+            start + period,
+            calls.len()
+        )));
+    }
+    if calls[start..start + period]
+        .iter()
+        .all(|c| named(c).is_empty())
+    {
+        return Err(not("no call names an allocation".to_string()));
+    }
+    let region = Region {
+        start,
+        period,
+        end: start + period,
+    };
+    let made: HashMap<u64, (usize, u64)> = calls
+        .iter()
+        .enumerate()
+        .skip(start)
+        .take(period)
+        .filter_map(|(i, c)| match c.effect {
+            Effect::Alloc { id, size } => Some((id, (i, size))),
+            _ => None,
+        })
+        .collect();
+    let (names, touched) = names_of(calls, &made, &HashMap::new(), region, start, start);
+    Ok(Steady {
+        start,
+        period,
+        index: 0,
+        iterations: 1,
+        names,
+        touched,
+    })
+}
+
 /// [`steady`] on `region` cut where `cut` says; when no pair of its iterations verifies, again
 /// from one period later, as long as two full iterations remain.
 pub fn steady_from(

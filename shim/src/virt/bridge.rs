@@ -10,7 +10,7 @@ use crate::virt::executor::Ready;
 use crate::virt::recompute::Recipe;
 use crate::virt::sequence::Found;
 use planner::iteration::TensorId;
-use planner::shimtrace::{Converted, as_held, convert_with, first_writes};
+use planner::shimtrace::{Converted, as_held, convert_once, convert_with, first_writes};
 use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
@@ -184,7 +184,7 @@ pub fn plan(found: Found, records: Vec<Record>) {
     let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
-    if reuse(&found) {
+    if found.once.is_none() && reuse(&found) {
         return;
     }
     if let Ok(mut next) = NEXT.lock() {
@@ -275,7 +275,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
     let records = crate::virt::sequence::records(found.generation).unwrap_or(records);
     let records = replayable_now(records);
     let got = catch_unwind(AssertUnwindSafe(|| {
-        plan_now(policy, budget, &records, found.period)
+        plan_now(policy, budget, &records, &found)
     }));
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
     match got {
@@ -292,10 +292,13 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 Decision::Extend { .. } => (s, r),
             });
             // The kind: the iteration's calls from the model's cut (the tracker's calls of
-            // this detection).
-            let kind_tokens = converted.iteration.as_ref().ok().and_then(|st| {
-                crate::virt::sequence::tokens(found.generation, st.start, found.period)
-            });
+            // this detection), or those of the iteration seen once.
+            let kind_tokens = match &found.once {
+                Some(once) => Some(once.tokens.to_vec()),
+                None => converted.iteration.as_ref().ok().and_then(|st| {
+                    crate::virt::sequence::tokens(found.generation, st.start, found.period)
+                }),
+            };
             let record = Event::Plan {
                 iteration_kind: kind_tokens.as_deref().map(crate::virt::kinds::hash),
                 reused: false,
@@ -335,6 +338,40 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                     }
                 ),
             );
+            // An iteration seen once: its plan is kept for when the kind comes again (the
+            // program has moved on to another).
+            if found.once.is_some() {
+                let period = converted.iteration.as_ref().map_or(0, |st| st.period);
+                if period != found.period {
+                    no_plan(
+                        policy,
+                        format!(
+                            "the model of the iteration seen once has {period} calls, the tracker's {}",
+                            found.period
+                        ),
+                        planning_ms,
+                    );
+                    return;
+                }
+                log(
+                    Level::Info,
+                    &format!(
+                        "bridge: the plan of the kind seen once ({period} calls) is kept for when it comes again"
+                    ),
+                );
+                let recipes = recipes(&converted, &plan, &records);
+                let ready = Arc::new(Ready {
+                    found,
+                    converted,
+                    plan,
+                    outcome,
+                    recipes,
+                });
+                if let Some(tokens) = kind_tokens {
+                    crate::virt::kinds::remember(tokens, ready, record);
+                }
+                return;
+            }
             // The model's cut becomes the tracker's iteration boundary, so that the
             // plan's call offsets and tensor names are the tracker's; from now on each call
             // touches what the plan's names stand for, or the program has diverged.
@@ -404,10 +441,13 @@ fn plan_now(
     policy: &str,
     budget: u64,
     records: &[Record],
-    period: usize,
+    found: &Found,
 ) -> Result<Planned, String> {
     let fold = config().test_fold != Some(false);
-    let mut converted = convert_with(records, fold, Some(period))?;
+    let mut converted = match &found.once {
+        Some(once) => convert_once(records, fold, found.start_seq, once.end_seq)?,
+        None => convert_with(records, fold, Some(found.period))?,
+    };
     if let Err(why) = &converted.iteration {
         return Err(format!("the model found no steady iteration: {why}"));
     }

@@ -67,6 +67,11 @@ pub fn remember(tokens: Vec<u64>, ready: Arc<Ready>, record: Event) {
         record,
         used,
     });
+    // The tracker recognises them wherever they begin (its lock is taken after this one's is
+    // released: it asks for a kind under its own).
+    let kept: Vec<(u64, Arc<[u64]>)> = c.kinds.iter().map(|k| (k.hash, k.tokens.clone())).collect();
+    drop(c);
+    crate::virt::sequence::set_kinds(kept);
 }
 
 /// A kept kind whose calls are `window` (one whole iteration as found, from any call of it)
@@ -88,23 +93,14 @@ pub fn find(window: &[u64]) -> Option<(usize, Arc<Ready>, Event)> {
     Some(((n - r) % n, kind.ready.clone(), kind.record.clone()))
 }
 
-/// The kept kind whose calls begin with `calls` (an iteration's first calls): its calls, its
-/// plan and its plan record. None unless exactly one kind does (kinds that share their first
-/// calls are told apart by more of them).
-pub fn recognise(calls: &[u64]) -> Option<(Arc<[u64]>, Arc<Ready>, Event)> {
-    if calls.is_empty() {
-        return None;
-    }
+/// The kept kind `hash` names (the tracker recognised it): its plan and its plan record.
+pub fn get(hash: u64) -> Option<(Arc<Ready>, Event)> {
     let mut c = CACHE.lock().ok()?;
     c.clock += 1;
     let now = c.clock;
-    let mut fit = c.kinds.iter_mut().filter(|k| k.tokens.starts_with(calls));
-    let kind = fit.next()?;
-    if fit.next().is_some() {
-        return None;
-    }
+    let kind = c.kinds.iter_mut().find(|k| k.hash == hash)?;
     kind.used = now;
-    Some((kind.tokens.clone(), kind.ready.clone(), kind.record.clone()))
+    Some((kind.ready.clone(), kind.record.clone()))
 }
 
 /// The names each call of a kind's iteration touches by, in its plan (what the tracker checks

@@ -22,8 +22,11 @@ use planner::trace::{Event, Record};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+mod matcher;
 mod periods;
+use matcher::Matcher;
 use periods::Periods;
+use std::collections::VecDeque;
 
 /// For each call of an iteration, the plan's names of the allocations the API names it
 /// touching (`planner::iteration::Steady::touched`).
@@ -58,6 +61,18 @@ pub struct Found {
     pub one_period: bool,
     /// Once a plan guides: the names each call must touch by (None: its calls only).
     pub names: Option<Names>,
+    /// An iteration seen once, between two of kinds planned before: planned as a kind of its
+    /// own, not followed (the program has moved on to the next).
+    pub once: Option<Once>,
+}
+
+/// An iteration seen once (see [`Found::once`]).
+#[derive(Debug, Clone)]
+pub struct Once {
+    /// The `seq` of the first call after it.
+    pub end_seq: u64,
+    /// Its calls: the kind's.
+    pub tokens: Arc<[u64]>,
 }
 
 /// What the caller does once the tracker's lock is released (planning, records).
@@ -75,23 +90,28 @@ pub enum After {
         call: usize,
         period: usize,
     },
-    /// The calls since the last divergence are a kind planned before, of `kind` calls, the
-    /// latest its call `call`: it is followed now.
+    /// The latest calls are a kind planned before, of `kind` calls, the latest its call
+    /// `call`: it is followed now. `once`: the calls since the program left a plan, up to
+    /// this kind's first, are an iteration of a new kind, to plan from these records.
     Adopted {
         seq: u64,
         call: usize,
         kind: usize,
+        once: Option<(Found, Vec<Record>)>,
     },
     /// The tracker stopped: nothing is followed any more.
     Stopped,
 }
 
-/// Which kind planned before begins with `calls` (an iteration's first calls): its calls and
-/// its plan's names, where exactly one kind does.
-pub type Recognise<'a> = &'a mut dyn FnMut(&[u64]) -> Option<(Arc<[u64]>, Option<Names>)>;
+/// The plan's names of the kind planned before that `hash` names, if it is still kept (Some:
+/// kept, with its names where its plan has them).
+pub type Recognise<'a> = &'a mut dyn FnMut(u64) -> Option<Option<Names>>;
 
-/// Calls after a divergence within which a kind planned before may be recognised.
-const RECOGNISE_CALLS: usize = 64;
+/// Recent calls kept at least, to follow a kind from its first call or plan an iteration seen
+/// once (more when a kind is longer).
+const RECENT: usize = 1 << 16;
+/// The longest iteration seen once that is planned, in calls of the longest kind kept.
+const ONCE_LONGEST: usize = 4;
 
 struct Tracker {
     /// Every record since tracking (re)started, plus the allocations still live from before.
@@ -121,9 +141,18 @@ struct Tracker {
     stopped: bool,
     /// Set when the call just seen starts an iteration: the period.
     boundary: Option<usize>,
-    /// After a divergence: the index of the call that left, from which the calls may yet be
-    /// recognised as a kind planned before.
-    pending: Option<usize>,
+    /// The kinds planned before, matched against the calls as they come.
+    matcher: Matcher,
+    /// The latest calls (token, allocation made, `seq`), the first of them call `recent_from`
+    /// of the whole stream; `seen` calls in all.
+    recent: VecDeque<(u64, Option<u64>, u64)>,
+    recent_from: usize,
+    seen: usize,
+    /// Where the program left a plan: the first call (of the whole stream) of the iteration it
+    /// left, from which the calls up to the next kind recognised are an iteration of a new kind.
+    open: Option<usize>,
+    /// The kinds whose first calls the calls since `open` still are.
+    since_open: Vec<(u64, Arc<[u64]>)>,
 }
 
 static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
@@ -146,7 +175,12 @@ impl Tracker {
             next_check: CHECK,
             stopped: false,
             boundary: None,
-            pending: None,
+            matcher: Matcher::default(),
+            recent: VecDeque::new(),
+            recent_from: 0,
+            seen: 0,
+            open: None,
+            since_open: Vec::new(),
         }
     }
 }
@@ -231,14 +265,17 @@ impl Tracker {
         recognise: Recognise,
     ) -> After {
         let index = self.tokens.len();
-        self.tokens.push(token);
-        self.seqs.push(r.seq);
-        self.allocs.push(match r.event {
+        let alloc = match r.event {
             Event::Alloc {
                 alloc, result: 0, ..
             } => Some(alloc),
             _ => None,
-        });
+        };
+        self.tokens.push(token);
+        self.seqs.push(r.seq);
+        self.allocs.push(alloc);
+        self.recent(token, alloc, r.seq);
+        self.matcher.feed(token);
         if let Some(f) = self.found.clone() {
             if (index - f.boundary).is_multiple_of(f.period) {
                 self.made.push(Vec::new());
@@ -264,9 +301,23 @@ impl Tracker {
                 .and_then(|n| n.get(call))
                 .is_none_or(|names| self.touches_as_named(&r.event, names));
             if expected != Some(token) || !named {
-                self.restart(index);
-                // From the next call on, the calls from this one may be a kind planned before.
-                self.pending = Some(self.tokens.len() - 1);
+                // The calls of the iteration it left, from its first, begin another.
+                let from = self.seen - 1 - call;
+                self.open = Some(from);
+                self.since_open = self
+                    .matcher
+                    .kinds()
+                    .filter(|(_, k)| {
+                        k.len() > call
+                            && self
+                                .recent
+                                .range(from - self.recent_from..)
+                                .zip(k.iter())
+                                .all(|(c, t)| c.0 == *t)
+                    })
+                    .map(|(h, k)| (h, k.clone()))
+                    .collect();
+                self.restart(index, index - call);
                 return After::Diverged {
                     seq: r.seq,
                     call,
@@ -275,7 +326,7 @@ impl Tracker {
             }
             return After::Nothing;
         }
-        if let Some(a) = self.recognise(r.seq, recognise) {
+        if let Some(a) = self.adopt(r.seq, recognise) {
             return a;
         }
         let ripe = self.periods.see(&self.tokens, made, freed);
@@ -369,7 +420,7 @@ impl Tracker {
             .collect();
         self.seqs = calls.iter().map(|c| c.seq).collect();
         self.dropped = 0;
-        self.pending = None;
+        self.open = None;
         let n = tokens.len();
         self.generation += 1;
         let found = Found {
@@ -380,6 +431,7 @@ impl Tracker {
             expected: None,
             one_period: st.iterations == 1,
             names: None,
+            once: None,
         };
         self.found = Some(found.clone());
         self.periods.clear();
@@ -392,116 +444,229 @@ impl Tracker {
         }
     }
 
-    /// Starts detection again at call `index`: the records from there, and the allocations
-    /// still live before it (tensor sizes and lifetimes need them).
-    fn restart(&mut self, index: usize) {
+    /// Starts detection again at call `index`, with the calls from call `from` (the first of
+    /// the iteration the program left, which begins whatever comes instead), their records,
+    /// and those of the allocations still live before them or freed since (tensor sizes and
+    /// lifetimes need them).
+    fn restart(&mut self, index: usize, from: usize) {
         self.found = None;
         self.generation += 1;
         self.made.clear();
-        let live = &self.sizes;
-        let keep_from = self.records.len() - 1;
-        let mut kept: Vec<Record> = self.records[..keep_from]
+        let from_seq = self.seqs[from];
+        let freed: std::collections::HashSet<u64> = self
+            .records
             .iter()
-            .filter(|r| matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc)))
-            .cloned()
+            .filter(|r| r.seq >= from_seq)
+            .filter_map(|r| match r.event {
+                Event::Free { alloc: Some(a), .. } => Some(a),
+                _ => None,
+            })
             .collect();
-        kept.push(self.records[keep_from].clone());
-        self.records = kept;
-        let allocs = self.records.len() - 1;
-        // Tokens: the kept allocations, then this call.
-        let last = self.tokens[index];
-        self.tokens = Vec::new();
-        let sizes: HashMap<u64, u64> = HashMap::new();
-        for r in &self.records[..allocs] {
-            if let Some(t) = iteration::token(&r.event, &sizes) {
-                self.tokens.push(t);
-            }
-        }
-        self.tokens.push(last);
-        let last_alloc = self.allocs[index];
-        self.allocs = self.records[..allocs]
+        let live = &self.sizes;
+        let records = std::mem::take(&mut self.records);
+        let (before, after): (Vec<Record>, Vec<Record>) =
+            records.into_iter().partition(|r| r.seq < from_seq);
+        let before: Vec<Record> = before
+            .into_iter()
+            .filter(|r| matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc) || freed.contains(&alloc)))
+            .collect();
+        // Tokens: the kept allocations, then the calls from `from` as they were seen.
+        let none: HashMap<u64, u64> = HashMap::new();
+        let mut tokens: Vec<u64> = before
+            .iter()
+            .filter_map(|r| iteration::token(&r.event, &none))
+            .collect();
+        let mut allocs: Vec<Option<u64>> = before
             .iter()
             .map(|r| match r.event {
                 Event::Alloc { alloc, .. } => Some(alloc),
                 _ => None,
             })
             .collect();
-        self.allocs.push(last_alloc);
-        let last_seq = self.seqs[index];
-        self.seqs = self.records[..allocs].iter().map(|r| r.seq).collect();
-        self.seqs.push(last_seq);
+        let mut seqs: Vec<u64> = before.iter().map(|r| r.seq).collect();
+        tokens.extend_from_slice(&self.tokens[from..=index]);
+        allocs.extend_from_slice(&self.allocs[from..=index]);
+        seqs.extend_from_slice(&self.seqs[from..=index]);
+        (self.tokens, self.allocs, self.seqs) = (tokens, allocs, seqs);
+        self.records = before;
+        self.records.extend(after);
         self.dropped = 0;
         self.next_check = self.tokens.len() + CHECK;
         self.next_try = self.tokens.len();
-        // The candidates of the calls kept: the allocations, then this call.
+        // The candidates of the calls kept.
         self.periods.clear();
-        for (k, r) in self.records.iter().enumerate() {
+        let mut sizes: HashMap<u64, u64> = HashMap::new();
+        let mut k = 0;
+        for r in &self.records {
             let (made, freed) = match r.event {
                 Event::Alloc {
-                    size, result: 0, ..
-                } => (size, 0),
+                    alloc,
+                    size,
+                    result: 0,
+                    ..
+                } => {
+                    sizes.insert(alloc, size);
+                    (size, 0)
+                }
                 Event::Free {
                     alloc: Some(id),
                     result: 0,
                     ..
-                } => (0, self.sizes.get(&id).copied().unwrap_or(0)),
+                } => (0, sizes.get(&id).copied().unwrap_or(0)),
                 _ => (0, 0),
             };
+            if iteration::token(&r.event, &sizes).is_none() || k >= self.tokens.len() {
+                continue;
+            }
             self.periods.see(&self.tokens[..=k], made, freed);
+            k += 1;
         }
     }
 
-    /// After a divergence, within [`RECOGNISE_CALLS`] calls: the calls since it, if they are
-    /// the first calls of a kind planned before, are followed as that kind from here. Only from
-    /// the kind's first call: every allocation of the iteration is then one seen since, and
-    /// the plan's names for them are exact.
-    fn recognise(&mut self, seq: u64, recognise: Recognise) -> Option<After> {
-        let from = self.pending?;
-        let index = self.tokens.len().checked_sub(1)?;
-        if index <= from {
+    /// Keeps call `token` (which made `alloc`, record `seq`) among the recent calls.
+    fn recent(&mut self, token: u64, alloc: Option<u64>, seq: u64) {
+        self.recent.push_back((token, alloc, seq));
+        self.seen += 1;
+        let keep = RECENT.max((ONCE_LONGEST + 1) * self.matcher.longest());
+        while self.recent.len() > keep {
+            self.recent.pop_front();
+            self.recent_from += 1;
+        }
+    }
+
+    /// The kinds planned before (their names and calls), matched from now on.
+    fn set_kinds(&mut self, kinds: Vec<(u64, Arc<[u64]>)>) {
+        self.matcher.set(kinds);
+    }
+
+    /// While no plan is followed: the kind planned before that the iteration under way is, if
+    /// one is known, followed from here. Where the program left a plan an iteration began: the
+    /// kinds whose first calls the calls since are, until one alone is left. Elsewhere, a kind
+    /// the latest calls match (see `matcher`) from its first call; then the calls since the
+    /// program left a plan, up to that first call, are an iteration of a new kind, to be
+    /// planned from this one occurrence.
+    fn adopt(&mut self, seq: u64, recognise: Recognise) -> Option<After> {
+        if let Some(from) = self.open
+            && !self.since_open.is_empty()
+            && from >= self.recent_from
+        {
+            let n = self.seen - from;
+            let latest = self.recent.back().map(|c| c.0);
+            self.since_open
+                .retain(|(_, k)| k.get(n - 1).copied() == latest);
+            if self.since_open.len() != 1 {
+                return None;
+            }
+            let (hash, kind) = self.since_open.pop().expect("one");
+            let names = recognise(hash)?;
+            self.open = None;
+            let calls = kind.len();
+            self.follow(from, kind, names);
+            return Some(After::Adopted {
+                seq,
+                call: n - 1,
+                kind: calls,
+                once: None,
+            });
+        }
+        let (hash, kind, matched) = self.matcher.under_way()?;
+        let first = self.seen - matched;
+        if first < self.recent_from {
             return None;
         }
-        if index - from >= RECOGNISE_CALLS {
-            self.pending = None;
-            return None;
-        }
-        // At 2, 4, 8... calls: each look-up reads every kind.
-        if !(index - from + 1).is_power_of_two() {
-            return None;
-        }
-        let (kind, names) = recognise(&self.tokens[from..=index])?;
-        let call = index - from;
+        let names = recognise(hash)?;
+        let once = self.open.take().and_then(|from| self.once(from, first));
         let calls = kind.len();
-        self.pending = None;
-        self.follow(from, index, kind, names);
+        self.follow(first, kind, names);
         Some(After::Adopted {
             seq,
-            call,
+            call: matched - 1,
             kind: calls,
+            once,
         })
     }
 
-    /// The iteration under way, from call `start`, is of a kind planned before (`kind`, its
-    /// calls): followed from here as a detection of its own. Only this iteration's allocations
-    /// are named (`Rel { back: 0 }`): the iterations before it were of another kind.
-    fn follow(&mut self, start: usize, index: usize, kind: Arc<[u64]>, names: Option<Names>) {
+    /// Calls `from .. to` (of the whole stream), an iteration seen once: what the bridge plans
+    /// it from. None when it is not all among the recent calls and records, or longer than
+    /// [`ONCE_LONGEST`] of the longest kind kept (calls of a program that no plan fits).
+    fn once(&self, from: usize, to: usize) -> Option<(Found, Vec<Record>)> {
+        if from < self.recent_from
+            || to <= from + 1
+            || to - from > ONCE_LONGEST * self.matcher.longest()
+        {
+            return None;
+        }
+        let at = |g: usize| self.recent[g - self.recent_from];
+        let tokens: Arc<[u64]> = (from..to).map(|g| at(g).0).collect();
+        let (start_seq, end_seq) = (at(from).2, at(to).2);
+        if !self.records.iter().any(|r| r.seq == start_seq) {
+            return None;
+        }
+        let mut records = self.records.clone();
+        records.sort_by_key(|r| r.seq);
+        Some((
+            Found {
+                period: to - from,
+                boundary: 0,
+                start_seq,
+                generation: self.generation,
+                expected: None,
+                one_period: true,
+                names: None,
+                once: Some(Once { end_seq, tokens }),
+            },
+            records,
+        ))
+    }
+
+    /// The iteration under way, from call `first` of the whole stream (among the recent
+    /// calls), is of a kind planned before (`kind`, its calls): followed from here as a
+    /// detection of its own, its calls from there and the allocations still live before them
+    /// kept. Only this iteration's allocations are named (`Rel { back: 0 }`): the iterations
+    /// before it were of another kind.
+    fn follow(&mut self, first: usize, kind: Arc<[u64]>, names: Option<Names>) {
+        let first_seq = self.recent[first - self.recent_from].2;
+        let live = &self.sizes;
+        self.records.retain(|r| {
+            r.seq >= first_seq
+                || matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc))
+        });
+        let none: HashMap<u64, u64> = HashMap::new();
+        let before: Vec<(u64, Option<u64>, u64)> = self
+            .records
+            .iter()
+            .filter(|r| r.seq < first_seq)
+            .filter_map(|r| match r.event {
+                Event::Alloc { alloc, .. } => {
+                    Some((iteration::token(&r.event, &none)?, Some(alloc), r.seq))
+                }
+                _ => None,
+            })
+            .collect();
+        let boundary = before.len();
+        let calls = before
+            .into_iter()
+            .chain(self.recent.range(first - self.recent_from..).copied());
+        (self.tokens, self.allocs, self.seqs) = (Vec::new(), Vec::new(), Vec::new());
+        for (token, alloc, seq) in calls {
+            self.tokens.push(token);
+            self.allocs.push(alloc);
+            self.seqs.push(seq);
+        }
+        self.dropped = 0;
         self.generation += 1;
-        self.made = vec![
-            self.allocs[start..=index]
-                .iter()
-                .flatten()
-                .copied()
-                .collect(),
-        ];
-        self.boundary = (start == index).then_some(kind.len());
+        self.made = vec![self.allocs[boundary..].iter().flatten().copied().collect()];
+        let index = self.tokens.len() - 1;
+        self.boundary = (boundary == index).then_some(kind.len());
         self.found = Some(Found {
             period: kind.len(),
-            boundary: start,
-            start_seq: self.seqs[start],
+            boundary,
+            start_seq: first_seq,
             generation: self.generation,
             expected: Some(kind),
             one_period: false,
             names,
+            once: None,
         });
         self.periods.clear();
     }
@@ -633,6 +798,13 @@ impl Tracker {
                 self.made[i].get(k).copied()
             }
         }
+    }
+}
+
+/// The kinds planned before (their names and calls): recognised wherever they begin.
+pub fn set_kinds(kinds: Vec<(u64, Arc<[u64]>)>) {
+    if let Ok(mut g) = TRACKER.lock() {
+        g.get_or_insert_with(Tracker::new).set_kinds(kinds);
     }
 }
 

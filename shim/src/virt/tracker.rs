@@ -27,11 +27,11 @@ pub fn observe(r: &Record) {
     // A kind planned before, recognised from an iteration's first calls: its plan, kept for
     // the executor once the sequence's lock is released.
     let mut kept = None;
-    let (boundary, after) = sequence::see(r, &mut |calls: &[u64]| {
-        let (kind, ready, record) = crate::virt::kinds::recognise(calls)?;
+    let (boundary, after) = sequence::see(r, &mut |hash: u64| {
+        let (ready, record) = crate::virt::kinds::get(hash)?;
         let names = crate::virt::kinds::names(&ready);
         kept = Some((ready, record));
-        Some((kind, names))
+        Some(names)
     });
     if let Some(period) = boundary {
         crate::virt::executor::boundary(period);
@@ -76,18 +76,38 @@ pub fn observe(r: &Record) {
             );
             crate::virt::executor::diverged();
         }
-        After::Adopted { seq, call, kind } => {
+        After::Adopted {
+            seq,
+            call,
+            kind,
+            once,
+        } => {
             let Some((ready, record)) = kept else {
                 return;
             };
             log(
                 Level::Info,
                 &format!(
-                    "tracker: the calls since the divergence are a kind planned before ({kind} calls, now at its call {call}): its plan guides from the next call"
+                    "tracker: the latest calls are a kind planned before ({kind} calls, now at its call {call}): its plan guides from the next call"
                 ),
             );
             crate::core::bus::emit(crate::virt::kinds::reused(record, seq, 0.0));
             crate::virt::executor::adopt(ready);
+            if let Some((found, records)) = once {
+                crate::core::bus::emit(Event::Iteration {
+                    start: found.start_seq,
+                    period: found.period as u64,
+                    calls: found.period as u64,
+                });
+                log(
+                    Level::Info,
+                    &format!(
+                        "tracker: the {} calls before it, since the program left a plan, are an iteration of a new kind; planning it from this one occurrence",
+                        found.period
+                    ),
+                );
+                crate::virt::bridge::plan(found, records);
+            }
         }
         After::Stopped => crate::virt::executor::diverged(),
     }

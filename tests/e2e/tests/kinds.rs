@@ -1,6 +1,7 @@
 //! Plans per iteration kind: a program that trains, evaluates (another kind of iteration:
-//! the forward pass only), then trains again has each kind planned once; when training comes
-//! back its plan guides again from the cache, without planning. In data mode, within the budget,
+//! the forward pass only), then trains again has each kind planned once (evaluation from its
+//! first pass, between two kinds known); when evaluation comes again, and training after it,
+//! their plans guide again from the cache, without planning. In data mode, within the budget,
 //! with the output of the run without Marmoset.
 
 use marmoset_e2e::*;
@@ -82,13 +83,17 @@ fn a_kind_that_comes_back_is_guided_by_its_kept_plan() {
         reused.iter().any(|p| kind(p) == training),
         "the training plan was the one reused: {ps:?}"
     );
-    // After the reuse, the executor guides (the last iterations are training's).
+    // Evaluation, planned from its first pass (the stretch between the program leaving the
+    // training plan and training's calls coming again), is recognised when it comes again,
+    // and training after it: each kept plan guides again.
     let err = stderr(&o);
-    let at = err
-        .find("a kind planned before")
+    let recognised = |p: &Value| format!("a kind planned before ({} calls", p["period"]);
+    let eval = err
+        .find(&recognised(made[1]))
         .unwrap_or_else(|| panic!("{err}"));
+    assert!(err[eval..].contains(&recognised(made[0])), "{err}");
     assert!(
-        err[at..].contains("the plan guides from this iteration"),
+        err.contains("an iteration of a new kind; planning it from this one occurrence"),
         "{err}"
     );
     // The reuse did no planning: the planning time of a look-up is far below its planning.

@@ -1,0 +1,195 @@
+//! Kept kinds recognised wherever they begin. For each kind planned before, the longest prefix
+//! of its calls that ends the stream so far (Knuth-Morris-Pratt: one failure table per kind,
+//! each call a constant amortised step per kind), fed every call whether the program follows a
+//! plan or none: an iteration of a kind seen before is known some calls after it begins, even
+//! where nothing says an iteration begins (after calls of no kind kept). Where the tracker knows
+//! an iteration begins (the one the program left), it matches the kinds from there itself.
+
+use std::sync::Arc;
+
+/// Calls a kind must have matched before it is taken for the iteration under way, at least:
+/// a quarter of it, or the whole kind if shorter (a short match may be a run of repeated
+/// layers met at another phase).
+pub const RECOGNISE: usize = 16;
+
+struct Kept {
+    hash: u64,
+    tokens: Arc<[u64]>,
+    /// fail[i]: the longest proper prefix of tokens[..=i] that is also its suffix.
+    fail: Vec<usize>,
+    /// The longest prefix of `tokens` that ends the stream.
+    at: usize,
+}
+
+#[derive(Default)]
+pub struct Matcher {
+    kinds: Vec<Kept>,
+}
+
+impl Matcher {
+    /// The kinds kept now (their names and calls): new ones start unmatched, those kept before
+    /// keep their place.
+    pub fn set(&mut self, kinds: Vec<(u64, Arc<[u64]>)>) {
+        let mut old = std::mem::take(&mut self.kinds);
+        for (hash, tokens) in kinds {
+            if tokens.is_empty() {
+                continue;
+            }
+            match old
+                .iter()
+                .position(|k| k.hash == hash && k.tokens == tokens)
+            {
+                Some(i) => self.kinds.push(old.swap_remove(i)),
+                None => self.kinds.push(Kept {
+                    hash,
+                    fail: failure(&tokens),
+                    tokens,
+                    at: 0,
+                }),
+            }
+        }
+    }
+
+    /// The kinds kept (their names and calls).
+    pub fn kinds(&self) -> impl Iterator<Item = (u64, &Arc<[u64]>)> {
+        self.kinds.iter().map(|k| (k.hash, &k.tokens))
+    }
+
+    /// The longest kind's length (what the tracker keeps of the recent calls to follow one).
+    pub fn longest(&self) -> usize {
+        self.kinds.iter().map(|k| k.tokens.len()).max().unwrap_or(0)
+    }
+
+    /// One more call.
+    pub fn feed(&mut self, token: u64) {
+        for k in &mut self.kinds {
+            if k.at == k.tokens.len() {
+                k.at = k.fail[k.at - 1];
+            }
+            while k.at > 0 && k.tokens[k.at] != token {
+                k.at = k.fail[k.at - 1];
+            }
+            if k.tokens[k.at] == token {
+                k.at += 1;
+            }
+        }
+    }
+
+    /// The kind under way: the one that has matched the most calls, enough of them (see
+    /// [`RECOGNISE`]), alone in doing so (kinds that share their first calls wait for the calls
+    /// that tell them apart). Its name, calls, and the calls matched.
+    pub fn under_way(&self) -> Option<(u64, Arc<[u64]>, usize)> {
+        let enough = |k: &Kept| {
+            k.at >= k
+                .tokens
+                .len()
+                .min(RECOGNISE.max(k.tokens.len().div_ceil(4)))
+        };
+        let best = self
+            .kinds
+            .iter()
+            .filter(|k| enough(k))
+            .max_by_key(|k| k.at)?;
+        let tied = self
+            .kinds
+            .iter()
+            .filter(|k| k.at == best.at && enough(k))
+            .count();
+        (tied == 1).then(|| (best.hash, best.tokens.clone(), best.at))
+    }
+}
+
+fn failure(tokens: &[u64]) -> Vec<usize> {
+    let mut fail = vec![0usize; tokens.len()];
+    let mut k = 0;
+    for i in 1..tokens.len() {
+        while k > 0 && tokens[i] != tokens[k] {
+            k = fail[k - 1];
+        }
+        if tokens[i] == tokens[k] {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    fail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matcher(kinds: &[&[u64]]) -> Matcher {
+        let mut m = Matcher::default();
+        m.set(
+            kinds
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (i as u64, Arc::from(*k)))
+                .collect(),
+        );
+        m
+    }
+
+    #[test]
+    fn a_kind_is_found_wherever_it_begins() {
+        // A kind of 20 calls (16 to recognise it): found 16 calls after it begins, after
+        // calls of no kind, and again after a whole match.
+        let kind: Vec<u64> = [1, 2, 3, 1, 2].into_iter().chain(4..19).collect();
+        let mut m = matcher(&[&kind]);
+        for t in [9, 1, 2, 9, 7] {
+            m.feed(t);
+        }
+        assert!(m.under_way().is_none());
+        for &t in &kind[..15] {
+            m.feed(t);
+        }
+        assert!(m.under_way().is_none(), "15 calls are not enough");
+        m.feed(kind[15]);
+        assert_eq!(m.under_way().map(|u| (u.0, u.2)), Some((0, 16)));
+        for &t in &kind[16..] {
+            m.feed(t);
+        }
+        assert_eq!(m.under_way().map(|u| u.2), Some(20));
+        // The next iteration of the kind, from its first call.
+        for &t in &kind[..16] {
+            m.feed(t);
+        }
+        assert_eq!(m.under_way().map(|u| u.2), Some(16));
+        // Repeated layers inside the kind: 1, 2, 3, 1, 2 then 3 falls back to the prefix 1, 2, 3.
+        let mut m = matcher(&[&kind]);
+        for t in [1, 2, 3, 1, 2, 3] {
+            m.feed(t);
+        }
+        assert!(m.under_way().is_none());
+        assert_eq!(m.kinds.first().map(|k| k.at), Some(3));
+        // A kind shorter than 16 calls is recognised whole.
+        let short: &[u64] = &[5, 6, 7];
+        let mut m = matcher(&[short]);
+        for &t in short {
+            assert!(m.under_way().is_none());
+            m.feed(t);
+        }
+        assert_eq!(m.under_way().map(|u| u.2), Some(3));
+    }
+
+    #[test]
+    fn kinds_that_share_their_first_calls_wait_for_what_tells_them_apart() {
+        let a: Vec<u64> = (1..=16).chain(100..104).collect();
+        let b: Vec<u64> = (1..=16).chain(200..204).collect();
+        let mut m = matcher(&[&a, &b]);
+        for t in 1..=16 {
+            m.feed(t);
+        }
+        assert!(m.under_way().is_none(), "a tie");
+        m.feed(200);
+        assert_eq!(m.under_way().map(|u| (u.0, u.2)), Some((1, 17)));
+        // Kinds kept again keep their place; a new one starts unmatched.
+        m.set(vec![
+            (1, Arc::from(&b[..])),
+            (2, Arc::from(&[200u64, 201][..])),
+        ]);
+        assert_eq!(m.under_way().map(|u| (u.0, u.2)), Some((1, 17)));
+        assert_eq!(m.longest(), 20);
+        assert_eq!(m.kinds().count(), 2);
+    }
+}
