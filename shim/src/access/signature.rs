@@ -15,7 +15,15 @@
 //!   pointer that [`WRITTEN_WHOLE`] names, where the elements it says the launch writes (from
 //!   a scalar parameter, or one row per block of the grid) fill its allocation;
 //! * a `PhiloxCudaState` (the random generator's seed and offset) holds no pointer, unless it
-//!   was made during graph capture (`captured_`: its offset is then a device pointer).
+//!   was made during graph capture (`captured_`: its offset is then a device pointer);
+//! * a `CatArrInputTensorMetadata<T, I, n, s>` (ATen's batch of inputs to a concatenation:
+//!   `const T* input[n]`, then offsets, sizes, element counts, flags and strides, all
+//!   integers) holds `n` pointers to `const` data, read; slots past the batch may hold stale
+//!   words, read as the rest: a spurious read costs residency, never contents. A
+//!   `TensorSizeStride<I, n>` holds integers only.
+//!
+//! ATen's `OpaqueType<N>` (the element a concatenation or copy moves as raw bytes) is a scalar
+//! of N bytes.
 //!
 //! So such a kernel no longer counts as a possible write to its inputs (a new version of each,
 //! which keeps the tensors made from the old one from being recomputed), while what it writes
@@ -50,6 +58,12 @@ enum Param {
     },
     /// `at::PhiloxCudaState` by value.
     Philox,
+    /// `CatArrInputTensorMetadata<T, I, n, s>` by value: `n` input pointers to `const` data.
+    CatInputs {
+        n: usize,
+    },
+    /// `TensorSizeStride<I, n>` by value: sizes and strides, integers only.
+    Integers,
 }
 
 /// What a kernel's demangled name says of its parameters.
@@ -133,10 +147,36 @@ const SCALARS: &[(&str, u64)] = &[
 const TENSORINFO_DIMS: usize = 25;
 
 fn scalar(ty: &str) -> Option<u64> {
+    let ty = ty.trim();
     SCALARS
         .iter()
-        .find(|(name, _)| *name == ty.trim())
+        .find(|(name, _)| *name == ty)
         .map(|&(_, size)| size)
+        .or_else(|| opaque(ty))
+}
+
+/// ATen's `OpaqueType<N>` (any namespace; N as the demangler prints it, `(unsigned int)4` or
+/// `4u`): N bytes.
+fn opaque(ty: &str) -> Option<u64> {
+    let (_, n) = ty.strip_suffix('>')?.rsplit_once("OpaqueType<")?;
+    let n = n
+        .trim()
+        .trim_start_matches("(unsigned int)")
+        .trim_end_matches('u');
+    n.parse().ok().filter(|&n| n > 0)
+}
+
+/// The batch `n` of a `CatArrInputTensorMetadata<T, I, n, s>` (any namespace).
+fn cat_inputs(ty: &str) -> Option<usize> {
+    let (_, args) = ty
+        .strip_suffix('>')?
+        .rsplit_once("CatArrInputTensorMetadata<")?;
+    let args = parameter_list(args);
+    let [t, _, n, _] = args.as_slice() else {
+        return None;
+    };
+    scalar(t)?;
+    n.trim().parse().ok().filter(|&n| n > 0)
 }
 
 /// A type without its `const` (as demanglers print it, after the type, or before it), and
@@ -181,6 +221,16 @@ fn param(ty: &str) -> Option<Param> {
     if ty == "at::PhiloxCudaState" {
         return Some(Param::Philox);
     }
+    if let Some(n) = cat_inputs(ty) {
+        return Some(Param::CatInputs { n });
+    }
+    if ty
+        .rsplit_once("::")
+        .map_or(ty, |x| x.1)
+        .starts_with("TensorSizeStride<")
+    {
+        return Some(Param::Integers);
+    }
     // A scalar passed by value, possibly `const`.
     scalar(unconst(ty).0).map(|_| Param::Scalar)
 }
@@ -208,6 +258,11 @@ fn parameter_types(name: &str) -> Option<Vec<&str>> {
     if inner.trim().is_empty() {
         return Some(Vec::new());
     }
+    Some(parameter_list(inner))
+}
+
+/// A list of types or template arguments split at its top-level commas.
+fn parameter_list(inner: &str) -> Vec<&str> {
     let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
     for (i, c) in inner.char_indices() {
         match c {
@@ -221,7 +276,7 @@ fn parameter_types(name: &str) -> Option<Vec<&str>> {
         }
     }
     out.push(&inner[start..]);
-    Some(out)
+    out
 }
 
 /// The signature of a demangled kernel name; None unless every parameter is of a type this
@@ -271,8 +326,14 @@ impl Signature {
             self.params
                 .iter()
                 .zip(layout)
-                .filter(|(p, _)| matches!(p, Param::Pointer { .. } | Param::TensorInfo { .. }))
-                .map(|(_, &(off, _))| off)
+                .flat_map(|(p, &(off, _))| {
+                    let n = match p {
+                        Param::Pointer { .. } | Param::TensorInfo { .. } => 1,
+                        Param::CatInputs { n } => *n,
+                        Param::Scalar | Param::Philox | Param::Integers => 0,
+                    };
+                    (0..n).map(move |k| off + 8 * k)
+                })
                 .collect()
         })
     }
@@ -404,6 +465,28 @@ fn touches_as(
                 }
                 if words(&[(off, size)], buf).any(|(_, w)| find(w).is_some()) {
                     return None;
+                }
+                continue;
+            }
+            Param::Integers => continue,
+            Param::CatInputs { n } => {
+                if size < 8 * n {
+                    return None;
+                }
+                // The inputs, read; the integers after them are no pointer candidates.
+                for k in 0..n {
+                    let word = u64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().ok()?);
+                    if let Some((alloc, offset, _)) = find(word) {
+                        let t = Touch {
+                            alloc,
+                            offset,
+                            bytes: 0,
+                            access: Access::R,
+                        };
+                        if !out.contains(&t) {
+                            out.push(t);
+                        }
+                    }
                 }
                 continue;
             }

@@ -485,3 +485,63 @@ fn layer_norm_writes_its_mean_rstd_and_output_whole_one_row_per_block() {
     let t = touches(&other, &layout5, &buf5, rows4, sizes(128)).unwrap();
     assert_eq!(t[3..], [rw(3), rw(4), rw(5)]);
 }
+
+/// As torch 2.15's fatbin names it (DenseNet's concatenations): the output as raw bytes, then
+/// a batch of up to 128 inputs.
+const CAT: &str = "void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized<at::native::(anonymous namespace)::OpaqueType<(unsigned int)4>, unsigned int, 2, 128, 1, 16, 4>(char*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<at::native::(anonymous namespace)::OpaqueType<(unsigned int)4>, unsigned int, 128, 1>, at::native::(anonymous namespace)::TensorSizeStride<unsigned int, (unsigned int)4>, int, unsigned int)";
+
+/// CAT's layout: the output pointer; the metadata (128 pointers, 3 x 128 indices, 128 flags,
+/// one TensorSizeStride of 2 x 4 indices, padded to 8): 2672 bytes at 8; a TensorSizeStride;
+/// two scalars. Inputs `inputs` in its first slots, `stale` after them.
+fn cat(out: u64, inputs: &[u64], stale: u64) -> (Vec<(usize, usize)>, Vec<u8>) {
+    let layout = vec![(0, 8), (8, 2672), (2680, 32), (2712, 4), (2716, 4)];
+    let mut buf = vec![0u8; 2720];
+    buf[..8].copy_from_slice(&out.to_le_bytes());
+    for (k, &p) in inputs.iter().chain([&stale]).enumerate() {
+        buf[8 + 8 * k..16 + 8 * k].copy_from_slice(&p.to_le_bytes());
+    }
+    // Offsets and sizes after the pointers: small integers, one pair of them an address.
+    buf[8 + 1024..8 + 1032].copy_from_slice(&0x2000u64.to_le_bytes());
+    (layout, buf)
+}
+
+#[test]
+fn a_concatenation_reads_its_inputs_and_may_write_its_output() {
+    let sig = parse(CAT).expect("the cat kernel's signature");
+    let (layout, buf) = cat(0x3000, &[0x1000, 0x2000], 0);
+    let t = touches(&sig, &layout, &buf, ONE, find([64, 64, 128])).unwrap();
+    assert_eq!(
+        t,
+        vec![
+            touch(3, 0, Access::Rw),
+            touch(1, 0, Access::R),
+            touch(2, 0, Access::R)
+        ]
+    );
+    // A stale slot past the batch reads as one more input; an input inside an allocation,
+    // at its offset.
+    let (layout, buf) = cat(0x3000, &[0x1010], 0x2000);
+    let t = touches(&sig, &layout, &buf, ONE, find([64, 64, 128])).unwrap();
+    assert_eq!(
+        t,
+        vec![
+            touch(3, 0, Access::Rw),
+            touch(1, 0x10, Access::R),
+            touch(2, 0, Access::R)
+        ]
+    );
+    // A replay rewrites the output's word and the batch's 128.
+    let words = sig.pointer_words(&layout).unwrap();
+    assert_eq!(words.len(), 129);
+    assert_eq!((words[0], words[1], words[128]), (0, 8, 8 + 127 * 8));
+    // An input that is the output too: how they overlap is not known.
+    let (layout, buf) = cat(0x3000, &[0x3000], 0);
+    assert!(touches(&sig, &layout, &buf, ONE, find([64, 64, 128])).is_none());
+    // A batch the struct cannot hold, or another element type, is not this struct.
+    assert!(parse(&CAT.replace(", 128, 1>, at::native", ", 0, 1>, at::native")).is_none());
+    assert_eq!(
+        opaque("at::native::(anonymous namespace)::OpaqueType<8u>"),
+        Some(8)
+    );
+    assert_eq!(opaque("OpaqueType<(unsigned int)0>"), None);
+}
