@@ -44,6 +44,8 @@ pub fn alloc(api: &str, out: *mut u64, size: usize, stream: Option<u64>) -> Opti
 }
 
 pub fn free(api: &str, ptr: u64, stream: Option<u64>) -> Option<Pending> {
+    // Before the registry forgets the allocation: what is rebuilt from it needs it.
+    crate::virt::memory::before_free(ptr, stream);
     let (known, seq) = registry::unregister_alloc(ptr);
     let mut p = Pending::new(Event::Free {
         api: api.into(),

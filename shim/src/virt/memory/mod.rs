@@ -750,18 +750,25 @@ pub fn alloc_internal(size: usize) -> Option<u64> {
     with_room(|m| m.alloc(size as u64, true)).and_then(Result::ok)
 }
 
+/// Before the program frees the allocation at `ptr` (while the registry still knows it): what
+/// the online policy dropped and rebuilds from it is rebuilt first, on the free's stream.
+pub fn before_free(ptr: u64, stream: Option<u64>) {
+    if !active() {
+        return;
+    }
+    if let Some((id, 0)) = crate::core::registry::points_into(ptr)
+        && let Some(o) = online()
+    {
+        (o.before_free)(id, stream.unwrap_or(0));
+    }
+}
+
 pub fn free(ptr: u64, stream: Option<u64>) -> Option<c_int> {
     if !active() {
         return None;
     }
     if ptr == 0 {
         return Some(0);
-    }
-    // What the online policy dropped and rebuilds from it is rebuilt first.
-    if let Some((id, 0)) = crate::core::registry::points_into(ptr)
-        && let Some(o) = online()
-    {
-        (o.before_free)(id, stream.unwrap_or(0));
     }
     with(|m| m.free(ptr, stream))?
 }
