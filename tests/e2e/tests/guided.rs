@@ -463,9 +463,11 @@ fn verify_catches_a_wrong_recomputation_and_keeps_results_exact() {
 
 /// A planted in-place write: each block's ReLU input is doubled by a kernel right after the
 /// ReLU read it (its backward needs only the sign, so the results do not change). Kernels may
-/// write what they touch, so those inputs are new versions and the ReLU outputs made from them
-/// are never recomputed; only the two ReLUs outside the blocks still are. Without the plant the
-/// block ReLUs are recomputed too, and with it the run stays bit for bit the unlimited one.
+/// write what they touch, so those inputs are new versions, and neither they nor the ReLU
+/// outputs made from them are ever recomputed; only the two layers outside the blocks still
+/// are (each its convolution's output, the bias added in place by cuDNN, and its ReLU's: four
+/// allocations). Without the plant the blocks' are recomputed too, and with it the run stays
+/// bit for bit the unlimited one.
 #[test]
 fn a_planted_in_place_write_keeps_its_readers_from_being_recomputed() {
     let args = ["6", "8", "64", "12"];
@@ -502,7 +504,10 @@ fn a_planted_in_place_write_keeps_its_readers_from_being_recomputed() {
     let free = recomputed(false);
     let planted = recomputed(true);
     assert!(free.len() >= 6, "without the plant: {free:?}");
-    assert!(planted.len() <= 2, "with the plant: {planted:?}");
+    assert!(
+        planted.len() <= 4,
+        "with the plant: {planted:?}, without: {free:?}"
+    );
     assert!(planted.is_subset(&free), "{planted:?} vs {free:?}");
 }
 
