@@ -13,6 +13,36 @@ use std::collections::HashMap;
 /// later call reads (`shimtrace::convert`); the touches of the calls after the period, seen as
 /// far as `calls` goes, decide what is used again.
 pub fn quietest(calls: &[Call], region: Region) -> usize {
+    let in_use = in_use(calls);
+    let mut best = (i128::MAX, region.start);
+    let end = (region.start + region.period).min(calls.len());
+    for (c, &u) in in_use.iter().enumerate().take(end).skip(region.start) {
+        if u <= best.0 {
+            best = (u, c);
+        }
+    }
+    best.1
+}
+
+/// Whether one of the region's cuts ([`Region::cuts`]) is as quiet as the quietest call of its
+/// first period ([`quietest`]): as few bytes in use before it. A boundary that the calls seen
+/// cannot pass yet (the quietest call ends the first period, and what follows the second is
+/// another kind of iteration) has its equal at the same place one period before, or a few
+/// calls after it, where a step's last calls and the next one's first leave nothing more in
+/// use.
+pub fn quiet_cut(calls: &[Call], region: Region) -> bool {
+    let in_use = in_use(calls);
+    let end = (region.start + region.period).min(calls.len());
+    let Some(&least) = in_use.get(region.start..end).and_then(|u| u.iter().min()) else {
+        return false;
+    };
+    region
+        .cuts()
+        .any(|c| in_use.get(c).is_some_and(|&u| u <= least))
+}
+
+/// The bytes in use just before each call (see [`quietest`]).
+fn in_use(calls: &[Call]) -> Vec<i128> {
     let n = calls.len();
     let mut sizes: HashMap<u64, u64> = HashMap::new();
     // The last use of each allocation so far, and how many bytes are in use just before each
@@ -40,13 +70,11 @@ pub fn quietest(calls: &[Call], region: Region) -> usize {
         }
     }
     let mut in_use = 0i128;
-    let mut best = (i128::MAX, region.start);
-    let end = (region.start + region.period).min(n);
-    for (c, d) in diff.iter().enumerate().take(end) {
-        in_use += d;
-        if c >= region.start && in_use <= best.0 {
-            best = (in_use, c);
-        }
-    }
-    best.1
+    diff.iter()
+        .take(n)
+        .map(|d| {
+            in_use += d;
+            in_use
+        })
+        .collect()
 }

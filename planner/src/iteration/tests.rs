@@ -549,3 +549,59 @@ fn a_call_alike_by_chance_in_a_first_step_out_of_step_places_nothing() {
     let s = steady(&v, r, r.start).expect("the first pair verifies");
     assert_eq!(s.index, 1);
 }
+
+/// Weights made once (allocation 1), then `steps` steps of three calls: make x, use it with
+/// the weights, free it.
+fn steps(steps: u64) -> Vec<Call> {
+    let mut v = vec![alloc(1, 64), use_(7, &[1])];
+    for s in 0..steps {
+        let x = 10 + s;
+        v.extend([alloc(x, 32), use_(2, &[1, x]), free(x, 32)]);
+    }
+    v
+}
+
+#[test]
+fn a_cut_as_quiet_as_the_quietest_call_will_do() {
+    // The quietest call of the first step is its last (the free: x no longer in use), which the
+    // calls seen cannot pass by NEXT; the step's first call holds as little (the weights).
+    let calls = steps(3);
+    let r = Region {
+        start: 2,
+        period: 3,
+        end: 7,
+    };
+    assert!(r.one_period());
+    assert_eq!(quietest(&calls, r), 4);
+    assert!(!r.cuts().contains(&4));
+    assert_eq!(r.cuts(), 2..3);
+    assert!(quiet_cut(&calls, r));
+    // From the step's second call (x in use there) nothing as quiet is a cut.
+    let r = Region {
+        start: 3,
+        period: 3,
+        end: 8,
+    };
+    assert_eq!(r.cuts(), 3..4);
+    assert!(!quiet_cut(&calls, r));
+}
+
+#[test]
+fn one_iteration_seen_once_names_what_it_makes_by_place() {
+    let calls = steps(2);
+    let s = once(&calls, 5, 3).expect("the second step alone");
+    assert_eq!((s.start, s.period, s.index, s.iterations), (5, 3, 0, 1));
+    assert_eq!(
+        s.names[&11],
+        TensorId::Rel {
+            back: 0,
+            k: 0,
+            size: 32
+        }
+    );
+    assert_eq!(s.names[&1], TensorId::Persistent { alloc: 1, size: 64 });
+    assert_eq!(s.touched.len(), 3);
+    assert!(once(&calls, 5, 4).is_err(), "past the calls");
+    let bare = vec![use_(1, &[]), use_(2, &[])];
+    assert!(once(&bare, 0, 2).is_err(), "no call names an allocation");
+}

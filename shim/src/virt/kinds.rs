@@ -9,7 +9,7 @@ use planner::trace::Event;
 use std::sync::{Arc, Mutex};
 
 /// Kinds kept at most.
-pub const CAPACITY: usize = 8;
+pub const CAPACITY: usize = 32;
 
 struct Kind {
     /// The kind's calls, from its cut.

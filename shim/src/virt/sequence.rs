@@ -394,11 +394,11 @@ impl Tracker {
             return not("it keeps what it allocates");
         }
         // One full period is enough once the cuts that leave it whole and the next's first
-        // calls reach its boundary, the quietest call of its first period: the model's cut must
-        // be one of them. Tried again as soon as they will.
+        // calls reach its boundary, the quietest call of its first period, or one as quiet: the
+        // model's cut must be one of them. Tried again as soon as they will.
         if region.one_period() {
             let quiet = iteration::quietest(&calls, region);
-            if !region.cuts().contains(&quiet) {
+            if !region.cuts().contains(&quiet) && !iteration::quiet_cut(&calls, region) {
                 let run = quiet - region.start + iteration::NEXT;
                 self.periods.wait(region.period, run);
                 return not("the next has not passed its boundary yet");

@@ -7,9 +7,10 @@
 
 use std::sync::Arc;
 
-/// Calls a kind must have matched before it is taken for the iteration under way, at least:
-/// a quarter of it, or the whole kind if shorter (a short match may be a run of repeated
-/// layers met at another phase).
+/// Calls a kind must have matched before it is taken for the iteration under way, at least (or
+/// the whole kind if shorter); more where its first calls come again inside it (repeated
+/// layers), until they say where in it the stream is: its shortest first calls found nowhere
+/// else in it, read round.
 pub const RECOGNISE: usize = 16;
 
 struct Kept {
@@ -19,6 +20,8 @@ struct Kept {
     fail: Vec<usize>,
     /// The longest prefix of `tokens` that ends the stream.
     at: usize,
+    /// The calls it must have matched to be taken (see [`RECOGNISE`]).
+    need: usize,
 }
 
 #[derive(Default)]
@@ -43,6 +46,7 @@ impl Matcher {
                 None => self.kinds.push(Kept {
                     hash,
                     fail: failure(&tokens),
+                    need: unique_prefix(&tokens, RECOGNISE),
                     tokens,
                     at: 0,
                 }),
@@ -79,12 +83,7 @@ impl Matcher {
     /// [`RECOGNISE`]), alone in doing so (kinds that share their first calls wait for the calls
     /// that tell them apart). Its name, calls, and the calls matched.
     pub fn under_way(&self) -> Option<(u64, Arc<[u64]>, usize)> {
-        let enough = |k: &Kept| {
-            k.at >= k
-                .tokens
-                .len()
-                .min(RECOGNISE.max(k.tokens.len().div_ceil(4)))
-        };
+        let enough = |k: &Kept| k.at >= k.need;
         let best = self
             .kinds
             .iter()
@@ -97,6 +96,37 @@ impl Matcher {
             .count();
         (tied == 1).then(|| (best.hash, best.tokens.clone(), best.at))
     }
+}
+
+/// The shortest first calls of `tokens`, `least` at least (or all of them), that occur nowhere
+/// else in `tokens` read round (an iteration followed by the next's first calls), doubling
+/// from `least`.
+fn unique_prefix(tokens: &[u64], least: usize) -> usize {
+    let n = tokens.len();
+    let mut len = least.min(n);
+    while len < n {
+        let prefix = &tokens[..len];
+        let fail = failure(prefix);
+        // The prefix searched for in tokens[1..] and round into the first len - 1 again.
+        let (mut k, mut again) = (0, false);
+        for &t in tokens[1..].iter().chain(&tokens[..len - 1]) {
+            while k > 0 && prefix[k] != t {
+                k = fail[k - 1];
+            }
+            if prefix[k] == t {
+                k += 1;
+            }
+            if k == len {
+                again = true;
+                break;
+            }
+        }
+        if !again {
+            return len;
+        }
+        len = (2 * len).min(n);
+    }
+    n
 }
 
 fn failure(tokens: &[u64]) -> Vec<usize> {
@@ -162,6 +192,12 @@ mod tests {
         }
         assert!(m.under_way().is_none());
         assert_eq!(m.kinds.first().map(|k| k.at), Some(3));
+        // A kind whose first 16 calls come again inside it needs more: 32 here.
+        let layers: Vec<u64> = (0..16).chain(0..16).chain(100..104).collect();
+        assert_eq!(unique_prefix(&layers, RECOGNISE), 32);
+        // Round: the first calls after the last ones are the next iteration's.
+        let round: Vec<u64> = (0..20).chain(0..8).collect();
+        assert_eq!(unique_prefix(&round, 8), 16);
         // A kind shorter than 16 calls is recognised whole.
         let short: &[u64] = &[5, 6, 7];
         let mut m = matcher(&[short]);
