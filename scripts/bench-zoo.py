@@ -176,6 +176,11 @@ def guidance(trace):
     calls = [r["seq"] for r in recs if r["kind"] in CALLS]
     at = {s: i for i, s in enumerate(calls)}
     losses = [r["seq"] for r in recs if r["kind"] == "copy" and r.get("dir") == "d2h" and r.get("size") == 4]
+    # The step in which the plan began to guide (it is adopted mid-iteration, from the call after
+    # its record), and that step's calls before it.
+    before_plan = [s for s in losses if s < plan["seq"]]
+    step_calls = [c for c in calls if (not before_plan or c > before_plan[-1]) and c < plan["seq"]]
+    began = (len(before_plan), len(step_calls))
     first = None
     if plan["start"] in at:
         i = at[plan["start"]]
@@ -194,8 +199,8 @@ def guidance(trace):
                 step += 1
             first = step
     left = [d for d in divergences if d["seq"] > plan["seq"]]
-    return {"plan": plan, "guided_from": first, "plans": len(plans), "divergences_after": len(left),
-            "losses": len(losses)}
+    return {"plan": plan, "guided_from": first, "began": began, "plans": len(plans),
+            "divergences_after": len(left), "losses": len(losses)}
 
 
 def offline(trace, profile, budgets):
@@ -326,7 +331,9 @@ def tables(results, profile, fractions, head):
                "memory for an operation`): it returns out-of-memory without running the call, and "
                "the program ran on to its end regardless, so a † "
                "time is not that of a whole step. *guided from*: "
-               "the first of the program's steps (0-based) that the in-process plan guided whole; "
+               "the program's step (0-based) in which the in-process plan began to guide, and the "
+               "calls of that step run before it (the plan guides from the next call; a step's "
+               "calls end at its loss.item()); *whole*: the first step it guided whole; "
                "*plan*: its swaps / recomputations and its predicted step; *planning*: the planner's "
                "host ms for that plan (real). *offline*: `marmoset plan --budget` (`auto`) on a trace "
                "recorded with `--policy none`: its predicted slowdown and the lower bound, both "
@@ -350,7 +357,9 @@ def tables(results, profile, fractions, head):
                 if not plan["feasible"]:
                     ptxt += " (infeasible)"
                 planning = f"{plan['planning_ms']:.0f}"
-                gf = "-" if g.get("guided_from") is None else str(g["guided_from"])
+                whole = "-" if g.get("guided_from") is None else str(g["guided_from"])
+                began = g.get("began")
+                gf = f"{began[0]} (call {began[1]}), whole {whole}" if began else whole
             else:
                 ptxt = "none" + (f" ({g['no_plan']})" if g.get("no_plan") else "")
                 planning, gf = "-", "never"

@@ -18,9 +18,10 @@
 //!   was made during graph capture (`captured_`: its offset is then a device pointer);
 //! * a `CatArrInputTensorMetadata<T, I, n, s>` (ATen's batch of inputs to a concatenation:
 //!   `const T* input[n]`, then offsets, sizes, element counts, flags and strides, all
-//!   integers) holds `n` pointers to `const` data, read; slots past the batch may hold stale
-//!   words, read as the rest: a spurious read costs residency, never contents. A
-//!   `TensorSizeStride<I, n>` holds integers only.
+//!   integers) holds `n` slots of pointers to `const` data: the launch's grid has a row of
+//!   blocks per input (`blockIdx.y` picks its slot), so the first `gridDim.y` are read and the
+//!   rest hold stale words from an earlier batch, no pointers. A `TensorSizeStride<I, n>` holds
+//!   integers only.
 //!
 //! ATen's `OpaqueType<N>` (the element a concatenation or copy moves as raw bytes) is a scalar
 //! of N bytes.
@@ -470,11 +471,13 @@ fn touches_as(
             }
             Param::Integers => continue,
             Param::CatInputs { n } => {
-                if size < 8 * n {
+                // One row of blocks per input: more rows than slots is not this layout.
+                let inputs = grid[1] as usize;
+                if size < 8 * n || inputs == 0 || inputs > n {
                     return None;
                 }
-                // The inputs, read; the integers after them are no pointer candidates.
-                for k in 0..n {
+                // The inputs, read; the slots after them and the integers are no pointers.
+                for k in 0..inputs {
                     let word = u64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().ok()?);
                     if let Some((alloc, offset, _)) = find(word) {
                         let t = Touch {

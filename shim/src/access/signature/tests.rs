@@ -492,7 +492,7 @@ const CAT: &str = "void at::native::(anonymous namespace)::CatArrayBatchedCopy_v
 
 /// CAT's layout: the output pointer; the metadata (128 pointers, 3 x 128 indices, 128 flags,
 /// one TensorSizeStride of 2 x 4 indices, padded to 8): 2672 bytes at 8; a TensorSizeStride;
-/// two scalars. Inputs `inputs` in its first slots, `stale` after them.
+/// two scalars. Inputs `inputs` in its first slots, `stale` after them (an earlier batch's).
 fn cat(out: u64, inputs: &[u64], stale: u64) -> (Vec<(usize, usize)>, Vec<u8>) {
     let layout = vec![(0, 8), (8, 2672), (2680, 32), (2712, 4), (2716, 4)];
     let mut buf = vec![0u8; 2720];
@@ -508,8 +508,10 @@ fn cat(out: u64, inputs: &[u64], stale: u64) -> (Vec<(usize, usize)>, Vec<u8>) {
 #[test]
 fn a_concatenation_reads_its_inputs_and_may_write_its_output() {
     let sig = parse(CAT).expect("the cat kernel's signature");
+    // A row of blocks per input.
+    let rows = |n: u32| [2, n, 1];
     let (layout, buf) = cat(0x3000, &[0x1000, 0x2000], 0);
-    let t = touches(&sig, &layout, &buf, ONE, find([64, 64, 128])).unwrap();
+    let t = touches(&sig, &layout, &buf, rows(2), find([64, 64, 128])).unwrap();
     assert_eq!(
         t,
         vec![
@@ -518,25 +520,20 @@ fn a_concatenation_reads_its_inputs_and_may_write_its_output() {
             touch(2, 0, Access::R)
         ]
     );
-    // A stale slot past the batch reads as one more input; an input inside an allocation,
-    // at its offset.
+    // A stale slot past the batch is no input; an input inside an allocation, at its offset.
     let (layout, buf) = cat(0x3000, &[0x1010], 0x2000);
-    let t = touches(&sig, &layout, &buf, ONE, find([64, 64, 128])).unwrap();
-    assert_eq!(
-        t,
-        vec![
-            touch(3, 0, Access::Rw),
-            touch(1, 0x10, Access::R),
-            touch(2, 0, Access::R)
-        ]
-    );
+    let t = touches(&sig, &layout, &buf, rows(1), find([64, 64, 128])).unwrap();
+    assert_eq!(t, vec![touch(3, 0, Access::Rw), touch(1, 0x10, Access::R)]);
+    // A grid that is not a row per input: not this layout.
+    assert!(touches(&sig, &layout, &buf, rows(0), find([64, 64, 128])).is_none());
+    assert!(touches(&sig, &layout, &buf, rows(129), find([64, 64, 128])).is_none());
     // A replay rewrites the output's word and the batch's 128.
     let words = sig.pointer_words(&layout).unwrap();
     assert_eq!(words.len(), 129);
     assert_eq!((words[0], words[1], words[128]), (0, 8, 8 + 127 * 8));
     // An input that is the output too: how they overlap is not known.
     let (layout, buf) = cat(0x3000, &[0x3000], 0);
-    assert!(touches(&sig, &layout, &buf, ONE, find([64, 64, 128])).is_none());
+    assert!(touches(&sig, &layout, &buf, rows(1), find([64, 64, 128])).is_none());
     // A batch the struct cannot hold, or another element type, is not this struct.
     assert!(parse(&CAT.replace(", 128, 1>, at::native", ", 0, 1>, at::native")).is_none());
     assert_eq!(
