@@ -318,6 +318,15 @@ impl Online {
     /// neighbourhood, one level deep).
     fn droppable(&self, a: u64) -> Option<(f64, Vec<u64>)> {
         let p = self.producers.get(&a)?;
+        // DTR's cost is the producing call's time: a chain with a cuDNN member (a bias added to
+        // a convolution's output) costs another library call and its operands, and is rebuilt
+        // for a guard only (see `dead`), never chosen as a victim.
+        if p.members
+            .iter()
+            .any(|(e, _)| matches!(**e, Event::Cudnn { .. }))
+        {
+            return None;
+        }
         // Rebuilds go two deep at most: nothing a dropped tensor reads is dropped after it,
         // and a dropped source must read only what holds its bytes.
         if self.dropped.contains_key(&a)
