@@ -85,7 +85,8 @@ pub fn find(window: &[u64]) -> Option<(usize, Arc<Ready>, Event)> {
     let k = c
         .kinds
         .iter_mut()
-        .filter(|k| k.tokens.len() == n && n > 0)
+        // A kind planned from one occurrence is planned again from its repetition.
+        .filter(|k| k.tokens.len() == n && n > 0 && k.ready.found.once.is_none())
         .find_map(|k| rotation(&k.tokens, window).map(|r| (k, r)))?;
     let (kind, r) = k;
     kind.used = now;

@@ -61,6 +61,9 @@ pub struct Found {
     pub one_period: bool,
     /// Once a plan guides: the names each call must touch by (None: its calls only).
     pub names: Option<Names>,
+    /// A kind followed whose plan was made from one occurrence: when it repeats back to back,
+    /// the repetition is detected and planned again (see [`Tracker::call`]).
+    pub provisional: bool,
     /// An iteration seen once, between two of kinds planned before: planned as a kind of its
     /// own, not followed (the program has moved on to the next).
     pub once: Option<Once>,
@@ -104,8 +107,9 @@ pub enum After {
 }
 
 /// The plan's names of the kind planned before that `hash` names, if it is still kept (Some:
-/// kept, with its names where its plan has them).
-pub type Recognise<'a> = &'a mut dyn FnMut(u64) -> Option<Option<Names>>;
+/// kept, with its names where its plan has them, and whether that plan was made from one
+/// occurrence).
+pub type Recognise<'a> = &'a mut dyn FnMut(u64) -> Option<(Option<Names>, bool)>;
 
 /// Recent calls kept at least, to follow a kind from its first call or plan an iteration seen
 /// once (more when a kind is longer).
@@ -278,6 +282,22 @@ impl Tracker {
         self.matcher.feed(token);
         if let Some(f) = self.found.clone() {
             if (index - f.boundary).is_multiple_of(f.period) {
+                // A kind planned from one occurrence, followed whole twice: its repetition is
+                // detected and planned as any other (the plan of a steady repetition names what
+                // crosses from one iteration into the next; one occurrence cannot).
+                if f.provisional && index - f.boundary >= 2 * f.period {
+                    let (found, made) = (self.found.take(), std::mem::take(&mut self.made));
+                    let planned = self.detect();
+                    if matches!(planned, After::Plan { .. }) {
+                        return planned;
+                    }
+                    // Not found: followed as it was, its plan kept.
+                    self.found = found.map(|f| Found {
+                        provisional: false,
+                        ..f
+                    });
+                    self.made = made;
+                }
                 self.made.push(Vec::new());
                 self.boundary = Some(f.period);
             }
@@ -431,6 +451,7 @@ impl Tracker {
             expected: None,
             one_period: st.iterations == 1,
             names: None,
+            provisional: false,
             once: None,
         };
         self.found = Some(found.clone());
@@ -558,10 +579,10 @@ impl Tracker {
                 return None;
             }
             let (hash, kind) = self.since_open.pop().expect("one");
-            let names = recognise(hash)?;
+            let (names, provisional) = recognise(hash)?;
             self.open = None;
             let calls = kind.len();
-            self.follow(from, kind, names);
+            self.follow(from, kind, names, provisional);
             return Some(After::Adopted {
                 seq,
                 call: n - 1,
@@ -574,10 +595,10 @@ impl Tracker {
         if first < self.recent_from {
             return None;
         }
-        let names = recognise(hash)?;
+        let (names, provisional) = recognise(hash)?;
         let once = self.open.take().and_then(|from| self.once(from, first));
         let calls = kind.len();
-        self.follow(first, kind, names);
+        self.follow(first, kind, names, provisional);
         Some(After::Adopted {
             seq,
             call: matched - 1,
@@ -613,6 +634,7 @@ impl Tracker {
                 expected: None,
                 one_period: true,
                 names: None,
+                provisional: false,
                 once: Some(Once { end_seq, tokens }),
             },
             records,
@@ -624,7 +646,7 @@ impl Tracker {
     /// detection of its own, its calls from there and the allocations still live before them
     /// kept. Only this iteration's allocations are named (`Rel { back: 0 }`): the iterations
     /// before it were of another kind.
-    fn follow(&mut self, first: usize, kind: Arc<[u64]>, names: Option<Names>) {
+    fn follow(&mut self, first: usize, kind: Arc<[u64]>, names: Option<Names>, provisional: bool) {
         let first_seq = self.recent[first - self.recent_from].2;
         let live = &self.sizes;
         self.records.retain(|r| {
@@ -666,6 +688,7 @@ impl Tracker {
             expected: Some(kind),
             one_period: false,
             names,
+            provisional,
             once: None,
         });
         self.periods.clear();

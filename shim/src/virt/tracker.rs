@@ -30,8 +30,9 @@ pub fn observe(r: &Record) {
     let (boundary, after) = sequence::see(r, &mut |hash: u64| {
         let (ready, record) = crate::virt::kinds::get(hash)?;
         let names = crate::virt::kinds::names(&ready);
+        let provisional = ready.found.once.is_some();
         kept = Some((ready, record));
-        Some(names)
+        Some((names, provisional))
     });
     if let Some(period) = boundary {
         crate::virt::executor::boundary(period);

@@ -32,7 +32,7 @@ impl Stream {
                 kinds
                     .iter()
                     .any(|k| crate::virt::kinds::hash(k) == hash)
-                    .then_some(None)
+                    .then_some((None, false))
             },
         )
     }
@@ -492,7 +492,17 @@ fn one_iteration_and_the_next_first_calls_past_its_boundary_are_enough() {
     let (mut kept, first) = s.step(w, None, false);
     assert!(plans(&first).is_empty());
     let (b, second) = s.step(w, Some(kept), false);
-    assert!(plans(&second).is_empty());
+    // The second step may be planned already, on a cut as quiet as the quietest call (the
+    // second step's first, see iteration::quiet_cut), verified over NEXT calls only: it then
+    // leaves that plan at its call 22, where the first step ran its own last kernel.
+    assert!(
+        plans(&second).is_empty()
+            || second
+                .iter()
+                .any(|a| matches!(a, After::Diverged { call: 21, .. })),
+        "{:?}",
+        plans(&second)
+    );
     kept = b;
     // The repetition starts at the first step's last call but one (its calls 0 and 22
     // differ); the fewest bytes are in use before the second step's second call (the first
