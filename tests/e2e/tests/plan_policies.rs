@@ -24,11 +24,13 @@ fn timed_trace(prog: &str, args: &[&str]) -> std::path::PathBuf {
 /// Why `policy` cannot keep `prog`'s iteration within `fraction` of its peak, if it cannot.
 fn cannot(prog: &str, policy: &str, fraction: f64) -> Option<&'static str> {
     match (prog, policy, fraction) {
-        // The planner gives a producer only to the calls the shim replays (cuDNN activation,
-        // add-tensor and softmax forward with beta 0): the trainer's convolution outputs and
-        // every torchlike activation (a convolution's output, then in-place bias and kernels)
-        // can only be kept or swapped, so recomputation alone cannot go far below the peak.
-        (_, "recompute" | "dtr", _) => Some("only what the shim replays can be recomputed"),
+        // The planner gives a producer only to the calls the shim replays: the trainer's
+        // convolutions with the bias cuDNN adds in place after them (a chain) are, but
+        // torchlike's activations (a convolution's output, then in-place bias and kernels) can
+        // only be kept or swapped, so recomputation alone cannot go far below its peak.
+        ("torchlike", "recompute" | "dtr", _) => {
+            Some("only what the shim replays can be recomputed")
+        }
         // vDNN's convolution mode moves only what convolutions read in the forward pass, with
         // no passive mode behind: the rest of the peak (gradients, other feature maps) stays.
         (_, "vdnn-conv", _) => Some("static: convolutions' forward inputs only"),
