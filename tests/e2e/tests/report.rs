@@ -317,7 +317,9 @@ fn a_guided_run_reads_like_the_run() {
     let plans = of_kind(&recs, "plan");
     assert_eq!(plans.len(), 1, "one plan");
     let plan = plans[0];
-    assert!(plan["swaps"].as_u64().unwrap() > 0 && plan["recomputes"].as_u64().unwrap() > 0);
+    // The plan recomputes (with the trainer's convolutions and their in-place bias replayable
+    // as one chain, it needs no swap at this budget; the passive steps evict).
+    assert!(plan["recomputes"].as_u64().unwrap() > 0);
     let predicted = plan["predicted_ms"].as_f64().unwrap();
     let sum = |kind: &str| -> f64 {
         of_kind(&recs, kind)
