@@ -231,7 +231,11 @@ pub fn rebuild(recs: &[Value], planned: &dyn Fn(u64, u64) -> bool) -> Option<Clo
                 for t in touches {
                     if let Some(a) = u(t, "alloc") {
                         last_use.insert(a, (comp, h2d, seq));
-                        if t["access"] != "r" {
+                        // A recomputation replays the call that wrote the contents and the
+                        // in-place updates since (a chain): an update adds its time.
+                        if t["access"] == "rw" {
+                            *written_in.entry(a).or_insert(0.0) += d;
+                        } else if t["access"] != "r" {
                             written_in.insert(a, d);
                         }
                     }
