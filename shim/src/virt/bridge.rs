@@ -359,17 +359,15 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                         "bridge: the plan of the kind seen once ({period} calls) is kept for when it comes again"
                     ),
                 );
-                let recipes = recipes(&converted, &plan, &records);
-                let ready = Arc::new(Ready {
+                keep(
                     found,
                     converted,
                     plan,
                     outcome,
-                    recipes,
-                });
-                if let Some(tokens) = kind_tokens {
-                    crate::virt::kinds::remember(tokens, ready, record);
-                }
+                    &records,
+                    kind_tokens,
+                    record,
+                );
                 return;
             }
             // The model's cut becomes the tracker's iteration boundary, so that the
@@ -391,17 +389,15 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 );
                 return;
             }
-            let recipes = recipes(&converted, &plan, &records);
-            let ready = Arc::new(Ready {
+            let ready = keep(
                 found,
                 converted,
                 plan,
                 outcome,
-                recipes,
-            });
-            if let Some(tokens) = kind_tokens {
-                crate::virt::kinds::remember(tokens, ready.clone(), record);
-            }
+                &records,
+                kind_tokens,
+                record,
+            );
             // The plan guides from the next call: what it says of the calls already run in
             // this iteration is past.
             log(
@@ -416,6 +412,31 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
         Ok(Err(why)) => no_plan(policy, why, planning_ms),
         Err(_) => no_plan(policy, "the planner panicked".into(), planning_ms),
     }
+}
+
+/// The plan ready for the executor, its recipes made from the records it was planned on, and
+/// kept as its kind's (`tokens`: the kind's calls, if the tracker still has them).
+fn keep(
+    found: Found,
+    converted: Converted,
+    plan: Plan,
+    outcome: Outcome,
+    records: &[Record],
+    tokens: Option<Vec<u64>>,
+    record: Event,
+) -> Arc<Ready> {
+    let recipes = recipes(&converted, &plan, records);
+    let ready = Arc::new(Ready {
+        found,
+        converted,
+        plan,
+        outcome,
+        recipes,
+    });
+    if let Some(tokens) = tokens {
+        crate::virt::kinds::remember(tokens, ready.clone(), record);
+    }
+    ready
 }
 
 fn no_plan(policy: &str, why: String, planning_ms: f64) {

@@ -345,23 +345,7 @@ fn an_out_of_place_sum_of_a_batch_norm_is_chained_with_the_batch_norm_inside() {
 /// bias (2) added to y in place by cudnnAddTensor with `beta` (`lineage`: recorded), then a
 /// reader of y.
 fn conv_bias_program(beta: f64, lineage: bool) -> Vec<Event> {
-    let conv_lineage = |beta: f64, conv: bool| Replay::Cudnn {
-        alpha: Some(1.0),
-        beta: Some(beta),
-        dtype: Some(0),
-        conv: conv.then(|| crate::trace::ConvParams {
-            pads: vec![0, 0],
-            strides: vec![1, 1],
-            dilations: vec![1, 1],
-            mode: 1,
-            compute: 0,
-            groups: 1,
-            math: 0,
-        }),
-        activation: None,
-        softmax: None,
-        batchnorm: None,
-    };
+    use super::replay::conv_lineage;
     let mut v = Vec::new();
     for id in 1..=2 {
         v.push(alloc(id, 16));

@@ -58,7 +58,8 @@ fn a_first_write_through_an_inferred_touch_is_a_write() {
     ));
 }
 
-fn conv_lineage(beta: f64, conv: bool) -> Replay {
+/// A legacy cuDNN call's lineage: alpha 1, `beta`, float; a convolution's settings where `conv`.
+pub(super) fn conv_lineage(beta: f64, conv: bool) -> Replay {
     Replay::Cudnn {
         alpha: Some(1.0),
         beta: Some(beta),
