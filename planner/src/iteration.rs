@@ -25,7 +25,7 @@ mod naming;
 mod tokens;
 
 pub use boundary::{quiet_cut, quietest};
-pub use detection::{NEXT, Region, detect, detect_at_end, detect_period};
+pub use detection::{NEXT, Region, Work, detect, detect_at_end, detect_period};
 pub use naming::{Divergence, Steady, TensorId, once, steady, steady_from};
 pub use tokens::{Call, Effect, calls, token};
 

@@ -258,11 +258,12 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         });
     }
     let tokens: Vec<u64> = s.calls.iter().map(|c| c.token).collect();
+    let work = iteration::Work::of(&s.calls);
     let (live, allocated) = (s.live_bytes(), s.allocated_bytes());
     let iteration = match which {
         Which::Repeated(period) => match period {
-            Some(p) => iteration::detect_period(&tokens, p),
-            None => iteration::detect(&tokens),
+            Some(p) => iteration::detect_period(&tokens, &work, p),
+            None => iteration::detect(&tokens, &work),
         }
         .ok_or_else(|| {
             format!(

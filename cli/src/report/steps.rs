@@ -162,11 +162,9 @@ pub fn find(text: &str, recs: &[Value]) -> Steps {
     // The repeating stretch, by the planner's detection (typed records; a trace this version
     // cannot type gets none).
     let region = planner::trace::read(text).ok().and_then(|typed| {
-        let tokens: Vec<u64> = planner::iteration::calls(&typed)
-            .iter()
-            .map(|c| c.token)
-            .collect();
-        planner::iteration::detect(&tokens)
+        let calls = planner::iteration::calls(&typed);
+        let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
+        planner::iteration::detect(&tokens, &planner::iteration::Work::of(&calls))
     });
     // Each cut the shim made (it cuts again after a divergence), in order, of the longest
     // period it found: the training step (the repetitions it found first in a long step are

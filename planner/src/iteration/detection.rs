@@ -2,6 +2,7 @@
 //! two full repetitions (SINGA's rule), or, at the stream's end, one full repetition and the
 //! first [`NEXT`] calls of the next (an iteration under way, followed call by call from there).
 
+use super::tokens::{Call, Effect};
 use std::collections::HashMap;
 
 /// Calls of the next iteration that must repeat the first, at the stream's end, for one full
@@ -71,10 +72,37 @@ fn runs(tokens: &[u64], p: usize) -> [(usize, usize); 2] {
     [best, last]
 }
 
+/// Which calls of a stream do work: `works[i]` counts the calls before call i that compute,
+/// copy, set or synchronise (allocations and frees do not).
+pub struct Work(Vec<usize>);
+
+impl Work {
+    /// From each call's effect.
+    pub fn of(calls: &[Call]) -> Work {
+        Work::from_flags(calls.iter().map(|c| c.effect == Effect::Use))
+    }
+
+    /// From a flag per call: true where it works.
+    pub fn from_flags(flags: impl IntoIterator<Item = bool>) -> Work {
+        let mut v = vec![0];
+        for f in flags {
+            v.push(v[v.len() - 1] + usize::from(f));
+        }
+        Work(v)
+    }
+
+    /// Whether a call of `start .. start + p` works.
+    fn any(&self, start: usize, p: usize) -> bool {
+        let at = |i: usize| self.0[i.min(self.0.len() - 1)];
+        at(start + p) > at(start)
+    }
+}
+
 /// The run `(start, length)` of period `p` as a region, if it counts: two full repetitions, or
-/// one and the next's first [`NEXT`] calls ending the stream of `n` calls.
-fn counts((start, run): (usize, usize), p: usize, n: usize) -> Option<Region> {
-    (run >= p || (run >= NEXT && start + run + p == n)).then_some(Region {
+/// one and the next's first [`NEXT`] calls ending the stream of `n` calls, of a period that does
+/// some work (a run of frees repeats, and is no iteration).
+fn counts((start, run): (usize, usize), p: usize, n: usize, work: &Work) -> Option<Region> {
+    (work.any(start, p) && (run >= p || (run >= NEXT && start + run + p == n))).then_some(Region {
         start,
         period: p,
         end: start + run + p,
@@ -82,28 +110,28 @@ fn counts((start, run): (usize, usize), p: usize, n: usize) -> Option<Region> {
 }
 
 /// The longest stretch that repeats with `p` and counts as a region.
-fn region_of(tokens: &[u64], p: usize) -> Option<Region> {
+fn region_of(tokens: &[u64], work: &Work, p: usize) -> Option<Region> {
     runs(tokens, p)
         .into_iter()
-        .filter_map(|r| counts(r, p, tokens.len()))
+        .filter_map(|r| counts(r, p, tokens.len(), work))
         .max_by_key(|r| (r.end - r.start, std::cmp::Reverse(r.start)))
 }
 
 /// The region of period `p` that ends the stream, if it counts.
-pub fn detect_period(tokens: &[u64], p: usize) -> Option<Region> {
+pub fn detect_period(tokens: &[u64], work: &Work, p: usize) -> Option<Region> {
     if p == 0 || p >= tokens.len() {
         return None;
     }
-    counts(runs(tokens, p)[1], p, tokens.len())
+    counts(runs(tokens, p)[1], p, tokens.len(), work)
 }
 
 /// The period covering the longest stretch (SINGA: two consecutive repetitions or more; at the
 /// stream's end, one and the next's first calls), the smaller period on a tie (a multiple of the
 /// iteration covers no more than the iteration).
-pub fn detect(tokens: &[u64]) -> Option<Region> {
+pub fn detect(tokens: &[u64], work: &Work) -> Option<Region> {
     candidates(tokens)
         .into_iter()
-        .filter_map(|p| region_of(tokens, p))
+        .filter_map(|p| region_of(tokens, work, p))
         .min_by_key(|r| (std::cmp::Reverse(r.end - r.start), r.period, r.start))
 }
 
@@ -115,16 +143,16 @@ pub fn detect(tokens: &[u64]) -> Option<Region> {
 /// periods that ended before covers as long a stretch: the iteration is the longest repeating
 /// part of the stream (SINGA), and a shorter one under way is a loop inside an iteration (over a
 /// network's layers, its attention heads), which ends with it.
-pub fn detect_at_end(tokens: &[u64]) -> Option<Region> {
+pub fn detect_at_end(tokens: &[u64], work: &Work) -> Option<Region> {
     let n = tokens.len();
     let mut under_way: Option<Region> = None;
     let mut ended = 0;
     for p in candidates(tokens) {
         let [best, last] = runs(tokens, p);
-        if best.1 >= p && best.0 + best.1 + p < n {
+        if best.1 >= p && best.0 + best.1 + p < n && work.any(best.0, p) {
             ended = ended.max(best.1 + p);
         }
-        if let Some(r) = counts(last, p, n) {
+        if let Some(r) = counts(last, p, n, work) {
             let key = |r: &Region| (r.end - r.start - r.period, std::cmp::Reverse(r.period));
             if under_way.is_none_or(|u| key(&r) > key(&u)) {
                 under_way = Some(r);

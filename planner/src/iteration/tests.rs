@@ -24,10 +24,12 @@ fn alloc(id: u64, size: u64) -> Call {
         inferred: false,
     }
 }
+/// A free's token is every free's ([`token`]); `size` says what the program freed.
 fn free(id: u64, size: u64) -> Call {
+    let _ = size;
     Call {
         seq: 0,
-        token: 2000 + size,
+        token: 2000,
         effect: Effect::Free { id },
         touches: vec![],
         inferred: false,
@@ -72,6 +74,11 @@ fn tokens(c: &[Call]) -> Vec<u64> {
     c.iter().map(|c| c.token).collect()
 }
 
+/// Every call of `t` works (tokens with no calls behind them).
+fn busy(t: &[u64]) -> Work {
+    Work::from_flags(t.iter().map(|_| true))
+}
+
 /// Setup is 4 calls, an iteration 12; iteration i starts at call 4 + 12 i.
 const P: usize = 12;
 const fn it(i: usize) -> usize {
@@ -81,7 +88,7 @@ const fn it(i: usize) -> usize {
 #[test]
 fn finds_the_iteration_and_names_tensors_by_position() {
     let calls = program(4);
-    let r = detect(&tokens(&calls)).expect("a repetition");
+    let r = detect(&tokens(&calls), &Work::of(&calls)).expect("a repetition");
     // The first iteration differs at its calls 4 and 5, so the repetition starts after them
     // and ends with the last iteration (the teardown differs).
     assert_eq!(
@@ -118,7 +125,7 @@ fn finds_the_iteration_and_names_tensors_by_position() {
 #[test]
 fn a_later_cut_names_what_crosses_it_from_the_iteration_before() {
     let calls = program(5);
-    let r = detect(&tokens(&calls)).unwrap();
+    let r = detect(&tokens(&calls), &Work::of(&calls)).unwrap();
     assert!(r.cuts().contains(&(it(1) + 2)) && r.cuts().end <= r.start + P);
     let s = steady(&calls, r, it(1) + 2).unwrap();
     assert_eq!((s.iterations, s.index, s.start), (3, 2, it(3) + 2), "{s:?}");
@@ -145,7 +152,7 @@ fn a_program_that_diverges_is_refused_not_guessed() {
     let at = it(3) + 3;
     assert_eq!(calls[at].touches[0], 1);
     calls[at].touches[0] = 2;
-    let r = detect(&tokens(&calls)).unwrap();
+    let r = detect(&tokens(&calls), &Work::of(&calls)).unwrap();
     let s = steady(&calls, r, it(1)).unwrap();
     assert_eq!(s.index, 1, "the last iteration is not trusted: {s:?}");
     // With only the diverging pair, nothing is trusted, and the error says where.
@@ -161,7 +168,7 @@ fn a_program_that_diverges_is_refused_not_guessed() {
     let mut calls3 = program(5);
     let tail = it(4) + 5;
     calls3[tail].token = 99;
-    let r3 = detect(&tokens(&calls3)).unwrap();
+    let r3 = detect(&tokens(&calls3), &Work::of(&calls3)).unwrap();
     assert_eq!((r3.period, r3.end), (P, tail), "{r3:?}");
 }
 
@@ -175,10 +182,48 @@ fn inner_repetitions_do_not_hide_the_iteration() {
         }
         t.extend([3, 4, 5]);
     }
-    let r = detect(&t).unwrap();
+    let r = detect(&t, &busy(&t)).unwrap();
     assert_eq!((r.period, r.start, r.end), (23, 2, 2 + 69));
-    assert_eq!(detect(&[1, 2, 3, 4]), None);
-    assert_eq!(detect(&[]), None);
+    assert_eq!(detect(&[1, 2, 3, 4], &busy(&[1, 2, 3, 4])), None);
+    assert_eq!(detect(&[], &busy(&[])), None);
+}
+
+/// Frees in a row repeat with any period, and are no iteration: a period must work.
+#[test]
+fn a_run_of_frees_is_no_iteration() {
+    let mut calls: Vec<Call> = (0..8).map(|i| alloc(10 + i, 64 << i)).collect();
+    calls.extend((0..8).map(|i| use_(300 + i, &[10 + i])));
+    calls.extend((0..8).map(|i| free(10 + i, 64 << i)));
+    let t = tokens(&calls);
+    assert_eq!(detect(&t, &Work::of(&calls)), None);
+    assert_eq!(detect_at_end(&t, &Work::of(&calls)), None);
+    assert_eq!(detect_period(&t, &Work::of(&calls), 1), None);
+    // The same tokens as work repeat: the rule is the calls', not the tokens'.
+    assert_eq!(detect_period(&t, &busy(&t), 1).map(|r| r.period), Some(1));
+}
+
+/// A free is a free: what it frees (the previous step's batch, of another shape) is not in its
+/// token, so that an iteration's calls do not carry the shapes of the iteration before.
+#[test]
+fn a_frees_token_is_blind_to_what_it_frees() {
+    let sizes: HashMap<u64, u64> = [(1, 64), (2, 4096)].into();
+    let free_with = |alloc: u64, size: Option<u64>, result: i32| Event::Free {
+        api: "cudaFreeAsync".into(),
+        ptr: 0x1000 * alloc,
+        alloc: Some(alloc),
+        size,
+        stream: None,
+        result,
+    };
+    let free = |alloc, size| free_with(alloc, size, 0);
+    let t = |e: &Event| token(e, &sizes).unwrap();
+    assert_eq!(t(&free(1, None)), t(&free(2, None)));
+    assert_eq!(t(&free(1, Some(64))), t(&free(2, Some(4096))));
+    assert_ne!(
+        t(&free_with(1, None, 1)),
+        t(&free(1, None)),
+        "the result still counts"
+    );
 }
 
 #[test]
@@ -261,10 +306,10 @@ fn a_kernels_stale_parameter_word_neither_changes_its_token_nor_fails_verificati
         v
     };
     let calls = run(true);
-    let r = detect(&tokens(&calls)).expect("a repetition");
+    let r = detect(&tokens(&calls), &Work::of(&calls)).expect("a repetition");
     assert!(steady(&calls, r, r.start).is_ok(), "stale words are hints");
     let calls = run(false);
-    let r = detect(&tokens(&calls)).expect("a repetition");
+    let r = detect(&tokens(&calls), &Work::of(&calls)).expect("a repetition");
     assert!(
         steady(&calls, r, r.start).is_err(),
         "a named touch that changes is a divergence"
@@ -327,7 +372,7 @@ fn one_iteration_and_the_next_first_calls_count_at_the_end_only() {
     t.extend(b());
     let mut more = t.clone();
     more.extend(&a()[..NEXT]);
-    let r = detect(&more).expect("one iteration and the next's first calls");
+    let r = detect(&more, &busy(&more)).expect("one iteration and the next's first calls");
     assert_eq!((r.start, r.period, r.end), (2, 30, 2 + 30 + NEXT));
     assert!(r.one_period());
     assert_eq!(
@@ -335,13 +380,16 @@ fn one_iteration_and_the_next_first_calls_count_at_the_end_only() {
         2..3,
         "cuts that leave the next's first NEXT calls"
     );
-    assert_eq!(detect_at_end(&more), Some(r));
+    assert_eq!(detect_at_end(&more, &busy(&more)), Some(r));
     // One call fewer: not yet.
-    assert_eq!(detect(&more[..more.len() - 1]), None);
+    assert_eq!(
+        detect(&more[..more.len() - 1], &busy(&more[..more.len() - 1])),
+        None
+    );
     // Not at the end: the program went on with other calls.
     more.extend([7, 8, 9]);
-    assert_eq!(detect(&more), None);
-    assert_eq!(detect_at_end(&more), None);
+    assert_eq!(detect(&more, &busy(&more)), None);
+    assert_eq!(detect_at_end(&more, &busy(&more)), None);
 }
 
 /// The first step of a loop makes something the others do not (a call `X` between its `A` and
@@ -357,15 +405,15 @@ fn the_repetition_under_way_is_the_one_its_latest_calls_repeat_longest() {
         t.extend(b());
     }
     t.extend(&a()[..18]);
-    let longest = detect(&t).unwrap();
+    let longest = detect(&t, &busy(&t)).unwrap();
     assert_eq!(
         longest.period, 61,
         "the first two steps, from the first's start"
     );
-    let r = detect_at_end(&t).unwrap();
+    let r = detect_at_end(&t, &busy(&t)).unwrap();
     assert_eq!((r.period, r.start, r.end), (30, 21, t.len()));
-    assert_eq!(detect_period(&t, 30), Some(r));
-    assert_eq!(detect_period(&t, 29), None);
+    assert_eq!(detect_period(&t, &busy(&t), 30), Some(r));
+    assert_eq!(detect_period(&t, &busy(&t), 29), None);
 }
 
 /// Setup (a weight), then `iters` steps of 7 calls; the first ends with a call the others do
@@ -404,7 +452,7 @@ fn first_longer(iters: usize, twice: bool) -> Vec<Call> {
 #[test]
 fn what_a_first_step_out_of_step_made_stands_for_what_the_next_made() {
     let calls = first_longer(3, false);
-    let r = detect(&tokens(&calls)).unwrap();
+    let r = detect(&tokens(&calls), &Work::of(&calls)).unwrap();
     assert_eq!((r.period, r.start), (7, 11), "{r:?}");
     // The second step reads and frees the first's loss, made where the third's call stands
     // for nothing alike: it stands for the loss the second made, as the third's touch has it.
@@ -422,7 +470,7 @@ fn what_a_first_step_out_of_step_made_stands_for_what_the_next_made() {
     assert_eq!(s.touched[5], [loss]);
     // Standing for a name another placeless allocation stands for already is a divergence.
     let calls = first_longer(3, true);
-    let r = detect(&tokens(&calls)).unwrap();
+    let r = detect(&tokens(&calls), &Work::of(&calls)).unwrap();
     let e = steady(&calls, r, r.start).unwrap_err();
     assert_eq!((e.iteration, e.call), (1, 4), "{e}");
 }
@@ -478,7 +526,7 @@ fn calls_that_name_no_allocation_verify_nothing() {
         v
     };
     let calls = layers(false);
-    let r = detect_period(&tokens(&calls), 2).expect("the loop repeats");
+    let r = detect_period(&tokens(&calls), &Work::of(&calls), 2).expect("the loop repeats");
     assert_eq!((r.start, r.period, r.end), (26, 2, 50));
     let e = steady(&calls, r, r.start).unwrap_err();
     assert!(e.what.contains("no call names an allocation"), "{e}");
@@ -506,16 +554,20 @@ fn a_loop_that_ran_and_ended_before_is_inside_an_iteration() {
     t.push(1);
     t.extend([2, 3, 4, 2, 3, 4, 2, 3, 4]);
     assert_eq!(
-        detect_period(&t, 3).map(|r| r.period),
+        detect_period(&t, &busy(&t), 3).map(|r| r.period),
         Some(3),
         "it repeats"
     );
-    assert_eq!(detect_at_end(&t), None, "a loop that ended before");
+    assert_eq!(
+        detect_at_end(&t, &busy(&t)),
+        None,
+        "a loop that ended before"
+    );
     t.extend([2, 3, 4]);
     t.extend(5..30);
     t.push(1);
     t.extend(&[2, 3, 4, 2, 3, 4, 2, 3, 4, 2, 3, 4, 5, 6, 7, 8, 9][..NEXT]);
-    let r = detect_at_end(&t).expect("the step");
+    let r = detect_at_end(&t, &busy(&t)).expect("the step");
     assert_eq!((r.period, r.start), (38, 1));
 }
 
@@ -544,7 +596,7 @@ fn a_call_alike_by_chance_in_a_first_step_out_of_step_places_nothing() {
         v.extend([free(t, 16), free(x, 32)]);
         prev = Some(l);
     }
-    let r = detect(&tokens(&v)).unwrap();
+    let r = detect(&tokens(&v), &Work::of(&v)).unwrap();
     assert_eq!((r.period, r.start), (9, 10), "{r:?}");
     let s = steady(&v, r, r.start).expect("the first pair verifies");
     assert_eq!(s.index, 1);

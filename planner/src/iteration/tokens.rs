@@ -71,6 +71,11 @@ fn access_code(a: Access) -> u64 {
 /// call may seem to touch another allocation from one iteration to the next. `sizes` maps
 /// allocation ids to sizes. `None` for records that are not calls (header, timing, evict,
 /// restore).
+///
+/// A free is a free, whatever it frees: which allocation it frees is the plan's names' to say
+/// (`TensorId`), and its size is that of an allocation made earlier, possibly by the iteration
+/// before, so that an iteration's calls would otherwise carry the previous iteration's shapes
+/// (a step that frees the previous batch after making its own).
 pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     let mut h = Fnv::new();
     h.str(event.kind());
@@ -78,10 +83,6 @@ pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     h.word(event.result() as i64 as u64);
     match event {
         Event::Alloc { size, .. } => h.word(*size),
-        Event::Free { alloc, size, .. } => h.word(
-            size.or_else(|| alloc.and_then(|a| sizes.get(&a).copied()))
-                .unwrap_or(0),
-        ),
         Event::Copy { size, dir, .. } => {
             h.word(*size);
             h.word(*dir as u64);

@@ -396,7 +396,7 @@ impl Tracker {
         sorted.sort_by_key(|r| r.seq);
         let calls = iteration::calls(&sorted);
         let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
-        let Some(region) = iteration::detect_at_end(&tokens) else {
+        let Some(region) = iteration::detect_at_end(&tokens, &iteration::Work::of(&calls)) else {
             return After::Nothing;
         };
         let not = |why: &str| {

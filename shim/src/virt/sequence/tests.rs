@@ -480,7 +480,8 @@ impl Stream {
 fn names_of(t: &mut Tracker, found: &Found, records: &[Record]) {
     let calls = iteration::calls(records);
     let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
-    let region = iteration::detect_period(&tokens, found.period).expect("the region");
+    let region = iteration::detect_period(&tokens, &iteration::Work::of(&calls), found.period)
+        .expect("the region");
     let st = iteration::steady_from(&calls, region, |r| r.cuts().start).expect("steady");
     assert!(t.realign(found.generation, st.start, Some(st.touched.clone())));
 }
