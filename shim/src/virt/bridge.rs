@@ -300,7 +300,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 }),
             };
             let record = Event::Plan {
-                iteration_kind: kind_tokens.as_deref().map(crate::virt::kinds::hash),
+                iteration_kind: kind_tokens.as_deref().map(crate::virt::sequence::kind_hash),
                 reused: false,
                 policy: policy.into(),
                 budget,

@@ -5,6 +5,7 @@
 //! bounded: past [`CAPACITY`] kinds, the one used least recently goes.
 
 use super::executor::Ready;
+use crate::virt::sequence::kind_hash;
 use planner::trace::Event;
 use std::sync::{Arc, Mutex};
 
@@ -31,23 +32,12 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
     clock: 0,
 });
 
-/// A kind's name in the trace: FNV-1a over its calls' tokens.
-pub fn hash(tokens: &[u64]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for t in tokens {
-        for b in t.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
 /// Keeps the plan of the kind whose calls, from its cut, are `tokens`.
 pub fn remember(tokens: Vec<u64>, ready: Arc<Ready>, record: Event) {
     let Ok(mut c) = CACHE.lock() else { return };
     c.clock += 1;
     let used = c.clock;
-    let hash = hash(&tokens);
+    let hash = kind_hash(&tokens);
     c.kinds
         .retain(|k| k.hash != hash || *k.tokens != tokens[..]);
     if c.kinds.len() >= CAPACITY
@@ -183,11 +173,5 @@ mod tests {
         assert_eq!(rotation(&layers, &[1, 2, 1, 3, 1, 2]), Some(2));
         assert_eq!(rotation(&layers, &[2, 1, 2, 1, 3, 1]), Some(1));
         assert_eq!(rotation(&layers, &[2, 1, 2, 1, 2, 1]), None);
-    }
-
-    #[test]
-    fn kinds_hash_by_their_calls() {
-        assert_eq!(hash(&[1, 2, 3]), hash(&[1, 2, 3]));
-        assert_ne!(hash(&[1, 2, 3]), hash(&[1, 3, 2]));
     }
 }

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 mod matcher;
 mod periods;
 use matcher::Matcher;
+pub use matcher::kind_hash;
 use periods::Periods;
 use std::collections::VecDeque;
 
@@ -116,6 +117,10 @@ pub type Recognise<'a> = &'a mut dyn FnMut(u64) -> Option<(Option<Names>, bool)>
 const RECENT: usize = 1 << 16;
 /// The longest iteration seen once that is planned, in calls of the longest kind kept.
 const ONCE_LONGEST: usize = 4;
+/// Kinds the program ran, kept in order (the latest), to expect the next from.
+const HISTORY: usize = 64;
+/// The longest run of latest kinds looked for in the history.
+const CONTEXT: usize = 16;
 
 struct Tracker {
     /// Every record since tracking (re)started, plus the allocations still live from before.
@@ -157,6 +162,19 @@ struct Tracker {
     open: Option<usize>,
     /// The kinds whose first calls the calls since `open` still are.
     since_open: Vec<(u64, Arc<[u64]>)>,
+    /// The kinds of the latest iterations that ran to their end, in order (their names, and
+    /// the call of the whole stream each ended before): what a program that cycles through
+    /// kinds runs next (see [`Tracker::expected`]).
+    history: VecDeque<(u64, usize)>,
+    /// The records older than `records`' (dropped where the program moved to another kind),
+    /// while their calls are among the recent ones: a cycle of kinds is planned from them.
+    older: VecDeque<Record>,
+    /// A cycle of kinds to try as one iteration: its calls, and the call of the whole stream
+    /// from which it is tried.
+    cycle: Option<(usize, usize)>,
+    /// Cycles tried (their calls): each is tried twice at most (the second time, two whole
+    /// cycles may verify where one did not).
+    cycles_tried: Vec<usize>,
 }
 
 static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
@@ -185,6 +203,10 @@ impl Tracker {
             seen: 0,
             open: None,
             since_open: Vec::new(),
+            history: VecDeque::new(),
+            older: VecDeque::new(),
+            cycle: None,
+            cycles_tried: Vec::new(),
         }
     }
 }
@@ -281,7 +303,16 @@ impl Tracker {
         self.recent(token, alloc, r.seq);
         self.matcher.feed(token);
         if let Some(f) = self.found.clone() {
+            if let Some(planned) = self.try_cycle() {
+                return planned;
+            }
             if (index - f.boundary).is_multiple_of(f.period) {
+                if index >= f.boundary + f.period {
+                    self.ran(
+                        kind_hash(&self.tokens[index - f.period..index]),
+                        self.seen - 1,
+                    );
+                }
                 // A kind planned from one occurrence, followed whole twice: its repetition is
                 // detected and planned as any other (the plan of a steady repetition names what
                 // crosses from one iteration into the next; one occurrence cannot).
@@ -300,6 +331,9 @@ impl Tracker {
                 }
                 self.made.push(Vec::new());
                 self.boundary = Some(f.period);
+                if let Some(a) = self.switch(r.seq, token, recognise) {
+                    return a;
+                }
             }
             if let Event::Alloc {
                 alloc, result: 0, ..
@@ -392,11 +426,19 @@ impl Tracker {
 
     /// Finds and verifies a repetition reaching the latest call.
     fn detect(&mut self) -> After {
+        self.detect_by(iteration::detect_at_end)
+    }
+
+    /// [`Tracker::detect`], the repetition found by `how` among the calls of the records kept.
+    fn detect_by(
+        &mut self,
+        how: impl FnOnce(&[u64], &iteration::Work) -> Option<iteration::Region>,
+    ) -> After {
         let mut sorted = self.records.clone();
         sorted.sort_by_key(|r| r.seq);
         let calls = iteration::calls(&sorted);
         let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
-        let Some(region) = iteration::detect_at_end(&tokens, &iteration::Work::of(&calls)) else {
+        let Some(region) = how(&tokens, &iteration::Work::of(&calls)) else {
             return After::Nothing;
         };
         let not = |why: &str| {
@@ -487,10 +529,10 @@ impl Tracker {
         let records = std::mem::take(&mut self.records);
         let (before, after): (Vec<Record>, Vec<Record>) =
             records.into_iter().partition(|r| r.seq < from_seq);
-        let before: Vec<Record> = before
+        let (before, dropped): (Vec<Record>, Vec<Record>) = before
             .into_iter()
-            .filter(|r| matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc) || freed.contains(&alloc)))
-            .collect();
+            .partition(|r| matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc) || freed.contains(&alloc)));
+        self.shelve(dropped);
         // Tokens: the kept allocations, then the calls from `from` as they were seen.
         let none: HashMap<u64, u64> = HashMap::new();
         let mut tokens: Vec<u64> = before
@@ -575,10 +617,17 @@ impl Tracker {
             let latest = self.recent.back().map(|c| c.0);
             self.since_open
                 .retain(|(_, k)| k.get(n - 1).copied() == latest);
-            if self.since_open.len() != 1 {
-                return None;
-            }
-            let (hash, kind) = self.since_open.pop().expect("one");
+            // One kind left, or, of kinds that share their first calls, the one expected.
+            let pick = match self.since_open.len() {
+                0 => return None,
+                1 => 0,
+                _ => {
+                    let expected = self.expected()?;
+                    self.since_open.iter().position(|(h, _)| *h == expected)?
+                }
+            };
+            let (hash, kind) = self.since_open.swap_remove(pick);
+            self.since_open.clear();
             let (names, provisional) = recognise(hash)?;
             self.open = None;
             let calls = kind.len();
@@ -590,13 +639,33 @@ impl Tracker {
                 once: None,
             });
         }
-        let (hash, kind, matched) = self.matcher.under_way()?;
+        let (matched, mut tied) = self.matcher.under_way()?;
         let first = self.seen - matched;
         if first < self.recent_from {
             return None;
         }
+        // The calls since the program left a plan, up to this kind's first, ran as a kind of
+        // their own (planned from this occurrence): the kind expected next is the one after.
+        let once_kind = self
+            .open
+            .filter(|&from| from >= self.recent_from && first > from)
+            .map(|from| {
+                let at = |g: usize| self.recent[g - self.recent_from].0;
+                kind_hash(&(from..first).map(at).collect::<Vec<u64>>())
+            });
+        let pick = match tied.len() {
+            1 => 0,
+            _ => {
+                let expected = self.expected_after(once_kind)?;
+                tied.iter().position(|(h, _)| *h == expected)?
+            }
+        };
+        let (hash, kind) = tied.swap_remove(pick);
         let (names, provisional) = recognise(hash)?;
         let once = self.open.take().and_then(|from| self.once(from, first));
+        if let Some(h) = once_kind {
+            self.ran(h, first);
+        }
         let calls = kind.len();
         self.follow(first, kind, names, provisional);
         Some(After::Adopted {
@@ -604,6 +673,120 @@ impl Tracker {
             call: matched - 1,
             kind: calls,
             once,
+        })
+    }
+
+    /// An iteration of kind `hash` ran to its end, before call `end` of the whole stream. Where
+    /// the latest kinds are a cycle of several, run twice in a row (a program whose kinds come
+    /// at random repeats a few by chance, once), the cycle is tried as one iteration from the
+    /// next's first calls (see [`Tracker::try_cycle`]).
+    fn ran(&mut self, hash: u64, end: usize) {
+        self.history.push_back((hash, end));
+        if self.history.len() > HISTORY {
+            self.history.pop_front();
+        }
+        let h = &self.history;
+        let n = h.len();
+        // The shortest cycle: one kind repeating is an iteration, and the tracker's own.
+        self.cycle = (1..=n / 2)
+            .find(|&m| (0..m).all(|i| h[n - 1 - i].0 == h[n - 1 - m - i].0))
+            .filter(|&m| m >= 2)
+            .map(|m| end - h[n - 1 - m].1)
+            .filter(|calls| self.cycles_tried.iter().filter(|&c| c == calls).count() < 2)
+            .map(|calls| match self.cycle {
+                // Tried from where it was first due (kinds shorter than the calls it waits).
+                Some((c, from)) if c == calls => (calls, from),
+                _ => (calls, end + iteration::NEXT),
+            });
+    }
+
+    /// The kind expected next: the one that followed the longest run of latest kinds (up to
+    /// [`CONTEXT`]) the last time that run came before, as a program that cycles through kinds
+    /// (micro-steps then an optimizer step, training steps then an evaluation pass) does again.
+    /// None before anything has come twice.
+    fn expected(&self) -> Option<u64> {
+        self.expected_after(None)
+    }
+
+    /// [`Tracker::expected`] once the kind `then` too has run (an iteration seen once, not
+    /// yet among the kinds that ran).
+    fn expected_after(&self, then: Option<u64>) -> Option<u64> {
+        let mut h: Vec<u64> = self.history.iter().map(|k| k.0).collect();
+        h.extend(then);
+        let n = h.len();
+        (1..n.min(CONTEXT + 1)).rev().find_map(|len| {
+            (0..n - len)
+                .rev()
+                .find(|&j| h[j..j + len] == h[n - len..])
+                .map(|j| h[j + len])
+        })
+    }
+
+    /// Where the program cycles through kinds (see [`Tracker::ran`]) and the calls since the
+    /// cycle's first repeat the cycle before them, from the call the cycle is tried from on:
+    /// the cycle is an iteration, detected, verified and planned as one (micro-steps and their
+    /// optimizer step, each kind's plan blind to what the next needs of it, are planned
+    /// together).
+    fn try_cycle(&mut self) -> Option<After> {
+        let (calls, from) = self.cycle?;
+        if self.seen < from {
+            return None;
+        }
+        self.cycle = None;
+        self.cycles_tried.push(calls);
+        // The records of the cycles: the ones older than the followed kind's, then these.
+        let mut records: Vec<Record> = std::mem::take(&mut self.older).into();
+        records.append(&mut self.records);
+        records.sort_by_key(|r| r.seq);
+        records.dedup_by_key(|r| r.seq);
+        self.records = records;
+        let (found, made) = (self.found.take(), std::mem::take(&mut self.made));
+        let planned = self.detect_by(|tokens, work| iteration::detect_period(tokens, work, calls));
+        if matches!(planned, After::Plan { .. }) {
+            log(
+                Level::Info,
+                &format!(
+                    "tracker: the program cycles through kinds; the cycle of {calls} calls is planned as one iteration"
+                ),
+            );
+            return Some(planned);
+        }
+        self.found = found;
+        self.made = made;
+        None
+    }
+
+    /// Keeps records dropped from `records` among the older ones, while their calls are among
+    /// the recent ones.
+    fn shelve(&mut self, dropped: impl IntoIterator<Item = Record>) {
+        self.older.extend(dropped);
+        let oldest = self.recent.front().map_or(u64::MAX, |c| c.2);
+        while self.older.front().is_some_and(|r| r.seq < oldest) {
+            self.older.pop_front();
+        }
+    }
+
+    /// At the first call of an iteration of the kind followed: where the kind expected next
+    /// is another, kept, that begins with this call, it is followed from here instead (kinds
+    /// that share their first calls, a forward pass, part only where the calls say so, too
+    /// late for a plan to act on what comes before).
+    fn switch(&mut self, seq: u64, token: u64, recognise: Recognise) -> Option<After> {
+        let next = self.expected()?;
+        if self.history.back().map(|h| h.0) == Some(next) {
+            return None;
+        }
+        let kind = self.matcher.get(next)?;
+        if kind.first() != Some(&token) {
+            return None;
+        }
+        let (names, provisional) = recognise(next)?;
+        let calls = kind.len();
+        self.follow(self.seen - 1, kind, names, provisional);
+        Some(After::Adopted {
+            seq,
+            call: 0,
+            kind: calls,
+            once: None,
         })
     }
 
@@ -649,10 +832,13 @@ impl Tracker {
     fn follow(&mut self, first: usize, kind: Arc<[u64]>, names: Option<Names>, provisional: bool) {
         let first_seq = self.recent[first - self.recent_from].2;
         let live = &self.sizes;
-        self.records.retain(|r| {
-            r.seq >= first_seq
-                || matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc))
-        });
+        let (kept, dropped): (Vec<Record>, Vec<Record>) =
+            std::mem::take(&mut self.records).into_iter().partition(|r| {
+                r.seq >= first_seq
+                    || matches!(r.event, Event::Alloc { alloc, result: 0, .. } if live.contains_key(&alloc))
+            });
+        self.records = kept;
+        self.shelve(dropped);
         let none: HashMap<u64, u64> = HashMap::new();
         let before: Vec<(u64, Option<u64>, u64)> = self
             .records

@@ -49,6 +49,9 @@ pub fn observe(r: &Record) {
                 period: found.period as u64,
                 calls: calls as u64,
             });
+            // A plan that guided (a kind's, found again or inside a longer cycle) speaks of
+            // another iteration's calls from here: passive until the new one guides.
+            crate::virt::executor::diverged();
             log(
                 Level::Info,
                 &format!(

@@ -24,6 +24,21 @@ struct Kept {
     need: usize,
 }
 
+/// A kind's name (in the trace, the plan cache, the tracker's history): FNV-1a over its calls'
+/// tokens.
+pub fn kind_hash(tokens: &[u64]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for t in tokens {
+        for b in t.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// A kind kept: its name and its calls.
+pub type Kind = (u64, Arc<[u64]>);
+
 #[derive(Default)]
 pub struct Matcher {
     kinds: Vec<Kept>,
@@ -79,22 +94,28 @@ impl Matcher {
         }
     }
 
-    /// The kind under way: the one that has matched the most calls, enough of them (see
-    /// [`RECOGNISE`]), alone in doing so (kinds that share their first calls wait for the calls
-    /// that tell them apart). Its name, calls, and the calls matched.
-    pub fn under_way(&self) -> Option<(u64, Arc<[u64]>, usize)> {
-        let enough = |k: &Kept| k.at >= k.need;
-        let best = self
-            .kinds
+    /// The calls of kind `hash`, if it is kept.
+    pub fn get(&self, hash: u64) -> Option<Arc<[u64]>> {
+        self.kinds
             .iter()
-            .filter(|k| enough(k))
-            .max_by_key(|k| k.at)?;
+            .find(|k| k.hash == hash)
+            .map(|k| k.tokens.clone())
+    }
+
+    /// The kinds under way: those that have matched the most calls, enough of them (see
+    /// [`RECOGNISE`]); several where kinds share their first calls (the calls that tell them
+    /// apart have not come yet). The calls matched, and the kinds' names and calls.
+    pub fn under_way(&self) -> Option<(usize, Vec<Kind>)> {
+        let enough = |k: &&Kept| k.at >= k.need;
+        let most = self.kinds.iter().filter(enough).map(|k| k.at).max()?;
         let tied = self
             .kinds
             .iter()
-            .filter(|k| k.at == best.at && enough(k))
-            .count();
-        (tied == 1).then(|| (best.hash, best.tokens.clone(), best.at))
+            .filter(enough)
+            .filter(|k| k.at == most)
+            .map(|k| (k.hash, k.tokens.clone()))
+            .collect();
+        Some((most, tied))
     }
 }
 
@@ -148,6 +169,15 @@ fn failure(tokens: &[u64]) -> Vec<usize> {
 mod tests {
     use super::*;
 
+    /// The one kind under way (its name and the calls matched), if it is alone.
+    fn one(m: &Matcher) -> Option<(u64, usize)> {
+        let (matched, tied) = m.under_way()?;
+        match tied.as_slice() {
+            [(hash, _)] => Some((*hash, matched)),
+            _ => None,
+        }
+    }
+
     fn matcher(kinds: &[&[u64]]) -> Matcher {
         let mut m = Matcher::default();
         m.set(
@@ -169,28 +199,28 @@ mod tests {
         for t in [9, 1, 2, 9, 7] {
             m.feed(t);
         }
-        assert!(m.under_way().is_none());
+        assert!(one(&m).is_none());
         for &t in &kind[..15] {
             m.feed(t);
         }
-        assert!(m.under_way().is_none(), "15 calls are not enough");
+        assert!(one(&m).is_none(), "15 calls are not enough");
         m.feed(kind[15]);
-        assert_eq!(m.under_way().map(|u| (u.0, u.2)), Some((0, 16)));
+        assert_eq!(one(&m), Some((0, 16)));
         for &t in &kind[16..] {
             m.feed(t);
         }
-        assert_eq!(m.under_way().map(|u| u.2), Some(20));
+        assert_eq!(one(&m).map(|u| u.1), Some(20));
         // The next iteration of the kind, from its first call.
         for &t in &kind[..16] {
             m.feed(t);
         }
-        assert_eq!(m.under_way().map(|u| u.2), Some(16));
+        assert_eq!(one(&m).map(|u| u.1), Some(16));
         // Repeated layers inside the kind: 1, 2, 3, 1, 2 then 3 falls back to the prefix 1, 2, 3.
         let mut m = matcher(&[&kind]);
         for t in [1, 2, 3, 1, 2, 3] {
             m.feed(t);
         }
-        assert!(m.under_way().is_none());
+        assert!(one(&m).is_none());
         assert_eq!(m.kinds.first().map(|k| k.at), Some(3));
         // A kind whose first 16 calls come again inside it needs more: 32 here.
         let layers: Vec<u64> = (0..16).chain(0..16).chain(100..104).collect();
@@ -202,10 +232,10 @@ mod tests {
         let short: &[u64] = &[5, 6, 7];
         let mut m = matcher(&[short]);
         for &t in short {
-            assert!(m.under_way().is_none());
+            assert!(one(&m).is_none());
             m.feed(t);
         }
-        assert_eq!(m.under_way().map(|u| u.2), Some(3));
+        assert_eq!(one(&m).map(|u| u.1), Some(3));
     }
 
     #[test]
@@ -216,16 +246,25 @@ mod tests {
         for t in 1..=16 {
             m.feed(t);
         }
-        assert!(m.under_way().is_none(), "a tie");
+        assert!(one(&m).is_none(), "a tie");
+        let (matched, tied) = m.under_way().unwrap();
+        assert_eq!(matched, 16);
+        assert_eq!(tied.iter().map(|k| k.0).collect::<Vec<_>>(), [0, 1]);
         m.feed(200);
-        assert_eq!(m.under_way().map(|u| (u.0, u.2)), Some((1, 17)));
+        assert_eq!(one(&m), Some((1, 17)));
         // Kinds kept again keep their place; a new one starts unmatched.
         m.set(vec![
             (1, Arc::from(&b[..])),
             (2, Arc::from(&[200u64, 201][..])),
         ]);
-        assert_eq!(m.under_way().map(|u| (u.0, u.2)), Some((1, 17)));
+        assert_eq!(one(&m), Some((1, 17)));
         assert_eq!(m.longest(), 20);
         assert_eq!(m.kinds().count(), 2);
+    }
+
+    #[test]
+    fn kinds_hash_by_their_calls() {
+        assert_eq!(kind_hash(&[1, 2, 3]), kind_hash(&[1, 2, 3]));
+        assert_ne!(kind_hash(&[1, 2, 3]), kind_hash(&[1, 3, 2]));
     }
 }
