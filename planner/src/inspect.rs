@@ -41,6 +41,8 @@ pub struct Summary {
     pub plans_reused: u64,
     pub kinds: u64,
     pub planning_ms: f64,
+    /// The plans made whose search its time bound cut (they depend on the host's speed).
+    pub plans_timed_out: u64,
 }
 
 pub fn summarize(records: &[Record]) -> Summary {
@@ -113,12 +115,14 @@ pub fn summarize(records: &[Record]) -> Summary {
                 reused,
                 iteration_kind,
                 planning_ms,
+                timed_out,
                 ..
             } => {
                 if *reused {
                     s.plans_reused += 1;
                 } else {
                     s.plans_made += 1;
+                    s.plans_timed_out += u64::from(*timed_out);
                 }
                 s.planning_ms += planning_ms;
                 if let Some(k) = iteration_kind {
@@ -224,12 +228,16 @@ impl fmt::Display for Summary {
         if plans > 0 {
             writeln!(
                 f,
-                "plans: {plans} for {} iteration kind(s): {} planned, {} reused from the cache ({:.0}% hits), {:.1} ms planning (host)",
+                "plans: {plans} for {} iteration kind(s): {} planned, {} reused from the cache ({:.0}% hits), {:.1} ms planning (host){}",
                 self.kinds,
                 self.plans_made,
                 self.plans_reused,
                 100.0 * self.plans_reused as f64 / plans as f64,
-                self.planning_ms
+                self.planning_ms,
+                match self.plans_timed_out {
+                    0 => String::new(),
+                    n => format!("; {n} cut by the time bound (host-dependent)"),
+                }
             )?;
         }
         if self.frees_of_unknown_pointers > 0 {

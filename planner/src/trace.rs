@@ -389,6 +389,15 @@ pub enum Event {
         /// are the first planning's; `planning_ms` is the look-up's).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         reused: bool,
+        /// The search's steps (the times it asked whether to go on; absent in traces from
+        /// before they were counted). The in-process search stops after a number of steps, so
+        /// that the same trace and budget give the same plan whatever the host's speed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steps: Option<u64>,
+        /// The host-time bound cut the search before its steps did: the plan depends on the
+        /// host's speed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timed_out: bool,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

@@ -116,7 +116,12 @@ pub struct Config {
     /// Test facility (MARMOSET_TEST_FOLD): plan the model with chains folded (`1`, the
     /// default) or unfolded (`0`) (see `runtime::bridge`).
     pub test_fold: Option<bool>,
-    /// MARMOSET_PLAN_DEADLINE_MS: the in-process planner's time bound (host time).
+    /// MARMOSET_PLAN_STEPS: the in-process planner's search steps at most (the times it asks
+    /// whether to go on): the bound that decides, so that the same iteration and budget give
+    /// the same plan on any host.
+    pub plan_steps: u64,
+    /// MARMOSET_PLAN_DEADLINE_MS: the in-process planner's time bound (host time), a safety
+    /// net far above what its steps take.
     pub plan_deadline_ms: u64,
     /// MARMOSET_PLAN_WAIT: the program waits for the planning thread, so that on the simulated
     /// GPU (whose iterations take far less host time than planning) the plan applies from the
@@ -195,7 +200,8 @@ impl Default for Config {
             test_fold: None,
             test_fast_link: None,
             plan_wait: false,
-            plan_deadline_ms: 1000,
+            plan_steps: 500_000,
+            plan_deadline_ms: 10_000,
             online: true,
         }
     }
@@ -304,6 +310,16 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
         flag("MARMOSET_VERIFY", &v)
             .map(|b| c.verify = b)
             .unwrap_or_else(|e| errors.push(e));
+    }
+    if let Some(v) = var("MARMOSET_PLAN_STEPS") {
+        match v.parse::<u64>() {
+            Ok(n) if n > 0 => c.plan_steps = n,
+            _ => errors.push(bad(
+                "MARMOSET_PLAN_STEPS",
+                &v,
+                "search steps, a whole number from 1",
+            )),
+        }
     }
     if let Some(v) = var("MARMOSET_PLAN_DEADLINE_MS") {
         match v.parse::<u64>() {
@@ -562,7 +578,11 @@ mod tests {
         assert_eq!(c.policy, Policy::Guided(BUDGET_DEFAULT));
         assert!(GUIDED.contains(&BUDGET_DEFAULT));
         assert_eq!(c.policy.guided(), Some(BUDGET_DEFAULT));
-        assert_eq!(c.plan_deadline_ms, 1000);
+        assert_eq!((c.plan_steps, c.plan_deadline_ms), (500_000, 10_000));
+        let c = parse(env(&[("MARMOSET_PLAN_STEPS", "1000")])).unwrap();
+        assert_eq!(c.plan_steps, 1000);
+        assert!(parse(env(&[("MARMOSET_PLAN_STEPS", "0")])).is_err());
+        assert!(parse(env(&[("MARMOSET_PLAN_STEPS", "many")])).is_err());
         let c = parse(env(&[("MARMOSET_PLAN_DEADLINE_MS", "250")])).unwrap();
         assert_eq!(c.plan_deadline_ms, 250);
         assert!(parse(env(&[("MARMOSET_PLAN_DEADLINE_MS", "soon")])).is_err());

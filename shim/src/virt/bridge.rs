@@ -285,6 +285,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
             outcome,
             held,
             link,
+            steps,
+            timed_out,
         })) => {
             let (swaps, recomputes) = plan.iter().fold((0, 0), |(s, r), (_, d)| match d {
                 Decision::Swap { .. } => (s + 1, r),
@@ -302,6 +304,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
             let record = Event::Plan {
                 iteration_kind: kind_tokens.as_deref().map(crate::virt::sequence::kind_hash),
                 reused: false,
+                steps: Some(steps),
+                timed_out,
                 policy: policy.into(),
                 budget,
                 start: found.start_seq,
@@ -327,7 +331,7 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
             log(
                 Level::Info,
                 &format!(
-                    "bridge: {policy} planned {} operations ({} without a duration) in {planning_ms:.1} ms: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
+                    "bridge: {policy} planned {} operations ({} without a duration) in {planning_ms:.1} ms, {steps} search steps: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
                     converted.trace.ops.len(),
                     converted.untimed,
                     outcome.makespan * 1e3,
@@ -338,6 +342,16 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                     }
                 ),
             );
+            if timed_out {
+                log(
+                    Level::Warn,
+                    &format!(
+                        "bridge: the search was cut by its time bound ({} ms, MARMOSET_PLAN_DEADLINE_MS) after {steps} of its {} steps: this plan depends on the host's speed",
+                        config().plan_deadline_ms,
+                        config().plan_steps
+                    ),
+                );
+            }
             // An iteration seen once: its plan is kept for when the kind comes again (the
             // program has moved on to another).
             if found.once.is_some() {
@@ -481,10 +495,22 @@ fn plan_now(
     });
     let link = link(records);
     converted.trace.shim_carries_out = true;
-    // A time bound: the best plan found so far when it is up (the planner's anytime search).
+    // A bound on the search's steps, which decides (the same iteration and budget give the
+    // same plan on any host), and a time bound far above, a safety net: the best plan found so
+    // far when either is reached (the planner's anytime search).
     let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);
     let t0 = Instant::now();
-    let more = || pace.more(t0.elapsed().as_secs_f64());
+    let (steps, timed_out) = (std::cell::Cell::new(0u64), std::cell::Cell::new(false));
+    let most = config().plan_steps;
+    let more = || {
+        if steps.get() >= most {
+            return false;
+        }
+        steps.set(steps.get() + 1);
+        let in_time = pace.more(t0.elapsed().as_secs_f64());
+        timed_out.set(!in_time);
+        in_time
+    };
     // As the shim carries it out (`Trace::shim_carries_out`).
     let (plan, outcome) = planner::policy::run_until(policy, &converted.trace, budget, link, &more)
         .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
@@ -494,6 +520,8 @@ fn plan_now(
         outcome,
         held,
         link,
+        steps: steps.get(),
+        timed_out: timed_out.get(),
     })
 }
 
@@ -505,4 +533,8 @@ struct Planned {
     outcome: Outcome,
     held: Option<Held>,
     link: Link,
+    /// The search's steps (the times it asked whether to go on).
+    steps: u64,
+    /// The time bound stopped the search.
+    timed_out: bool,
 }

@@ -125,6 +125,58 @@ fn trainer_at(policy: &str, fraction: f64) {
     );
 }
 
+/// The in-process search stops after `MARMOSET_PLAN_STEPS` steps: the same iteration and
+/// budget give the same plan run after run, whatever the host's speed; a time bound that cuts
+/// the search first is said, in the plan record and the log.
+#[test]
+fn the_same_iteration_and_budget_give_the_same_plan_and_a_time_cut_is_said() {
+    let (peak, plain) = trainer_plain();
+    let budget = ((peak as f64) * 0.3) as u64;
+    let run = |steps: &str, deadline: &str| -> (Vec<Value>, String) {
+        let (o, records) = run_shim(
+            &[
+                ("MARMOSET_POLICY", "auto"),
+                ("MARMOSET_MEMORY_LIMIT", &budget.to_string()),
+                ("MARMOSET_PLAN_STEPS", steps),
+                ("MARMOSET_PLAN_DEADLINE_MS", deadline),
+                ("MARMOSET_PLAN_WAIT", "1"),
+                ("MARMOSET_LOG", "info"),
+                MIN_TENSOR,
+            ],
+            "trainer",
+            &TRAINER,
+        );
+        ok(&o);
+        assert_eq!(stdout(&o), plain, "bit for bit");
+        // What the plan is, without when and how long it took.
+        let plans = of_kind(&records, "plan")
+            .into_iter()
+            .filter(|p| p["period"] == 141)
+            .map(|p| {
+                let mut p = p.clone();
+                p.as_object_mut().unwrap().retain(|k, _| {
+                    !["seq", "t_ns", "tid", "start", "planning_ms"].contains(&k.as_str())
+                });
+                p
+            })
+            .collect();
+        (plans, stderr(&o))
+    };
+    let (a, _) = run("40", "600000");
+    let (b, _) = run("40", "600000");
+    assert!(!a.is_empty(), "planned");
+    assert_eq!(a, b, "the same plan, run after run");
+    assert_eq!(a[0]["steps"], 40, "the steps bound the search: {}", a[0]);
+    assert!(a[0].get("timed_out").is_none(), "{}", a[0]);
+    let (c, log) = run("500000", "0");
+    assert!(!c.is_empty(), "planned");
+    assert_eq!(c[0]["timed_out"], true, "{}", c[0]);
+    assert!(
+        log.contains("this plan depends on the host's speed"),
+        "{log}"
+    );
+}
+
 /// The step (from 0, as the programs print them: each ends with its loss read back, 4 bytes to
 /// the host) during which the plan recorded at `plan` (its `seq`) began to guide, where the
 /// library (`log`: its messages from the plan's detection on) adopted it from the call after its
