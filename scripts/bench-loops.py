@@ -91,8 +91,6 @@ def run(name, policy=None, budget=None, trace=None):
         sys.stderr.write("bench-loops: torch's known abort at exit; running it again\n")
     steps = [float(m) for m in re.findall(r", ([0-9.]+) ms device time\)", p.stdout)]
     total = re.search(r"total device time: ([0-9.]+) ms", p.stdout)
-    # A run that lost contents (dropped, then read) is no measurement: shape mode prints no
-    # wrong loss, so the log is the only witness.
     # Contents lost (dropped, then read) are a wrong result that shape mode cannot print: the
     # log is the only witness. Such a run is shown with its time, marked, never as a success.
     lost = [l for l in p.stderr.splitlines() if l.startswith("marmoset:") and "lost" in l]

@@ -24,12 +24,10 @@ fn alloc(id: u64, size: u64) -> Call {
         inferred: false,
     }
 }
-/// A free's token is every free's ([`token`]); `size` says what the program freed.
 fn free(id: u64, size: u64) -> Call {
-    let _ = size;
     Call {
         seq: 0,
-        token: 2000,
+        token: 2000 + size,
         effect: Effect::Free { id },
         touches: vec![],
         inferred: false,
@@ -193,7 +191,7 @@ fn inner_repetitions_do_not_hide_the_iteration() {
 fn a_run_of_frees_is_no_iteration() {
     let mut calls: Vec<Call> = (0..8).map(|i| alloc(10 + i, 64 << i)).collect();
     calls.extend((0..8).map(|i| use_(300 + i, &[10 + i])));
-    calls.extend((0..8).map(|i| free(10 + i, 64 << i)));
+    calls.extend((0..8).map(|i| free(10 + i, 64)));
     let t = tokens(&calls);
     assert_eq!(detect(&t, &Work::of(&calls)), None);
     assert_eq!(detect_at_end(&t, &Work::of(&calls)), None);
@@ -202,10 +200,11 @@ fn a_run_of_frees_is_no_iteration() {
     assert_eq!(detect_period(&t, &busy(&t), 1).map(|r| r.period), Some(1));
 }
 
-/// A free is a free: what it frees (the previous step's batch, of another shape) is not in its
-/// token, so that an iteration's calls do not carry the shapes of the iteration before.
+/// A free's token says what it frees (its size: where a program's first steps free otherwise,
+/// detection sees it); as a kind knows it, a free is a free, so that a step's kind does not carry
+/// the previous step's batch, of another shape.
 #[test]
-fn a_frees_token_is_blind_to_what_it_frees() {
+fn a_free_is_a_free_to_a_kind() {
     let sizes: HashMap<u64, u64> = [(1, 64), (2, 4096)].into();
     let free_with = |alloc: u64, size: Option<u64>, result: i32| Event::Free {
         api: "cudaFreeAsync".into(),
@@ -217,13 +216,29 @@ fn a_frees_token_is_blind_to_what_it_frees() {
     };
     let free = |alloc, size| free_with(alloc, size, 0);
     let t = |e: &Event| token(e, &sizes).unwrap();
-    assert_eq!(t(&free(1, None)), t(&free(2, None)));
-    assert_eq!(t(&free(1, Some(64))), t(&free(2, Some(4096))));
+    let k = |e: &Event| kind_token(&effect(e), t(e));
     assert_ne!(
-        t(&free_with(1, None, 1)),
         t(&free(1, None)),
-        "the result still counts"
+        t(&free(2, None)),
+        "detection sees the sizes"
     );
+    assert_eq!(k(&free(1, None)), k(&free(2, None)));
+    assert_eq!(k(&free(1, Some(64))), k(&free(2, Some(4096))));
+    assert_ne!(
+        k(&free_with(1, None, 1)),
+        k(&free(1, None)),
+        "a failed free is no free"
+    );
+    // Any other call is its token.
+    let memset = Event::Memset {
+        api: "cudaMemsetAsync".into(),
+        ptr: 0,
+        size: 64,
+        stream: None,
+        touches: vec![],
+        result: 0,
+    };
+    assert_eq!(k(&memset), t(&memset));
 }
 
 #[test]

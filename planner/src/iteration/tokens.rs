@@ -71,11 +71,6 @@ fn access_code(a: Access) -> u64 {
 /// call may seem to touch another allocation from one iteration to the next. `sizes` maps
 /// allocation ids to sizes. `None` for records that are not calls (header, timing, evict,
 /// restore).
-///
-/// A free is a free, whatever it frees: which allocation it frees is the plan's names' to say
-/// (`TensorId`), and its size is that of an allocation made earlier, possibly by the iteration
-/// before, so that an iteration's calls would otherwise carry the previous iteration's shapes
-/// (a step that frees the previous batch after making its own).
 pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     let mut h = Fnv::new();
     h.str(event.kind());
@@ -83,6 +78,10 @@ pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     h.word(event.result() as i64 as u64);
     match event {
         Event::Alloc { size, .. } => h.word(*size),
+        Event::Free { alloc, size, .. } => h.word(
+            size.or_else(|| alloc.and_then(|a| sizes.get(&a).copied()))
+                .unwrap_or(0),
+        ),
         Event::Copy { size, dir, .. } => {
             h.word(*size);
             h.word(*dir as u64);
@@ -124,6 +123,42 @@ pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
     Some(h.0)
 }
 
+/// A call's token as a kind of iteration knows it, from its effect and its [`token`]: a free
+/// is every free, whatever it frees. Which allocation it frees is the plan's names' to check,
+/// and its size is the allocation's, possibly made by the iteration before, so that a kind
+/// would carry the previous iteration's shapes (a step that frees the previous batch after
+/// making its own: a kind per pair of shapes). Detection keeps the sizes: where the frees of
+/// a program's first steps differ from the later ones (an optimizer's state made once), they
+/// show where the steady iteration begins.
+pub fn kind_token(effect: &Effect, token: u64) -> u64 {
+    match effect {
+        Effect::Free { .. } => {
+            let mut h = Fnv::new();
+            h.str("free");
+            h.0
+        }
+        _ => token,
+    }
+}
+
+/// What `event` does to the allocation table.
+pub fn effect(event: &Event) -> Effect {
+    match *event {
+        Event::Alloc {
+            alloc,
+            size,
+            result: 0,
+            ..
+        } => Effect::Alloc { id: alloc, size },
+        Event::Free {
+            alloc: Some(id),
+            result: 0,
+            ..
+        } => Effect::Free { id },
+        _ => Effect::Use,
+    }
+}
+
 /// The calls of a trace (sorted by `seq`, as [`crate::trace::read`] returns them), tokenised.
 pub fn calls(records: &[Record]) -> Vec<Call> {
     let mut sizes: HashMap<u64, u64> = HashMap::new();
@@ -141,24 +176,10 @@ pub fn calls(records: &[Record]) -> Vec<Call> {
         let Some(token) = token(&r.event, &sizes) else {
             continue;
         };
-        let effect = match r.event {
-            Event::Alloc {
-                alloc,
-                size,
-                result: 0,
-                ..
-            } => Effect::Alloc { id: alloc, size },
-            Event::Free {
-                alloc: Some(id),
-                result: 0,
-                ..
-            } => Effect::Free { id },
-            _ => Effect::Use,
-        };
         out.push(Call {
             seq: r.seq,
             token,
-            effect,
+            effect: effect(&r.event),
             touches: r.event.touches().iter().map(|t| t.alloc).collect(),
             inferred: matches!(r.event, Event::Launch { .. }),
         });

@@ -257,6 +257,9 @@ impl Tracker {
         let Some(token) = iteration::token(&r.event, &self.sizes) else {
             return After::Nothing;
         };
+        // The tracker follows and matches calls as kinds know them; detection tokenises the
+        // records again, sizes of frees and all.
+        let token = iteration::kind_token(&iteration::effect(&r.event), token);
         // What the call allocated and freed (the freed allocation stays known until the call
         // has been followed: the plan may name it).
         let (made, freeing) = match r.event {
@@ -472,7 +475,10 @@ impl Tracker {
         };
         // Records arrive nearly in `seq` order (a free takes its number before it is forwarded);
         // from here the order of `seq` is the order of the calls.
-        self.tokens = tokens.clone();
+        self.tokens = calls
+            .iter()
+            .map(|c| iteration::kind_token(&c.effect, c.token))
+            .collect();
         self.allocs = calls
             .iter()
             .map(|c| match c.effect {
