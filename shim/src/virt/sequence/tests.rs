@@ -578,6 +578,15 @@ fn a_freed_allocation_stands_for_no_name() {
     assert_eq!(resolve_in(&s.t, name), None);
 }
 
+/// The kind of the 7-call iteration with kernel `f` at call 3, found by running it until it is
+/// (as a plan's kind, cut at its first call).
+fn learn(s: &mut Stream, w: u64, f: u64) -> Arc<[u64]> {
+    for _ in 0..CHECK / 7 + 2 {
+        s.iteration_from(w, f, 4096);
+    }
+    last_kind(&mut s.t, 7)
+}
+
 /// What a list of answers said, but for `Nothing`: (divergence call, adoption call, planned
 /// period) in order, as `D`, `A` and `P` with the number.
 fn said(v: &[After]) -> Vec<String> {
@@ -600,14 +609,8 @@ fn said(v: &[After]) -> Vec<String> {
 fn kinds_in_a_cycle_are_expected_and_the_cycle_is_planned_as_one_iteration() {
     let mut s = Stream::new();
     let (w, _) = s.alloc(1 << 20);
-    for _ in 0..CHECK / 7 + 2 {
-        s.iteration_from(w, 2, 4096);
-    }
-    let a = last_kind(&mut s.t, 7);
-    for _ in 0..CHECK / 7 + 2 {
-        s.iteration_from(w, 5, 4096);
-    }
-    let b = last_kind(&mut s.t, 7);
+    let a = learn(&mut s, w, 2);
+    let b = learn(&mut s, w, 5);
     assert_eq!(a[..3], b[..3], "the same first calls");
     assert_ne!(a, b);
     s.keep(vec![a.clone(), b.clone()]);
@@ -647,14 +650,8 @@ fn kinds_in_a_cycle_are_expected_and_the_cycle_is_planned_as_one_iteration() {
 fn kinds_at_random_are_not_taken_for_a_cycle() {
     let mut s = Stream::new();
     let (w, _) = s.alloc(1 << 20);
-    let mut kinds = Vec::new();
-    for f in [2, 5, 6] {
-        for _ in 0..CHECK / 7 + 2 {
-            s.iteration_from(w, f, 4096);
-        }
-        kinds.push(last_kind(&mut s.t, 7));
-    }
-    s.keep(kinds);
+    let kinds = [2, 5, 6].map(|f| learn(&mut s, w, f));
+    s.keep(kinds.to_vec());
     // A square-free order of the three (no run of kinds comes twice in a row), where the
     // kind expected is often right: whatever the tracker takes, it is no cycle.
     let order = "abcacbabcbacabcacbacabcb";
