@@ -763,11 +763,15 @@ impl Tracker {
     }
 
     /// Keeps records dropped from `records` among the older ones, while their calls are among
-    /// the recent ones.
+    /// the recent ones, [`MAX_RECORDS`] at most.
     fn shelve(&mut self, dropped: impl IntoIterator<Item = Record>) {
         self.older.extend(dropped);
         let oldest = self.recent.front().map_or(u64::MAX, |c| c.2);
-        while self.older.front().is_some_and(|r| r.seq < oldest) {
+        while self
+            .older
+            .front()
+            .is_some_and(|r| r.seq < oldest || self.older.len() > MAX_RECORDS)
+        {
             self.older.pop_front();
         }
     }
