@@ -172,6 +172,12 @@ struct Tracker {
     /// A cycle of kinds to try as one iteration: its calls, and the call of the whole stream
     /// from which it is tried.
     cycle: Option<(usize, usize)>,
+    /// Iterations that ran to their end, in all (what [`Tracker::expected`] depends on).
+    ran_count: usize,
+    /// The kind expected among kinds that share their first calls, for the kinds' first call
+    /// (of the whole stream), `ran_count` then, and whether the calls before ran as a kind
+    /// (see [`Tracker::expected_at`]).
+    tie: Option<((usize, usize, bool), Option<u64>)>,
     /// Cycles tried (their calls): each is tried twice at most (the second time, two whole
     /// cycles may verify where one did not).
     cycles_tried: Vec<usize>,
@@ -207,6 +213,8 @@ impl Tracker {
             older: VecDeque::new(),
             cycle: None,
             cycles_tried: Vec::new(),
+            ran_count: 0,
+            tie: None,
         }
     }
 }
@@ -628,7 +636,7 @@ impl Tracker {
                 0 => return None,
                 1 => 0,
                 _ => {
-                    let expected = self.expected()?;
+                    let expected = self.expected_at(from, false)?;
                     self.since_open.iter().position(|(h, _)| *h == expected)?
                 }
             };
@@ -652,26 +660,19 @@ impl Tracker {
         }
         // The calls since the program left a plan, up to this kind's first, ran as a kind of
         // their own (planned from this occurrence): the kind expected next is the one after.
-        let once_kind = self
-            .open
-            .filter(|&from| from >= self.recent_from && first > from)
-            .map(|from| {
-                let at = |g: usize| self.recent[g - self.recent_from].0;
-                kind_hash(&(from..first).map(at).collect::<Vec<u64>>())
-            });
         let pick = match tied.len() {
             1 => 0,
             _ => {
-                let expected = self.expected_after(once_kind)?;
+                let expected = self.expected_at(first, true)?;
                 tied.iter().position(|(h, _)| *h == expected)?
             }
         };
         let (hash, kind) = tied.swap_remove(pick);
         let (names, provisional) = recognise(hash)?;
-        let once = self.open.take().and_then(|from| self.once(from, first));
-        if let Some(h) = once_kind {
+        if let Some(h) = self.once_kind(first) {
             self.ran(h, first);
         }
+        let once = self.open.take().and_then(|from| self.once(from, first));
         let calls = kind.len();
         self.follow(first, kind, names, provisional);
         Some(After::Adopted {
@@ -687,6 +688,7 @@ impl Tracker {
     /// at random repeats a few by chance, once), the cycle is tried as one iteration from the
     /// next's first calls (see [`Tracker::try_cycle`]).
     fn ran(&mut self, hash: u64, end: usize) {
+        self.ran_count += 1;
         self.history.push_back((hash, end));
         if self.history.len() > HISTORY {
             self.history.pop_front();
@@ -712,6 +714,31 @@ impl Tracker {
     /// None before anything has come twice.
     fn expected(&self) -> Option<u64> {
         self.expected_after(None)
+    }
+
+    /// The calls since the program left a plan, up to call `first` of the whole stream: a kind
+    /// of their own, seen once (its name), if they are all among the recent calls.
+    fn once_kind(&self, first: usize) -> Option<u64> {
+        let from = self.open.filter(|&f| f >= self.recent_from && first > f)?;
+        let at = |g: usize| self.recent[g - self.recent_from].0;
+        Some(kind_hash(&(from..first).map(at).collect::<Vec<u64>>()))
+    }
+
+    /// The kind expected for kinds under way from call `first` of the whole stream, after the
+    /// calls before it ran as a kind of their own where `once` says so
+    /// ([`Tracker::once_kind`]): asked at every call until the calls tell the kinds apart,
+    /// worked out once for that call and the kinds that ran.
+    fn expected_at(&mut self, first: usize, once: bool) -> Option<u64> {
+        let key = (first, self.ran_count, once);
+        if let Some((k, e)) = self.tie
+            && k == key
+        {
+            return e;
+        }
+        let then = if once { self.once_kind(first) } else { None };
+        let e = self.expected_after(then);
+        self.tie = Some((key, e));
+        e
     }
 
     /// [`Tracker::expected`] once the kind `then` too has run (an iteration seen once, not
