@@ -128,11 +128,12 @@ pub fn num(o: &Output, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no numeric {key} in:\n{}{}", stdout(o), stderr(o)))
 }
 
-/// A fresh temporary path under the build directory.
+/// A fresh temporary path under the build directory, never handed out twice: tests of one
+/// binary run in parallel, and two that name their files alike must not share them.
 pub fn temp_path(name: &str) -> PathBuf {
     let dir = build_dir().join("e2e-tmp");
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{}-{name}", std::process::id()))
+    dir.join(format!("{}-{}-{name}", std::process::id(), unique()))
 }
 
 /// Runs a workload under `marmoset run --sim=h100` with libmarmoset.so, writing a trace; returns
@@ -142,7 +143,7 @@ pub fn run_shim(
     prog: &str,
     args: &[&str],
 ) -> (Output, Vec<serde_json::Value>) {
-    let trace = temp_path(&format!("{prog}-{}.jsonl", unique()));
+    let trace = temp_path(&format!("{prog}.jsonl"));
     let mut c = Command::new(marmoset());
     c.args(["run", "--sim=h100", "--trace"])
         .arg(&trace)
@@ -185,7 +186,7 @@ pub fn sim_report(path: &Path) -> serde_json::Value {
 
 /// A workload run without Marmoset on the simulated H100: its peak and its output.
 pub fn unlimited(prog: &str, args: &[&str]) -> (u64, String) {
-    let r = temp_path(&format!("{prog}-unlimited-{}.json", unique()));
+    let r = temp_path(&format!("{prog}-unlimited.json"));
     let o = run_sim(
         "h100",
         &[("SIMGPU_REPORT", r.to_str().unwrap())],
@@ -208,7 +209,7 @@ pub fn planned(
     prog: &str,
     args: &[&str],
 ) -> (Output, Vec<serde_json::Value>, serde_json::Value) {
-    let r = temp_path(&format!("{prog}-{policy}-{}.json", unique()));
+    let r = temp_path(&format!("{prog}-{policy}.json"));
     let budget = budget.to_string();
     let mut env = vec![
         ("MARMOSET_POLICY", policy),
