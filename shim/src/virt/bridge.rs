@@ -150,9 +150,8 @@ fn replayable_now(records: Vec<Record>) -> Vec<Record> {
 /// One planning at a time: a divergence while planning waits for the next detection.
 static PLANNING: AtomicBool = AtomicBool::new(false);
 
-/// PCIe bandwidths the plan assumes: what this run's evictions measured (bytes over the device
-/// time of their copies), else a PCIe 4.0 x16 link.
-fn link(records: &[Record]) -> Link {
+/// What this run's evictions among `records` measured: (bytes, device milliseconds).
+fn evictions_measured(records: &[Record]) -> (u64, f64) {
     let (mut bytes, mut ms) = (0u64, 0f64);
     for r in records {
         if let Event::Evict {
@@ -166,10 +165,18 @@ fn link(records: &[Record]) -> Link {
             ms += device_ms;
         }
     }
+    (bytes, ms)
+}
+
+/// PCIe bandwidths the plan assumes: what this run's evictions measured (bytes over the device
+/// time of their copies), else the copy that measured the link when none had (see [`plan`]),
+/// else a PCIe 4.0 x16 link.
+fn link(records: &[Record]) -> Link {
+    let (bytes, ms) = evictions_measured(records);
     let bw = if ms > 0.0 && bytes > 0 {
         bytes as f64 / (ms * 1e-3)
     } else {
-        25e9
+        crate::virt::memory::link::measured().unwrap_or(25e9)
     };
     let bw = bw * config().test_fast_link.unwrap_or(1) as f64;
     Link { h2d: bw, d2h: bw }
@@ -186,6 +193,11 @@ pub fn plan(found: Found, records: Vec<Record>) {
     };
     if found.once.is_none() && reuse(&found) {
         return;
+    }
+    // A plan is made for the link it will use: measured here, on the program's thread (the
+    // planning thread has no context), when neither an eviction nor the allocator has yet.
+    if evictions_measured(&records).0 == 0 {
+        crate::virt::memory::link::measure_once();
     }
     if let Ok(mut next) = NEXT.lock() {
         *next = Some((found, records));

@@ -372,10 +372,14 @@ impl Producer {
     }
 }
 
-/// The measured PCIe speed of this run's evictions (bytes per second), else a PCIe 4.0 x16
-/// link's.
+/// The measured PCIe speed of this run's evictions (bytes per second), else of the copy that
+/// measured the link for a plan, else a PCIe 4.0 x16 link's.
 pub fn link_bps() -> f64 {
-    with(|o| o.link_bps()).unwrap_or(25e9)
+    with(|o| o.link_bps()).unwrap_or_else(unmeasured_link)
+}
+
+fn unmeasured_link() -> f64 {
+    crate::virt::memory::link::measured().unwrap_or(25e9)
 }
 
 impl Online {
@@ -384,7 +388,7 @@ impl Online {
         if bytes > 0 && secs > 0.0 {
             bytes as f64 / secs
         } else {
-            25e9
+            unmeasured_link()
         }
     }
 }

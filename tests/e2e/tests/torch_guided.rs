@@ -284,3 +284,60 @@ fn a_five_step_run_is_guided_from_its_third_step() {
         "the default policy's steps {times:?} against lru's {lru:?} (simulated)"
     );
 }
+
+/// The host link a plan assumes is the device's, measured before any eviction has: on the
+/// simulated P100 (12 GB/s, simgpu/profiles/p100.json), by one timed copy the first time memory
+/// is short, and the plan's link, from that copy or the evictions since, within 10% of it.
+#[test]
+fn the_plan_assumes_the_link_the_device_has() {
+    let profile: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("simgpu/profiles/p100.json")).expect("p100.json"),
+    )
+    .expect("a profile in JSON");
+    let device = profile["pcie_d2h_gbs"].as_f64().expect("pcie_d2h_gbs") * 1e9;
+    let args = ["--steps", "4", "--batch", "32"];
+    let (_, report) = torch_example(&["--policy", "none"], "resnet50.py", &args, "link-p");
+    let limit = (report["peak_bytes"].as_u64().expect("a peak") / 2).to_string();
+    let trace = temp_path("torch-link.jsonl");
+    let a = [
+        "--memory-limit",
+        limit.as_str(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
+    let report = temp_path("torch-link-report.json");
+    let mut c = torch_command("--sim=p100", &a, "resnet50.py", &args);
+    c.env("SIMGPU_MODE", "shape")
+        .env("SIMGPU_REPORT", &report)
+        .env("MARMOSET_PLAN_WAIT", "1")
+        .env("MARMOSET_LOG", "info");
+    let out = torch_output(&mut c);
+    ok(&out);
+    std::fs::remove_file(&report).ok();
+    let records = take_trace(&trace);
+    let err = stderr(&out);
+    let line = err
+        .lines()
+        .find(|l| l.contains("the host link measured by a copy"))
+        .unwrap_or_else(|| panic!("no measured link: {err}"));
+    let measured: f64 = line
+        .strip_suffix(" GB/s")
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|g| g.parse().ok())
+        .unwrap_or_else(|| panic!("no GB/s in {line:?}"));
+    assert!(
+        (measured * 1e9 / device - 1.0).abs() < 0.05,
+        "{line}: the simulated P100's link is {device} B/s"
+    );
+    let first_evict = records.iter().position(|r| r["kind"] == "evict");
+    let plan = *of_kind(&records, "plan").first().expect("a plan");
+    let link = plan["pcie_bps"][0].as_f64().expect("the plan's link");
+    assert!(
+        (link / device - 1.0).abs() < 0.10,
+        "the plan assumed {link} B/s, the simulated P100 has {device} B/s: {plan}"
+    );
+    eprintln!(
+        "the link measured by a copy: {measured} GB/s; the plan's: {:.2} GB/s; the first eviction at record {first_evict:?} (simulated P100, {device} B/s)",
+        link / 1e9
+    );
+}

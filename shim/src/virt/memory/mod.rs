@@ -33,6 +33,7 @@
 mod driver;
 mod guided;
 mod hold;
+pub mod link;
 mod releases;
 mod restore;
 pub mod stats;
@@ -136,6 +137,8 @@ struct Manager {
     cramped: HashSet<u64>,
     /// Why the last attempt ran out of memory, said once it is final (see `hold`).
     oom: Option<(Level, String)>,
+    /// Whether the link was measured, or tried (see `link`).
+    link_tried: bool,
 }
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
@@ -245,6 +248,7 @@ impl Manager {
             arriving: Vec::new(),
             cramped: HashSet::new(),
             oom: None,
+            link_tried: false,
         })
     }
 
@@ -370,6 +374,9 @@ impl Manager {
             return Ok(());
         }
         self.reclaim(false);
+        if online().is_some() {
+            self.link_known();
+        }
         let mut refused: HashSet<u64> = HashSet::new();
         let choose = online().is_some_and(|o| (o.choosing)());
         while self.used + bytes > self.budget {
