@@ -133,6 +133,7 @@ impl<'a> Stream<'a> {
             }
             all.push(ro);
         }
+        hidden_workspaces(&life, &mut uses, &mut all);
         Stream {
             calls,
             records,
@@ -195,6 +196,33 @@ impl<'a> Stream<'a> {
             }
         }
         prefix(&diff[..=n])
+    }
+}
+
+/// An allocation no recorded call touches between its allocation and its free is a library's
+/// workspace reached through a pointer no record names (cuBLAS's, set by the program with
+/// `cublasSetWorkspace`, allocated and freed around each GEMM by PyTorch): the allocator maps
+/// it for that whole life, so every operation within it holds it, as its scratch.
+fn hidden_workspaces(
+    life: &HashMap<u64, (usize, usize, u64)>,
+    uses: &mut HashMap<u64, Vec<(usize, Role)>>,
+    all: &mut [Vec<(u64, Role)>],
+) {
+    let mut hidden: Vec<(u64, usize, usize)> = life
+        .iter()
+        .filter(|&(a, &(_, freed, _))| freed != usize::MAX && !uses.contains_key(a))
+        .map(|(&a, &(made, freed, _))| (a, made, freed))
+        .collect();
+    hidden.sort_unstable();
+    for (a, made, freed) in hidden {
+        for (i, ro) in all.iter_mut().enumerate().take(freed).skip(made + 1) {
+            // The operations only: calls that touch something.
+            if ro.is_empty() {
+                continue;
+            }
+            ro.push((a, Role::Scratch));
+            uses.entry(a).or_default().push((i, Role::Scratch));
+        }
     }
 }
 

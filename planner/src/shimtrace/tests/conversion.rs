@@ -248,3 +248,56 @@ fn untimed_unrepeated_and_empty_traces() {
     assert_eq!(c.trace.ops.len(), 5, "the weights' copy too");
     assert!(convert(&[]).is_err());
 }
+
+#[test]
+fn an_allocation_no_call_touches_is_held_by_the_operations_within_its_life() {
+    // program(), with a 64 B allocation made before act and freed after the kernel, touched
+    // by no record (a library's workspace reached through a pointer no record names).
+    let mut v = Vec::new();
+    for e in program(3) {
+        let act = matches!(&e, Event::Cudnn { api, .. } if api == "cudnnActivationForward");
+        let after_kernel = matches!(e, Event::Launch { .. });
+        if act {
+            let n = 1000 + v.len() as u64;
+            v.push(alloc(n, 64));
+            v.push(e);
+            continue;
+        }
+        v.push(e);
+        if after_kernel {
+            let Some(Event::Alloc { alloc: n, .. }) = v
+                .iter()
+                .rev()
+                .find(|x| matches!(x, Event::Alloc { size: 64, .. }))
+                .cloned()
+            else {
+                unreachable!("the workspace's allocation comes before the kernel");
+            };
+            v.push(free(n));
+        }
+    }
+    let c = convert(&records(v, true)).unwrap();
+    let t = &c.trace;
+    // act and the kernel each hold the 64 B as scratch: nobody's source, nothing recomputes it.
+    for name in ["cudnnActivationForward", "kernel 0x40"] {
+        let op = t.ops.iter().find(|o| o.name == name).unwrap();
+        let held: Vec<usize> = op
+            .outputs
+            .iter()
+            .copied()
+            .filter(|&s| t.storages[s].size == 64)
+            .collect();
+        assert_eq!(held.len(), 1, "{name}: {op:?}");
+        assert_eq!(t.storages[held[0]].producer, None, "{name}");
+        assert!(t.ops.iter().all(|o| !o.inputs.contains(&held[0])));
+    }
+    // The convolution, before the workspace was made, does not hold it. Peak: W + A + B at act
+    // (180 B, as without it) and the 64 B.
+    let conv = t
+        .ops
+        .iter()
+        .find(|o| o.name == "cudnnConvolutionForward")
+        .unwrap();
+    assert!(conv.outputs.iter().all(|&s| t.storages[s].size != 64));
+    assert_eq!(t.peak(), 100 + 40 + 40 + 64);
+}
