@@ -202,7 +202,10 @@ impl<'a> Stream<'a> {
 /// An allocation no recorded call touches between its allocation and its free is a library's
 /// workspace reached through a pointer no record names (cuBLAS's, set by the program with
 /// `cublasSetWorkspace`, allocated and freed around each GEMM by PyTorch): the allocator maps
-/// it for that whole life, so every operation within it holds it, as its scratch.
+/// it for that whole life, so the operation within it holds it, as its scratch. Only where one
+/// operation lies within that life: the scratch goes after its operation (the executor may
+/// release it then), and a later operation could still use it through the pointer no record
+/// names, which nothing would map back first.
 fn hidden_workspaces(
     life: &HashMap<u64, (usize, usize, u64)>,
     uses: &mut HashMap<u64, Vec<(usize, Role)>>,
@@ -215,12 +218,10 @@ fn hidden_workspaces(
         .collect();
     hidden.sort_unstable();
     for (a, made, freed) in hidden {
-        for (i, ro) in all.iter_mut().enumerate().take(freed).skip(made + 1) {
-            // The operations only: calls that touch something.
-            if ro.is_empty() {
-                continue;
-            }
-            ro.push((a, Role::Scratch));
+        // The operations only: calls that touch something.
+        let mut ops = (made + 1..freed).filter(|&i| !all[i].is_empty());
+        if let (Some(i), None) = (ops.next(), ops.next()) {
+            all[i].push((a, Role::Scratch));
             uses.entry(a).or_default().push((i, Role::Scratch));
         }
     }

@@ -250,54 +250,49 @@ fn untimed_unrepeated_and_empty_traces() {
 }
 
 #[test]
-fn an_allocation_no_call_touches_is_held_by_the_operations_within_its_life() {
-    // program(), with a 64 B allocation made before act and freed after the kernel, touched
-    // by no record (a library's workspace reached through a pointer no record names).
+fn an_allocation_no_call_touches_is_held_by_the_one_operation_within_its_life() {
+    // program(), with two allocations no record touches (a library's workspace reached through
+    // a pointer no record names): 64 B made right before the kernel and freed right after it,
+    // and 32 B made before act and freed after the kernel, two operations later.
     let mut v = Vec::new();
+    let mut n = 1000;
     for e in program(3) {
         let act = matches!(&e, Event::Cudnn { api, .. } if api == "cudnnActivationForward");
-        let after_kernel = matches!(e, Event::Launch { .. });
+        let kernel = matches!(e, Event::Launch { .. });
         if act {
-            let n = 1000 + v.len() as u64;
-            v.push(alloc(n, 64));
+            v.push(alloc(n, 32));
+        }
+        if kernel {
+            v.push(alloc(n + 1, 64));
             v.push(e);
+            v.push(free(n + 1));
+            v.push(free(n));
+            n += 2;
             continue;
         }
         v.push(e);
-        if after_kernel {
-            let Some(Event::Alloc { alloc: n, .. }) = v
-                .iter()
-                .rev()
-                .find(|x| matches!(x, Event::Alloc { size: 64, .. }))
-                .cloned()
-            else {
-                unreachable!("the workspace's allocation comes before the kernel");
-            };
-            v.push(free(n));
-        }
     }
     let c = convert(&records(v, true)).unwrap();
     let t = &c.trace;
-    // act and the kernel each hold the 64 B as scratch: nobody's source, nothing recomputes it.
-    for name in ["cudnnActivationForward", "kernel 0x40"] {
+    let held = |name: &str, size: u64| {
         let op = t.ops.iter().find(|o| o.name == name).unwrap();
-        let held: Vec<usize> = op
-            .outputs
+        op.outputs
             .iter()
             .copied()
-            .filter(|&s| t.storages[s].size == 64)
-            .collect();
-        assert_eq!(held.len(), 1, "{name}: {op:?}");
-        assert_eq!(t.storages[held[0]].producer, None, "{name}");
-        assert!(t.ops.iter().all(|o| !o.inputs.contains(&held[0])));
-    }
-    // The convolution, before the workspace was made, does not hold it. Peak: W + A + B at act
-    // (180 B, as without it) and the 64 B.
-    let conv = t
-        .ops
-        .iter()
-        .find(|o| o.name == "cudnnConvolutionForward")
-        .unwrap();
-    assert!(conv.outputs.iter().all(|&s| t.storages[s].size != 64));
-    assert_eq!(t.peak(), 100 + 40 + 40 + 64);
+            .filter(|&s| t.storages[s].size == size)
+            .collect::<Vec<usize>>()
+    };
+    // The kernel holds the 64 B as scratch: nobody's source, nothing recomputes it, gone after.
+    let ws = held("kernel 0x40", 64);
+    assert_eq!(ws.len(), 1, "{:?}", t.ops);
+    assert_eq!(t.storages[ws[0]].producer, None);
+    assert!(t.ops.iter().all(|o| !o.inputs.contains(&ws[0])));
+    // The 32 B spans two operations: the executor would release it after the first, and the
+    // second could reach it through the pointer no record names, so neither holds it.
+    assert!(held("cudnnActivationForward", 32).is_empty());
+    assert!(held("kernel 0x40", 32).is_empty());
+    // Peak: the kernel's W, B and its 64 B (W + A + B at act is 180 B).
+    assert_eq!(t.peak(), 100 + 40 + 64);
+    assert!(t.ops.iter().all(|o| o.name != "cudnnConvolutionForward"
+        || o.outputs.iter().all(|&s| t.storages[s].size != 64)));
 }
