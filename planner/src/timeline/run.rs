@@ -211,9 +211,38 @@ impl<'a> Sim<'a> {
                             }
                         }
                     }
-                    sim.gather(i);
                     let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
-                    sim.now = sim.take(bytes, sim.now, i);
+                    let rebuilds = op
+                        .inputs
+                        .iter()
+                        .chain(&op.mutates)
+                        .any(|&s| sim.state[s] == State::Dropped);
+                    if rebuilds {
+                        // The program allocates a call's outputs before it makes the call, and
+                        // the recomputations run inside the call's hook: the outputs are held
+                        // while they run.
+                        for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
+                            sim.pin(s);
+                        }
+                        // What the recomputations read stays for them too: taken now, the
+                        // outputs' room must not come from their sources.
+                        let wanted: Vec<usize> =
+                            op.inputs.iter().chain(&op.mutates).copied().collect();
+                        for s in sim.chain(&wanted) {
+                            if let Some(p) = t.storages[s].producer {
+                                for &x in &t.ops[p].inputs {
+                                    if sim.state[x] != State::Dropped {
+                                        sim.pin(x);
+                                    }
+                                }
+                            }
+                        }
+                        sim.now = sim.take(bytes, sim.now, i);
+                        sim.gather(i);
+                    } else {
+                        sim.gather(i);
+                        sim.now = sim.take(bytes, sim.now, i);
+                    }
                     for &s in &op.outputs {
                         sim.set(s, State::Resident);
                     }
