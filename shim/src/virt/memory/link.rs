@@ -56,9 +56,7 @@ impl Manager {
         self.host_free.entry(bytes).or_default().push(buf);
         (timed && ms > 0.0).then_some((bytes, ms as f64 * 1e-3))
     }
-}
 
-impl Manager {
     /// Measures the link once (see [`measure_once`]), with the manager's lock held: the first
     /// time memory is short, before the online policy weighs a copy against a rebuild.
     pub(super) fn link_known(&mut self) {
