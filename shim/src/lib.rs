@@ -98,6 +98,7 @@ fn start(c: &Config) -> Result<(), String> {
     let mut observers: Vec<bus::Observer> = Vec::new();
     if c.policy.guided().is_some() {
         observers.push(virt::tracker::observe);
+        virt::memory::attach_ahead(virt::executor::ahead);
         if c.online {
             // The online policy sees each record after the tracker, and answers the allocator.
             observers.push(virt::online::observe);

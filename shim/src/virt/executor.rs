@@ -104,6 +104,7 @@ pub fn boundary(period: usize) {
                     steps.drop.values().map(Vec::len).sum::<usize>()
                 ),
             );
+            set_uses(Some(steps.uses.clone()));
             e.active = Some(steps);
             GUIDING.store(true, Ordering::Relaxed);
         }
@@ -157,6 +158,7 @@ pub fn adopt(r: Arc<Ready>) {
                 .collect();
         }
         e.offered = None;
+        set_uses(Some(steps.uses.clone()));
         e.active = Some(steps);
         GUIDING.store(true, Ordering::Relaxed);
         e.guided += 1;
@@ -179,6 +181,7 @@ pub fn diverged() {
     }
     if let Ok(mut e) = EXECUTOR.lock() {
         e.active = None;
+        set_uses(None);
         GUIDING.store(false, Ordering::Relaxed);
         e.offered = None;
         orphan(&mut e);
@@ -187,6 +190,24 @@ pub fn diverged() {
 
 /// Whether a plan guides the iteration under way (kept in step with the executor's `active`).
 static GUIDING: AtomicBool = AtomicBool::new(false);
+
+/// The guiding plan's [`Steps::uses`], apart from the executor's state: the allocator asks
+/// for them while it makes room (under its own lock), and this lock is taken under no other.
+static USES: Mutex<Option<Arc<[Vec<TensorId>]>>> = Mutex::new(None);
+
+fn set_uses(uses: Option<Arc<[Vec<TensorId>]>>) {
+    if let Ok(mut u) = USES.lock() {
+        *u = uses;
+    }
+}
+
+/// While a plan guides: how many calls ahead the plan's operations next touch each
+/// allocation, from the next call over one iteration (see `sequence::next_uses`); what the
+/// allocator chooses victims by then.
+pub fn ahead() -> Option<HashMap<u64, usize>> {
+    let uses = USES.lock().ok()?.clone()?;
+    crate::virt::sequence::next_uses(&uses)
+}
 
 /// Whether a plan guides the iteration under way: while none does, the passive mechanism
 /// chooses for itself (`virt::online`).

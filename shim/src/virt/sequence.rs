@@ -770,5 +770,47 @@ pub fn resolve(name: TensorId) -> Option<u64> {
     TRACKER.lock().ok()?.as_ref()?.resolve(name)
 }
 
+/// For each allocation that the tensors `uses` names per call offset (of the iteration
+/// followed) stand for, how many calls ahead of the next call it is first named, over one
+/// iteration. None while no iteration is followed by a plan's names.
+pub fn next_uses(uses: &[Vec<TensorId>]) -> Option<HashMap<u64, usize>> {
+    TRACKER.lock().ok()?.as_ref()?.next_uses(uses)
+}
+
+impl Tracker {
+    /// See [`next_uses`]: the rest of this iteration's calls by their names now, then the next
+    /// iteration's up to here, whose names of an iteration `back` before are this one's
+    /// `back - 1` (those of its own allocations are not made yet).
+    fn next_uses(&self, names: &[Vec<TensorId>]) -> Option<HashMap<u64, usize>> {
+        let f = self.found.as_ref()?;
+        if f.period == 0 || f.names.is_none() || names.len() != f.period {
+            return None;
+        }
+        let now = (self.tokens.len() - f.boundary) % f.period;
+        let mut ahead = HashMap::new();
+        for d in 0..f.period {
+            let (offset, next) = match now + d {
+                o if o < f.period => (o, false),
+                o => (o - f.period, true),
+            };
+            for &name in &names[offset] {
+                let name = match name {
+                    TensorId::Rel { back: 0, .. } if next => continue,
+                    TensorId::Rel { back, k, size } if next => TensorId::Rel {
+                        back: back - 1,
+                        k,
+                        size,
+                    },
+                    other => other,
+                };
+                if let Some(id) = self.resolve(name) {
+                    ahead.entry(id).or_insert(d);
+                }
+            }
+        }
+        Some(ahead)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@ use planner::iteration::TensorId;
 use planner::model::Step;
 use planner::timeline::{Decision, Stall};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// The plan as the hooks need it: per call offset within the iteration, what to do.
 pub(super) struct Steps {
@@ -42,6 +43,9 @@ pub(super) struct Steps {
     /// does not cover these: without this set, `capuchin` on BERT at batch 4, half its peak,
     /// ran 59.33 ms against 56.11 predicted (55.99 with it; simulated).
     pub(super) waits: HashSet<TensorId>,
+    /// Per call offset, the tensors the model's operation there reads or writes (an
+    /// operation's at its first call): what the calls ahead need (see `executor::ahead`).
+    pub(super) uses: Arc<[Vec<TensorId>]>,
 }
 
 impl Steps {
@@ -71,6 +75,7 @@ impl Steps {
                     _ => None,
                 })
                 .collect(),
+            uses: uses(c, r.found.period),
         };
         let valid_until = planner::memory::carried_out::valid_until(&c.trace);
         let sourced = |storage: usize, back: usize| {
@@ -145,4 +150,26 @@ impl Steps {
         }
         s
     }
+}
+
+/// Per call offset (of `period`), the tensors the operation that starts there reads, writes
+/// or makes, by the model `c`.
+fn uses(c: &planner::shimtrace::Converted, period: usize) -> Arc<[Vec<TensorId>]> {
+    let mut out = vec![Vec::new(); period];
+    for (op, o) in c.trace.ops.iter().enumerate() {
+        let Some(&(offset, _)) = c.ops.get(op) else {
+            continue;
+        };
+        let Some(list) = out.get_mut(offset) else {
+            continue;
+        };
+        for &st in o.inputs.iter().chain(&o.outputs).chain(&o.mutates) {
+            if let Some(origin) = c.storages.get(st)
+                && !list.contains(&origin.tensor)
+            {
+                list.push(origin.tensor);
+            }
+        }
+    }
+    out.into()
 }

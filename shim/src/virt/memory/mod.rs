@@ -19,7 +19,10 @@
 //! operation's stream waiting on it by event). When an allocation or a restore would exceed the
 //! budget, victims not touched by the current operation go: dead contents first, all of them
 //! before the host counts on a copy out still running (their release needs no copy), then live
-//! ones least recently used first: an asynchronous copy to pinned host memory on the swap-out
+//! ones: while a plan guides, the one its calls touch furthest ahead first (Belady's rule, by
+//! the plan's model of the iteration: `victims`), otherwise the least recently used first
+//! (while none guides, the online policy chooses: `virt::online`): an asynchronous copy to
+//! pinned host memory on the swap-out
 //! stream after the victim's last uses (events on each stream that used it). The host does not
 //! wait for that copy (Capuchin's decoupled computation and swapping): the physical memory is
 //! unmapped once it is done, and only when memory is short does the host wait: for releases
@@ -41,7 +44,7 @@ mod victims;
 
 pub use hold::Hold;
 use victims::online;
-pub use victims::{Online, attach_online};
+pub use victims::{Online, attach_ahead, attach_online};
 
 pub use guided::{
     evict_planned, keep_dead, mark_dead, mark_dead_kept, matches_or_restore, prefetch, revive,
@@ -379,6 +382,8 @@ impl Manager {
         }
         let mut refused: HashSet<u64> = HashSet::new();
         let choose = online().is_some_and(|o| (o.choosing)());
+        // Asked once, when a victim is first needed.
+        let mut plan_ahead: Option<Option<HashMap<u64, usize>>> = None;
         while self.used + bytes > self.budget {
             let copying: u64 = self
                 .releases
@@ -399,6 +404,15 @@ impl Manager {
             });
             let victim = if choose {
                 self.cheapest(candidates)
+            } else if let Some(next) = plan_ahead.get_or_insert_with(victims::ahead) {
+                // Dead contents, then the furthest ahead (not touched within an iteration:
+                // furthest of all), then least recently used.
+                let ahead = |va: u64| next.get(&alloc_of(va)).copied().unwrap_or(usize::MAX);
+                candidates
+                    .min_by_key(|(va, t)| {
+                        (!t.dead, std::cmp::Reverse(ahead(**va)), t.last_use, **va)
+                    })
+                    .map(|(va, t)| (*va, t.dead && !t.keep))
             } else {
                 candidates
                     .min_by_key(|(va, t)| (!t.dead, t.last_use, **va))

@@ -1,7 +1,9 @@
-//! How the allocator meets the online policy (`virt::online`, above it): the policy's answers,
-//! attached at start-up, and the victim it would choose. Under a planner policy, while no plan
-//! guides, the victim is the least `cost / (size x staleness)` (DTR), dead contents first;
-//! otherwise the allocator's own order, least recently used.
+//! How the allocator meets the policies above it: the online policy's answers (`virt::online`)
+//! and what a guiding plan says of the calls ahead, attached at start-up, and the victim each
+//! would choose. Under a planner policy, while no plan guides, the victim is the least
+//! `cost / (size x staleness)` (DTR), dead contents first; while one guides, dead contents,
+//! then the tensor its calls touch furthest ahead (Belady's rule: the plan knows the future it
+//! expects); otherwise the allocator's own order, least recently used.
 
 use super::{Manager, Place, Tensor, alloc_of};
 use planner::trace::Event;
@@ -35,6 +37,23 @@ pub struct Online {
 }
 
 static ONLINE: std::sync::OnceLock<Online> = std::sync::OnceLock::new();
+
+/// While a plan guides: how many calls ahead its calls next touch each allocation (those it
+/// does not touch within an iteration absent), else None.
+pub type Ahead = fn() -> Option<std::collections::HashMap<u64, usize>>;
+
+static AHEAD: std::sync::OnceLock<Ahead> = std::sync::OnceLock::new();
+
+/// Attaches what the plan that guides says of the calls ahead (once, at start-up, under a
+/// planner policy).
+pub fn attach_ahead(f: Ahead) {
+    let _ = AHEAD.set(f);
+}
+
+/// [`Ahead`], if attached and a plan guides.
+pub(super) fn ahead() -> Option<std::collections::HashMap<u64, usize>> {
+    AHEAD.get().and_then(|f| f())
+}
 
 /// Attaches the online policy (once, at start-up).
 pub fn attach_online(o: Online) {

@@ -682,3 +682,94 @@ fn kinds_at_random_are_not_taken_for_a_cycle() {
         said(&seen)
     );
 }
+
+#[test]
+fn the_calls_ahead_say_how_soon_each_allocation_is_touched() {
+    let mut s = Stream::new();
+    let (w, _) = s.alloc(1 << 20);
+    let (kept, _) = s.step(w, None, false);
+    let (kept, _) = s.step(w, Some(kept), false);
+    // Found in the third step (see the test above).
+    let (kept, third) = s.step(w, Some(kept), false);
+    let (found, records) = third
+        .into_iter()
+        .find_map(|a| match a {
+            After::Plan { found, records, .. } => Some((found, records)),
+            _ => None,
+        })
+        .expect("found in the third step");
+    let calls = iteration::calls(&records);
+    let tokens: Vec<u64> = calls.iter().map(|c| c.token).collect();
+    let region = iteration::detect_period(&tokens, &iteration::Work::of(&calls), found.period)
+        .expect("the region");
+    let st = iteration::steady_from(&calls, region, |r| r.cuts().start).expect("steady");
+    // Not followed by a plan's names yet: nothing said.
+    assert_eq!(s.t.next_uses(&st.touched), None);
+    assert!(s.t.realign(found.generation, st.start, Some(st.touched.clone())));
+    // The calls' names as the API gives them (each kernel's touches left out): the clear of
+    // `a`, the allocations and frees.
+    let (b, _) = s.step(w, Some(kept), false);
+    s.free(b);
+    let (a, _) = s.alloc(4096);
+    let (c, _) = s.alloc(4096);
+    let (b, _) = s.alloc(8192);
+    // Wrong lengths say nothing.
+    assert_eq!(s.t.next_uses(&st.touched[1..]), None);
+    let ahead =
+        s.t.next_uses(&st.touched)
+            .expect("a plan's names are followed");
+    // The iteration begins at a step's second call (see the test above): the next call, the
+    // clear of `a`, is its call 3. `c` is freed at the step's last call (its call 23), `b` by
+    // the next step's first (its last, 24).
+    assert_eq!(ahead.get(&a), Some(&0));
+    assert_eq!(ahead.get(&c), Some(&20));
+    assert_eq!(ahead.get(&b), Some(&21));
+    assert_eq!(ahead.get(&w), None);
+    assert_eq!(ahead.len(), 3, "{ahead:?}");
+    // With every kernel's touches too (its calls 4 to 20): the weight and all three by the
+    // kernel after the clear.
+    let mut uses: Vec<Vec<TensorId>> = st.touched.to_vec();
+    let named = |id: u64| s.t.names_now(id);
+    for (offset, list) in uses.iter_mut().enumerate().take(21).skip(4) {
+        for id in [w, a, b, c] {
+            let n = named(id).unwrap_or_else(|| panic!("allocation {id} named at {offset}"));
+            if !list.contains(&n) {
+                list.push(n);
+            }
+        }
+    }
+    let ahead = s.t.next_uses(&uses).expect("followed");
+    assert_eq!(ahead.get(&a), Some(&0));
+    for id in [w, b, c] {
+        assert_eq!(ahead.get(&id), Some(&1), "allocation {id}: {ahead:?}");
+    }
+    // Calls before the next one are the next iteration's: there the iteration before's third
+    // allocation is this one's `b`, and its own first is not made yet.
+    let mut next: Vec<Vec<TensorId>> = vec![Vec::new(); found.period];
+    next[1].push(TensorId::Rel {
+        back: 1,
+        k: 2,
+        size: 8192,
+    });
+    next[2].push(TensorId::Rel {
+        back: 0,
+        k: 0,
+        size: 4096,
+    });
+    let ahead = s.t.next_uses(&next).expect("followed");
+    assert_eq!(ahead.get(&b), Some(&(found.period - 3 + 1)), "{ahead:?}");
+    assert_eq!(ahead.len(), 1, "{ahead:?}");
+}
+
+impl Tracker {
+    /// The name allocation `id` has now: of the current iteration's, or persistent.
+    fn names_now(&self, id: u64) -> Option<TensorId> {
+        let size = *self.sizes.get(&id)?;
+        for (back, made) in self.made.iter().rev().enumerate() {
+            if let Some(k) = made.iter().position(|&x| x == id) {
+                return Some(TensorId::Rel { back, k, size });
+            }
+        }
+        Some(TensorId::Persistent { alloc: id, size })
+    }
+}
