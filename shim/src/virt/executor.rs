@@ -726,7 +726,8 @@ pub fn after_call() {
             }
         }
     }
-    let planned: Vec<(TensorId, usize, Recipe)> = {
+    // (name, recipe index, recipe, whether this iteration gave the recipe its parameters)
+    let planned: Vec<(TensorId, usize, Recipe, bool)> = {
         let Ok(e) = EXECUTOR.lock() else { return };
         e.active
             .as_ref()
@@ -735,27 +736,44 @@ pub fn after_call() {
                 let list = s.dropped_at.get(&offset)?;
                 Some(
                     list.iter()
-                        .filter(|&&(_, i)| !s.stale.contains(&i))
-                        .filter_map(|&(n, i)| Some((n, i, s.recipes.get(i)?.1.clone())))
+                        .filter_map(|&(n, i)| {
+                            Some((n, i, s.recipes.get(i)?.1.clone(), !s.stale.contains(&i)))
+                        })
                         .collect(),
                 )
             })
             .unwrap_or_default()
     };
     // Dropped only if the replay can be carried out (asked without the executor's lock: the
-    // tracker and the memory manager take their own); otherwise kept, and swapped if memory
-    // runs short: a replay that failed after the drop would lose the bytes.
+    // tracker and the memory manager take their own): a replay that failed after the drop
+    // would lose the bytes. Otherwise the plan still has the memory go here: the tensor is
+    // swapped out instead, and restored when the program reads it (left resident, the
+    // allocator would make the room the plan counts on by evicting what the plan keeps).
     let mut drops = Vec::new();
-    for (name, i, recipe) in planned {
-        match droppable(name, &recipe) {
+    for (name, i, recipe, fresh) in planned {
+        let ready = if fresh {
+            droppable(name, &recipe)
+        } else {
+            Err("its launch in this iteration came before the plan was adopted".into())
+        };
+        match ready {
             Ok((id, p)) => drops.push((name, i, id, p)),
-            Err(why) => log(
-                Level::Debug,
-                &format!(
-                    "executor: {name:?} is kept, not dropped for recomputation: replaying {}: {why}",
-                    recipe.api()
-                ),
-            ),
+            Err(why) => {
+                let swapped = crate::virt::sequence::resolve(name)
+                    .is_some_and(crate::virt::memory::evict_planned);
+                log(
+                    Level::Debug,
+                    &format!(
+                        "executor: {name:?} is not dropped for recomputation (replaying {}: {why}): {}",
+                        recipe.api(),
+                        if swapped {
+                            "swapped out instead"
+                        } else {
+                            "kept"
+                        }
+                    ),
+                );
+            }
         }
     }
     {
