@@ -128,14 +128,16 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
 
 /// The records without the lineage of convolutions the shim cannot replay now, so that the
 /// model gives their outputs no producer and no plan recomputes them: a backend execution
-/// whose execution plan was destroyed since (or another made at its address), and any
-/// convolution under μ-cuDNN (its recorded workspace is the micro-batches').
+/// whose execution plan was destroyed since (or another made at its address), and a legacy
+/// convolution under μ-cuDNN (its recorded workspace is the micro-batches', and its replay
+/// runs the recorded algorithm undivided). A backend execution under μ-cuDNN is replayed as
+/// it ran, as micro-batches (`recompute::cudnn`).
 fn replayable_now(records: Vec<Record>) -> Vec<Record> {
     let microbatching = config().microbatching();
     let gone = |r: &Record| match &r.event {
         Event::Lineage {
             replay: Replay::Backend { plan, life },
-        } => microbatching || crate::ffi::cudnn_backend::plan_life(*plan as usize) != Some(*life),
+        } => crate::ffi::cudnn_backend::plan_life(*plan as usize) != Some(*life),
         Event::Lineage {
             replay: Replay::Cudnn { conv: Some(_), .. },
         } => microbatching,

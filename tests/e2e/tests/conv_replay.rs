@@ -114,6 +114,53 @@ fn a_wrong_convolution_replay_is_caught_by_verify_and_visible_without_it() {
     }
 }
 
+/// Under μ-cuDNN (a workspace limit, micro-batches of 2 images forced) each backend execution
+/// runs as Marmoset's micro-batches in the workspace they need, and its replay runs the same
+/// way: convolution outputs are recomputed bit for bit, where before they were not recomputed
+/// at all (a replay of the undivided plan would not fit the recorded workspace).
+#[test]
+fn micro_batched_convolutions_are_recomputed_as_they_ran() {
+    let dir = temp_path("conv-replay-mucudnn-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    let micro = [
+        ("MARMOSET_WORKSPACE_LIMIT", "64MiB"),
+        ("MARMOSET_TEST_MICROBATCH", "2"),
+        ("MARMOSET_CACHE_DIR", dir.to_str().unwrap()),
+    ];
+    let (peak, _) = unlimited("torchlike", &args(BACKEND.0));
+    let budget = (peak as f64 * 0.5) as u64;
+    // The reference: the same micro-batches without a budget (micro-batching backward-filter
+    // adds its images' gradients in another order than the undivided plan).
+    let mut alone = micro.to_vec();
+    alone.push(("MARMOSET_POLICY", "none"));
+    let (o, _) = run_shim(&alone, "torchlike", &args(BACKEND.0));
+    ok(&o);
+    let plain = stdout(&o);
+    let mut env = micro.to_vec();
+    env.push(("MARMOSET_VERIFY", "1"));
+    let (o, records, rep) = under(BACKEND.0, "recompute", budget, &env);
+    std::fs::remove_dir_all(&dir).ok();
+    let err = stderr(&o);
+    exact_within(
+        "backend under μ-cuDNN, recompute at 0.5 P",
+        &o,
+        &plain,
+        &rep,
+        budget,
+    );
+    assert!(
+        err.contains("backend: ran a Fwd graph") && err.contains("as 64 micro-batches"),
+        "micro-batched: {err}"
+    );
+    let convs = replays(&records, BACKEND.1).iter().filter(|&&c| c).count();
+    assert!(
+        convs > 0,
+        "convolution outputs recomputed by {}: {:?}",
+        BACKEND.1,
+        of_kind(&records, "recompute")
+    );
+}
+
 /// torchlike's CONV backend-rebuild destroys every execution plan after each optimizer step and
 /// builds it again at its next use (often at the same address): the plans the iteration was
 /// recorded with are gone when the plan is made, so no convolution is recomputed through one

@@ -4,7 +4,7 @@
 //! current addresses in a new variant pack.
 
 use super::{Recipe, reserve_at};
-use crate::ffi::cudnn_backend::{plan_life, replay_execute};
+use crate::ffi::cudnn_backend::{destroy, pack, plan_life, replay_execute};
 use crate::ffi::{call, call_why, table};
 use planner::trace::{Access, Replay, TensorArg};
 use std::ffi::{c_int, c_void};
@@ -376,8 +376,25 @@ fn backend(
     }
     let h = handle()?;
     call_why!(cudnnSetStream(h as P, stream as P))?;
-    replay_execute(h, plan as usize, &ids, &ptrs, ws as i64)
-        .map_err(|why| format!("{api} through plan {plan:#x}: {why}"))?;
+    // Under μ-cuDNN the program's execution ran as the micro-batches of Marmoset's
+    // configuration, in the workspace that configuration needs (the recorded one): so does
+    // its replay. Where the graph is not micro-batched, the plan runs undivided as recorded.
+    let micro = crate::core::state::config().microbatching().then(|| {
+        let d = pack(&ids, &ptrs, ws as i64)?;
+        let r = crate::microbatch::backend::execute(h as P, plan as usize, d);
+        destroy(d);
+        r
+    });
+    match micro.flatten() {
+        Some(0) => {}
+        Some(r) => {
+            return Err(format!(
+                "{api} through plan {plan:#x} as micro-batches: {r}"
+            ));
+        }
+        None => replay_execute(h, plan as usize, &ids, &ptrs, ws as i64)
+            .map_err(|why| format!("{api} through plan {plan:#x}: {why}"))?,
+    }
     if corrupt {
         let set = table::cuMemsetD8Async().ok_or("the driver has no cuMemsetD8Async")?;
         for t in tensors.iter().filter(|t| t.access == Access::W) {
