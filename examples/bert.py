@@ -58,7 +58,7 @@ def main():
         return (ce(start, target[:, 0]) + ce(end, target[:, 1])) / 2
 
     model = Bert(seq, *SIZES[a.size], outputs)
-    train(model, batch, loss, a.steps, dev, lr=1e-4, amp=a.amp, tf32=a.tf32)
+    train(model, batch, loss, a.steps, dev, lr=1e-4, amp=a.amp, tf32=a.tf32, memory_fraction=a.memory_fraction)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ def parser(description, batch):
         action="store_true",
         help="let matmuls use TF32 (torch.backends.cuda.matmul.allow_tf32; cuDNN allows it by default)",
     )
+    p.add_argument(
+        "--memory-fraction",
+        type=float,
+        help="PyTorch alone within a budget: torch.cuda.set_per_process_memory_fraction(F) of the "
+        "device's memory (its allocator then refuses more, and cuDNN falls back to engines "
+        "with less workspace)",
+    )
     return p
 
 
@@ -29,11 +36,14 @@ def parse(description, batch):
     return parser(description, batch).parse_args()
 
 
-def train(model, make_batch, loss_fn, steps, device, lr=0.01, amp=None, tf32=False):
+def train(model, make_batch, loss_fn, steps, device, lr=0.01, amp=None, tf32=False, memory_fraction=None):
     """SGD with momentum on random batches; prints the loss of each step. `amp` ("fp16" or
-    "bf16") runs forward and loss under torch.autocast, as NVIDIA's AMP recipes do."""
+    "bf16") runs forward and loss under torch.autocast, as NVIDIA's AMP recipes do;
+    `memory_fraction` caps PyTorch's caching allocator at that fraction of the device."""
     if tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
+    if memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(memory_fraction)
     model = model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(amp)

@@ -64,7 +64,15 @@ def main():
         return x, y
 
     train(
-        resnet50(), batch, nn.functional.cross_entropy, a.steps, dev, lr=0.1, amp=a.amp, tf32=a.tf32
+        resnet50(),
+        batch,
+        nn.functional.cross_entropy,
+        a.steps,
+        dev,
+        lr=0.1,
+        amp=a.amp,
+        tf32=a.tf32,
+        memory_fraction=a.memory_fraction,
     )
 
 

@@ -28,7 +28,7 @@ def main():
         y = torch.randint(0, 10, (a.batch,), device=dev)
         return x, y
 
-    train(model, batch, nn.functional.cross_entropy, a.steps, dev)
+    train(model, batch, nn.functional.cross_entropy, a.steps, dev, memory_fraction=a.memory_fraction)
 
 
 if __name__ == "__main__":

@@ -241,7 +241,7 @@ def main():
     size = f"{a.image} x {a.image}" if kind in ("image", "mask") else f"sequence {a.seq}"
     print(f"{a.model}: {params / 1e6:.1f} M parameters, batch {b}, {size}", flush=True)
     lr = 0.1 if kind in ("image", "mask") else 1e-4
-    train(model, make_batch, loss, a.steps, dev, lr=lr, amp=a.amp, tf32=a.tf32)
+    train(model, make_batch, loss, a.steps, dev, lr=lr, amp=a.amp, tf32=a.tf32, memory_fraction=a.memory_fraction)
 
 
 if __name__ == "__main__":
