@@ -95,6 +95,8 @@ fn start(c: &Config) -> Result<(), String> {
         // SAFETY: registering a plain extern "C" function with atexit.
         unsafe { libc::atexit(flush_at_exit) };
     }
+    // A convolution μ-cuDNN ran as micro-batches is replayed the same way.
+    virt::recompute::attach_micro_execute(microbatch::backend::execute);
     let mut observers: Vec<bus::Observer> = Vec::new();
     if c.policy.guided().is_some() {
         observers.push(virt::tracker::observe);

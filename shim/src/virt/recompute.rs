@@ -16,6 +16,7 @@ mod blas;
 mod cudnn;
 mod kernel;
 
+pub use cudnn::attach_micro_execute;
 use kernel::{Kernel, launch};
 pub use kernel::{note_params, take_params};
 

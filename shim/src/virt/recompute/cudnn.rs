@@ -379,12 +379,15 @@ fn backend(
     // Under μ-cuDNN the program's execution ran as the micro-batches of Marmoset's
     // configuration, in the workspace that configuration needs (the recorded one): so does
     // its replay. Where the graph is not micro-batched, the plan runs undivided as recorded.
-    let micro = crate::core::state::config().microbatching().then(|| {
-        let d = pack(&ids, &ptrs, ws as i64)?;
-        let r = crate::microbatch::backend::execute(h as P, plan as usize, d);
-        destroy(d);
-        r
-    });
+    let micro = MICRO_EXECUTE
+        .get()
+        .filter(|_| crate::core::state::config().microbatching())
+        .map(|execute| {
+            let d = pack(&ids, &ptrs, ws as i64)?;
+            let r = execute(h as P, plan as usize, d);
+            destroy(d);
+            r
+        });
     match micro.flatten() {
         Some(0) => {}
         Some(r) => {
@@ -403,6 +406,18 @@ fn backend(
         }
     }
     Ok(())
+}
+
+/// μ-cuDNN's execution of a backend plan as micro-batches (`microbatch::backend::execute`:
+/// None where the graph is not micro-batched), attached once at start-up by the crate root:
+/// the memory virtualisation and μ-cuDNN meet only below them.
+pub type MicroExecute = fn(P, usize, usize) -> Option<c_int>;
+
+static MICRO_EXECUTE: std::sync::OnceLock<MicroExecute> = std::sync::OnceLock::new();
+
+/// Attaches [`MicroExecute`] (once, at start-up).
+pub fn attach_micro_execute(f: MicroExecute) {
+    let _ = MICRO_EXECUTE.set(f);
 }
 
 fn handle() -> Result<usize, String> {
