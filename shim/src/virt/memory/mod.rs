@@ -405,12 +405,10 @@ impl Manager {
             let victim = if choose {
                 self.cheapest(candidates)
             } else if let Some(next) = plan_ahead.get_or_insert_with(victims::ahead) {
-                // Dead contents, then the furthest ahead (not touched within an iteration:
-                // furthest of all), then least recently used.
-                let ahead = |va: u64| next.get(&alloc_of(va)).copied().unwrap_or(usize::MAX);
                 candidates
                     .min_by_key(|(va, t)| {
-                        (!t.dead, std::cmp::Reverse(ahead(**va)), t.last_use, **va)
+                        let ahead = next.get(&alloc_of(**va)).copied();
+                        victims::furthest_first(t.dead, ahead, t.last_use, **va)
                     })
                     .map(|(va, t)| (*va, t.dead && !t.keep))
             } else {

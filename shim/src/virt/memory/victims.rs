@@ -55,6 +55,18 @@ pub(super) fn ahead() -> Option<std::collections::HashMap<u64, usize>> {
     AHEAD.get().and_then(|f| f())
 }
 
+/// The order of victims while a plan guides, least first: dead contents, then the tensor the
+/// plan's calls touch furthest `ahead` (one they do not touch within an iteration, None,
+/// before any), then the least recently used.
+pub(super) fn furthest_first(dead: bool, ahead: Option<usize>, last_use: u64, va: u64) -> impl Ord {
+    (
+        !dead,
+        std::cmp::Reverse(ahead.unwrap_or(usize::MAX)),
+        last_use,
+        va,
+    )
+}
+
 /// Attaches the online policy (once, at start-up).
 pub fn attach_online(o: Online) {
     let _ = ONLINE.set(o);
@@ -167,5 +179,35 @@ impl Manager {
             (o.saved)(a, bytes);
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::furthest_first;
+
+    /// (dead, calls ahead, last use, address) of each candidate; the victims in order.
+    fn order(c: &[(bool, Option<usize>, u64, u64)]) -> Vec<u64> {
+        let mut v = c.to_vec();
+        v.sort_by_key(|&(d, a, l, va)| furthest_first(d, a, l, va));
+        v.iter().map(|x| x.3).collect()
+    }
+
+    #[test]
+    fn under_a_plan_the_victim_is_the_one_needed_furthest_ahead() {
+        // Used long ago but needed next (a weight the forward pass reaches now) goes last;
+        // needed in 900 calls before needed in 40; one no call needs within the iteration
+        // before both; dead contents before all.
+        let c = [
+            (false, Some(0), 1, 0xa),
+            (false, Some(40), 50, 0xb),
+            (false, Some(900), 60, 0xc),
+            (false, None, 70, 0xd),
+            (true, Some(0), 80, 0xe),
+        ];
+        assert_eq!(order(&c), [0xe, 0xd, 0xc, 0xb, 0xa]);
+        // As far ahead: the least recently used first.
+        let c = [(false, Some(5), 9, 0x1), (false, Some(5), 3, 0x2)];
+        assert_eq!(order(&c), [0x2, 0x1]);
     }
 }
