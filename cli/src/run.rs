@@ -39,6 +39,11 @@ pub struct RunArgs {
     /// Micro-batch sizes benchmarked: all, pow2, undivided (MARMOSET_BATCH_SIZES).
     #[arg(long, value_name = "SIZES")]
     batch_sizes: Option<String>,
+    /// Under --memory-limit with no workspace limit or total, convolutions run the fastest
+    /// configuration whose workspace the budget has spare: on (the default) or off, the
+    /// framework's own engines and workspaces (MARMOSET_JOINT_WORKSPACE).
+    #[arg(long, value_name = "on|off")]
+    joint_workspace: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<String>,
@@ -74,6 +79,13 @@ fn batch_sizes(v: &str) -> Result<(), String> {
         .ok_or_else(|| format!("{v:?}: accepted are {}", Sizes::ACCEPTED))
 }
 
+fn on_off(v: &str) -> Result<(), String> {
+    match v {
+        "on" | "off" | "1" | "0" | "true" | "false" | "yes" | "no" => Ok(()),
+        _ => Err(format!("{v:?}: accepted are on, off")),
+    }
+}
+
 fn path(v: &str) -> Result<(), String> {
     if v.is_empty() {
         return Err("an empty path".into());
@@ -83,7 +95,7 @@ fn path(v: &str) -> Result<(), String> {
 
 impl RunArgs {
     /// (flag, variable, value, check) of every flag that configures libmarmoset.so.
-    fn settings(&self) -> [(&'static str, &'static str, Option<String>, Check); 6] {
+    fn settings(&self) -> [(&'static str, &'static str, Option<String>, Check); 7] {
         [
             ("--policy", "MARMOSET_POLICY", self.policy.clone(), policy),
             (
@@ -117,6 +129,12 @@ impl RunArgs {
                 "MARMOSET_BATCH_SIZES",
                 self.batch_sizes.clone(),
                 batch_sizes,
+            ),
+            (
+                "--joint-workspace",
+                "MARMOSET_JOINT_WORKSPACE",
+                self.joint_workspace.clone(),
+                on_off,
             ),
         ]
     }

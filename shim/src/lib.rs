@@ -32,6 +32,11 @@ fn init() {
         serves: virt::memory::active,
         alloc: virt::memory::alloc_internal,
         free: |p| virt::memory::free(p, None),
+        spare: virt::memory::spare,
+        budget: virt::memory::budget,
+        lend: virt::memory::lend,
+        pin: virt::memory::pin_lent,
+        unpin: virt::memory::unpin_lent,
     });
     // Framework settings must be in the environment before the framework reads them, which can
     // be before the first CUDA call. Nothing else happens here.
@@ -96,7 +101,7 @@ fn start(c: &Config) -> Result<(), String> {
         unsafe { libc::atexit(flush_at_exit) };
     }
     // A convolution μ-cuDNN ran as micro-batches is replayed the same way.
-    virt::recompute::attach_micro_execute(microbatch::backend::execute);
+    virt::recompute::attach_micro_execute(microbatch::backend::execute_replay);
     let mut observers: Vec<bus::Observer> = Vec::new();
     if c.policy.guided().is_some() {
         observers.push(virt::tracker::observe);

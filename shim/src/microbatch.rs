@@ -27,12 +27,14 @@
 pub mod backend;
 mod benchmark;
 mod db;
+pub(crate) mod joint;
 mod wd;
 
 use benchmark::{
     benchmark, cudnn_version, dev_alloc, dev_free, device_name, invalid_micro, library_workspace,
     scratch_workspace,
 };
+pub(crate) use joint::{joint_limit, joint_mode};
 use wd::register;
 pub(crate) use wd::{register_graph, wd_assignment, wd_mode, wd_pool, without_workspace};
 

@@ -132,12 +132,33 @@ pub struct Config {
     /// chooses its victims by DTR's heuristic and drops what it can replay (`1`, the default);
     /// `0`: least recently used, swapped, as under `lru`.
     pub online: bool,
+    /// MARMOSET_JOINT_WORKSPACE: under a budget with no workspace limit or total, convolutions
+    /// on the backend API run the fastest configuration whose workspace the budget has spare
+    /// (`1`, the default); `0`: the framework's engines and workspaces, as it chose them.
+    pub joint: bool,
 }
 
 impl Config {
-    /// Micro-batching (μ-cuDNN) is on when a workspace limit (WR) or total (WD) is given.
+    /// Micro-batching (μ-cuDNN) is on when a workspace limit (WR) or total (WD) is given, and
+    /// under a budget for the joint plan.
     pub fn microbatching(&self) -> bool {
+        self.workspace_limit.is_some() || self.workspace_total.is_some() || self.joint_workspace()
+    }
+
+    /// Micro-batching of convolutions on the legacy API: only under a workspace limit or total
+    /// (the joint plan leaves the program's own algorithm and workspace choices alone there).
+    pub fn microbatching_legacy(&self) -> bool {
         self.workspace_limit.is_some() || self.workspace_total.is_some()
+    }
+
+    /// The joint plan of tensors and workspaces: a budget Marmoset manages, and neither a
+    /// workspace limit nor a total.
+    pub fn joint_workspace(&self) -> bool {
+        self.joint
+            && self.memory_limit.is_some()
+            && self.policy.manages_memory()
+            && self.workspace_limit.is_none()
+            && self.workspace_total.is_none()
     }
 
     /// Settings that are valid but do nothing in this combination: a line each, said at start
@@ -203,6 +224,7 @@ impl Default for Config {
             plan_steps: 500_000,
             plan_deadline_ms: 10_000,
             online: true,
+            joint: true,
         }
     }
 }
@@ -217,7 +239,7 @@ fn flag(var: &str, v: &str) -> Result<bool, String> {
     match v {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(bad(var, v, "1, 0, true, false")),
+        _ => Err(bad(var, v, "1, 0, true, false, on, off")),
     }
 }
 
@@ -300,6 +322,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
                 Err(_) => errors.push(bad(name, &v, SIZE_ACCEPTED)),
             }
         }
+    }
+    if let Some(v) = var("MARMOSET_JOINT_WORKSPACE") {
+        flag("MARMOSET_JOINT_WORKSPACE", &v)
+            .map(|b| c.joint = b)
+            .unwrap_or_else(|e| errors.push(e));
     }
     if let Some(v) = var("MARMOSET_ONLINE") {
         flag("MARMOSET_ONLINE", &v)

@@ -1,4 +1,5 @@
-//! Device memory for Marmoset's own buffers (μ-cuDNN's scratch buffers and shared workspace).
+//! Device memory for Marmoset's own buffers (μ-cuDNN's scratch buffers, shared workspace, and
+//! the joint plan's workspaces, lent from spare memory).
 //! Under a memory policy they count in the budget like the program's: the allocator attached at
 //! start-up (memory virtualisation's) serves them while it manages memory. The layers that need
 //! such buffers ask here, and never name the allocator.
@@ -14,6 +15,17 @@ pub struct Allocator {
     pub alloc: fn(usize) -> Option<u64>,
     /// Frees an address it gave; None when the address is not its own.
     pub free: fn(u64) -> Option<c_int>,
+    /// The bytes free within the budget now.
+    pub spare: fn() -> Option<u64>,
+    /// The budget for the program's memory.
+    pub budget: fn() -> Option<u64>,
+    /// A loan of `bytes` from spare memory (or made room for, when the flag says so); the
+    /// allocator takes it back when it needs room and no use pins it.
+    pub lend: fn(usize, bool) -> Option<u64>,
+    /// Pins a loan for a use issued on the stream; false when it was taken back.
+    pub pin: fn(u64, u64) -> bool,
+    /// Ends a pin once the use is issued.
+    pub unpin: fn(u64),
 }
 
 static ALLOCATOR: OnceLock<Allocator> = OnceLock::new();
@@ -33,4 +45,55 @@ pub fn alloc(bytes: usize) -> Option<Option<u64>> {
 /// Frees `ptr` through the attached allocator: false when it is not the allocator's.
 pub fn free(ptr: u64) -> bool {
     ALLOCATOR.get().is_some_and(|a| (a.free)(ptr).is_some())
+}
+
+/// The bytes free within the budget now, while the attached allocator serves.
+pub fn spare() -> Option<u64> {
+    let a = ALLOCATOR.get()?;
+    if !(a.serves)() {
+        return None;
+    }
+    (a.spare)()
+}
+
+/// The budget for the program's memory, while the attached allocator serves.
+pub fn budget() -> Option<u64> {
+    let a = ALLOCATOR.get()?;
+    if !(a.serves)() {
+        return None;
+    }
+    (a.budget)()
+}
+
+/// A loan of `bytes` (see [`Allocator::lend`]); None when the allocator does not serve or
+/// cannot lend them.
+pub fn lend(bytes: usize, make_room: bool) -> Option<u64> {
+    let a = ALLOCATOR.get()?;
+    if !(a.serves)() {
+        return None;
+    }
+    (a.lend)(bytes, make_room)
+}
+
+/// A loan pinned for one use on `stream`, unpinned when dropped (once the use is issued).
+pub struct Pinned(u64);
+
+impl Pinned {
+    /// Pins the loan at `ptr`; None when it was taken back.
+    pub fn new(ptr: u64, stream: u64) -> Option<Pinned> {
+        let a = ALLOCATOR.get()?;
+        (a.pin)(ptr, stream).then_some(Pinned(ptr))
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(a) = ALLOCATOR.get() {
+            (a.unpin)(self.0);
+        }
+    }
 }

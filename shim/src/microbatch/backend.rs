@@ -60,8 +60,8 @@ mod execute;
 mod heuristics;
 mod plan;
 
-pub use execute::execute;
 use execute::pack_at;
+pub use execute::{execute, execute_replay};
 pub use heuristics::heuristic_results;
 
 // ==================================================================== recognition
@@ -130,6 +130,18 @@ impl Graph {
     /// Runs in WD's shared workspace (the framework was told 0 bytes).
     fn wd(&self) -> bool {
         !self.front.is_empty() && super::wd_mode()
+    }
+
+    /// Runs in the joint plan's workspace, lent from spare memory (the framework was told 0
+    /// bytes).
+    fn joint(&self) -> bool {
+        !self.front.is_empty() && !super::wd_mode() && super::joint_mode()
+    }
+
+    /// Runs in a workspace of Marmoset's (WD's or the joint plan's): the framework was told
+    /// its plan needs none.
+    fn own_workspace(&self) -> bool {
+        self.wd() || self.joint()
     }
 }
 
@@ -353,7 +365,9 @@ pub fn finalized(d: usize) {
                 g.config = p.wr;
                 g.key = p.key;
                 if !p.front.is_empty() {
-                    super::register_graph(&g.key, p.front.clone());
+                    if super::wd_mode() {
+                        super::register_graph(&g.key, p.front.clone());
+                    }
                     g.front = p.front;
                 }
             }

@@ -133,7 +133,7 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
 /// runs the recorded algorithm undivided). A backend execution under μ-cuDNN is replayed as
 /// it ran, as micro-batches (`recompute::cudnn`).
 fn replayable_now(records: Vec<Record>) -> Vec<Record> {
-    let microbatching = config().microbatching();
+    let microbatching = config().microbatching_legacy();
     let gone = |r: &Record| match &r.event {
         Event::Lineage {
             replay: Replay::Backend { plan, life },

@@ -221,10 +221,12 @@ impl Online {
             self.producers.insert(a, p);
             return;
         }
-        let microbatched_conv = config().microbatching()
+        // A legacy convolution under μ-cuDNN ran as micro-batches its replay would not run
+        // (a backend execution's replay runs as it ran: `recompute::cudnn`).
+        let microbatched_conv = config().microbatching_legacy()
             && matches!(
                 lineage.as_deref(),
-                Some(Replay::Backend { .. } | Replay::Cudnn { conv: Some(_), .. })
+                Some(Replay::Cudnn { conv: Some(_), .. })
             );
         let Some(lineage) =
             lineage.filter(|l| !microbatched_conv && replays_in_shim(&seen, Some(l)))

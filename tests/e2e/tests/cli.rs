@@ -55,6 +55,7 @@ fn every_run_flag_reaches_the_program() {
         ),
         ("--workspace-total", "1GiB", "MARMOSET_WORKSPACE_TOTAL=1GiB"),
         ("--batch-sizes", "all", "MARMOSET_BATCH_SIZES=all"),
+        ("--joint-workspace", "off", "MARMOSET_JOINT_WORKSPACE=off"),
         ("--sim", "p100", "SIMGPU_PROFILE=p100"),
     ];
     let listed = flags("run");

@@ -1,7 +1,8 @@
 //! Execution of a planned graph: its micro-batches through plans Marmoset builds, the variant
-//! pack's pointers offset by whole images, on the caller's handle; in the caller's workspace (WR)
-//! or in the graph's segment of WD's shared one.
+//! pack's pointers offset by whole images, on the caller's handle; in the caller's workspace (WR),
+//! in the graph's segment of WD's shared one, or in the joint plan's lent buffer.
 
+use super::super::joint::Chosen;
 use super::{Graph, P, plans};
 use crate::core::config::Level;
 use crate::core::state::{config, log};
@@ -10,7 +11,13 @@ use crate::ffi::cudnn_backend::{
     pack, raw,
 };
 use crate::ffi::table;
+use std::cell::Cell;
 use std::ffi::c_int;
+
+thread_local! {
+    /// Set while a replay (recomputation) of an execution runs through [`execute_replay`].
+    static REPLAYING: Cell<bool> = const { Cell::new(false) };
+}
 
 use super::super::elem_bytes;
 
@@ -69,8 +76,9 @@ fn read_pack(pack: usize) -> Option<(Vec<i64>, Vec<i64>, i64)> {
     Some((ids, ptrs, ws))
 }
 
-/// The micro-batches to run and the workspace they run in: (parts, workspace address, bytes).
-type Schedule = (Vec<(i64, i64)>, Option<i64>, i64);
+/// The micro-batches to run and the workspace they run in: (parts, workspace address, bytes,
+/// the joint plan's buffer pinned while they are issued).
+type Schedule = (Vec<(i64, i64)>, Option<i64>, i64, Option<Chosen>);
 
 /// WD: the graph's share of the knapsack (its segment of the shared workspace), or, without a
 /// share, its configuration that needs no workspace.
@@ -80,18 +88,73 @@ fn wd_schedule(g: &Graph) -> Option<Schedule> {
         None => (super::super::without_workspace(&g.front)?, 0),
     };
     let parts = c.parts.iter().map(|&(b, e)| (b as i64, e as i64)).collect();
-    Some((parts, Some(at), c.workspace as i64))
+    Some((parts, Some(at), c.workspace as i64, None))
+}
+
+/// The joint plan: the fastest configuration whose workspace is spare now (a replay: the one
+/// its execution ran), in the lent buffer.
+fn joint_schedule(g: &Graph, h: P, plan: usize, ptrs: &[i64]) -> Option<Schedule> {
+    // The execution's pointers in any order (a replay's pack lists them as recorded).
+    let mut ptrs = ptrs.to_vec();
+    ptrs.sort_unstable();
+    let ptrs = &ptrs[..];
+    let again = if REPLAYING.with(Cell::get) {
+        super::super::joint::ran_before(plan, ptrs)
+    } else {
+        None
+    };
+    let stream = super::super::joint::stream_of(h);
+    let own = g.config.as_ref().map_or(0, |c| c.workspace);
+    let chosen = super::super::joint::choose(&g.front, stream, again.as_deref(), own)?;
+    super::super::joint::ran(plan, ptrs, &chosen.config.parts);
+    if chosen.in_caller {
+        let parts = chosen
+            .config
+            .parts
+            .iter()
+            .map(|&(b, e)| (b as i64, e as i64))
+            .collect();
+        return Some((parts, None, own as i64, None));
+    }
+    let parts = chosen
+        .config
+        .parts
+        .iter()
+        .map(|&(b, e)| (b as i64, e as i64))
+        .collect();
+    let at = chosen.workspace.as_ref().map_or(0, |p| p.ptr() as i64);
+    let bytes = chosen.config.workspace as i64;
+    Some((parts, Some(at), bytes, Some(chosen)))
 }
 
 /// The caller's plan undivided when micro-batching cannot run. Under WD the caller was told its
 /// plan needs no workspace: it runs in the shared one when its own need fits there. None: run
 /// the caller's call exactly as asked.
 fn undivided(g: &Graph, h: P, plan: usize, pack: usize) -> Option<c_int> {
-    if !g.wd() || g.workspace <= 0 {
+    if !g.own_workspace() || g.workspace <= 0 {
         return None;
     }
-    let (pool, size) = super::super::wd_pool();
     let (ids, ptrs, _) = read_pack(pack)?;
+    if g.joint() {
+        // The caller's plan alone, in the lent buffer.
+        let own = planner::microbatch::Configuration {
+            parts: vec![(g.n as u64, g.engine as i32)],
+            time_ms: 0.0,
+            workspace: g.workspace as u64,
+        };
+        let stream = super::super::joint::stream_of(h);
+        let chosen = super::super::joint::choose(&[own], stream, None, 0)?;
+        let at = chosen.workspace.as_ref().map_or(0, |p| p.ptr() as i64);
+        let vp = pack_at(g, &ids, &ptrs, at, 0)?;
+        let exec = table::cudnnBackendExecute()?;
+        // SAFETY: the caller's handle, plan and pointers; the workspace is the joint plan's
+        // buffer, pinned, at least as large as the plan's.
+        let r = unsafe { exec(h, plan as P, vp as P) };
+        destroy(vp);
+        drop(chosen);
+        return Some(r);
+    }
+    let (pool, size) = super::super::wd_pool();
     if pool == 0 || (size as i64) < g.workspace {
         log(
             Level::Error,
@@ -117,6 +180,9 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
     let g = plans(|p| p.get(&plan).cloned())??;
     let schedule = if g.wd() {
         wd_schedule(&g)
+    } else if g.joint() {
+        let (_, ptrs, _) = read_pack(pack)?;
+        joint_schedule(&g, h, plan, &ptrs)
     } else {
         // The workspace the caller was told to provide.
         parts(&g).map(|p| {
@@ -124,10 +190,10 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
                 .config
                 .as_ref()
                 .map_or(g.workspace, |c| c.workspace as i64);
-            (p, None, provided)
+            (p, None, provided, None)
         })
     };
-    let Some((sizes, ws_at, provided)) = schedule else {
+    let Some((sizes, ws_at, provided, _pinned)) = schedule else {
         return undivided(&g, h, plan, pack);
     };
     let exec = table::cudnnBackendExecute()?;
@@ -197,12 +263,23 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
             sizes,
             g.engine,
             match ws_at {
-                Some(at) => format!("; WD: {provided} B at {at:#x}"),
-                None => String::new(),
+                Some(at) if g.wd() => format!("; WD: {provided} B at {at:#x}"),
+                Some(at) if g.joint() => format!("; joint: {provided} B lent at {at:#x}"),
+                None if g.joint() => format!("; joint: {provided} B of the caller's"),
+                _ => String::new(),
             }
         ),
     );
     Some(0)
+}
+
+/// [`execute`] for a replay of an execution (recomputation): the joint plan runs the
+/// configuration that execution ran, so that the replay rebuilds the same bits.
+pub fn execute_replay(h: P, plan: usize, pack: usize) -> Option<c_int> {
+    REPLAYING.with(|r| r.set(true));
+    let out = execute(h, plan, pack);
+    REPLAYING.with(|r| r.set(false));
+    out
 }
 
 /// An INT64 attribute of any length.

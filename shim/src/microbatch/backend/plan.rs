@@ -89,12 +89,16 @@ fn key(g: &Graph, limit: u64, sizes: &str) -> String {
 /// program picks the fastest configuration (WR), or the desirable set joins WD's knapsack.
 pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
     let cfg = config();
-    let limit = cfg.workspace_limit.or(cfg.workspace_total)?;
+    let limit = cfg
+        .workspace_limit
+        .or(cfg.workspace_total)
+        .or_else(super::super::joint_limit)?;
     let n = g.n as u64;
     if n > planner::microbatch::MAX_BATCH {
         return None;
     }
-    let wd_mode = cfg.workspace_limit.is_none();
+    // WD and the joint plan choose among the desirable set; WR needs only the fastest.
+    let keeps_front = cfg.workspace_limit.is_none();
     // The test facility (WD only: under WR it runs the caller's engine unmeasured) measures
     // micro-batches of its size alone, so that every configuration WD can choose divides.
     let (sizes, policy, sizes_policy) = match cfg.test_microbatch {
@@ -127,9 +131,13 @@ pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
     };
     let c = match cfg.test_microbatch {
         Some(b) => super::super::forced(n, b, &micro)?,
+        None if super::super::joint_mode() && cfg.workspace_total.is_none() => {
+            let cap = super::super::joint::joint_cap().unwrap_or(0);
+            fastest(n, &micro, cap, sizes_policy)?
+        }
         None => fastest(n, &micro, limit, sizes_policy)?,
     };
-    let front = if wd_mode {
+    let front = if keeps_front {
         desirable(n, &micro, limit, sizes_policy)
     } else {
         Vec::new()
@@ -145,8 +153,8 @@ pub(super) fn plan_graph(g: &Graph, what: &str) -> Option<Planned> {
             c.time_ms,
             c.workspace,
             micro.len(),
-            if wd_mode {
-                format!("; WD: {} desirable", front.len())
+            if keeps_front {
+                format!("; {} desirable", front.len())
             } else {
                 String::new()
             }

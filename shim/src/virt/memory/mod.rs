@@ -36,6 +36,7 @@
 mod driver;
 mod guided;
 mod hold;
+mod lent;
 pub mod link;
 mod releases;
 mod restore;
@@ -43,6 +44,7 @@ pub mod stats;
 mod victims;
 
 pub use hold::Hold;
+pub use lent::{lend, pin_lent, spare, unpin_lent};
 use victims::online;
 pub use victims::{Online, attach_ahead, attach_online};
 
@@ -94,6 +96,9 @@ struct Tensor {
     keep: bool,
     /// Calls that touch it and are not issued yet (see `hold`): never a victim while held.
     pins: u32,
+    /// Lent to one of Marmoset's own layers from spare memory (see `lent`): taken back, once
+    /// no call pins it, before anything is evicted.
+    lent: bool,
 }
 
 /// A prefetch the host found still arriving when it issued an operation that needs it: its
@@ -377,6 +382,8 @@ impl Manager {
             return Ok(());
         }
         self.reclaim(false);
+        // What was lent from spare memory goes back before any tensor leaves.
+        self.take_back_lent();
         if online().is_some() {
             self.link_known();
         }
@@ -587,6 +594,7 @@ impl Manager {
                 dead: false,
                 keep: false,
                 pins: 0,
+                lent: false,
             },
         );
         Ok(va)

@@ -1,0 +1,86 @@
+//! The joint plan of tensors and convolution workspaces (docs/microbatch.md, "The joint
+//! plan"): under a budget with no workspace limit or total, backend convolutions run μ-cuDNN's
+//! configurations: the fastest within the planned share of the budget in the workspace the
+//! program provides, or a faster one in a buffer lent from spare memory. torchlike's backend
+//! convolutions in data mode: the results stay bit for bit those of an unlimited run, replays
+//! of convolutions included (MARMOSET_VERIFY), and the setting turns it off.
+
+use marmoset_e2e::*;
+
+/// Eight iterations, 2 MiB activations, 1x1 convolutions, 4 blocks, GELU, backend convolutions
+/// (as conv_replay.rs).
+const ARGS: [&str; 8] = ["8", "128", "32", "4", "4", "1", "gelu", "backend"];
+
+/// The execution lines of the joint plan in a run's log.
+fn joint_lines(err: &str) -> Vec<&str> {
+    err.lines().filter(|l| l.contains("; joint: ")).collect()
+}
+
+#[test]
+fn under_a_budget_convolutions_run_the_joint_plan_bit_for_bit() {
+    let (peak, plain) = unlimited("torchlike", &ARGS);
+    for (policy, fraction) in [("recompute", 0.5), ("auto", 0.3)] {
+        let budget = (peak as f64 * fraction) as u64;
+        let (o, records, rep) = planned(
+            policy,
+            budget,
+            &[("MARMOSET_VERIFY", "1")],
+            "torchlike",
+            &ARGS,
+        );
+        let at = format!("{policy} at {fraction} P");
+        exact_within(&at, &o, &plain, &rep, budget);
+        let err = stderr(&o);
+        let lines = joint_lines(&err);
+        // Every backend execution of the program ran as the joint plan chose (and each replay).
+        let executions = of_kind(&records, "cudnn")
+            .iter()
+            .filter(|r| r["api"] == "cudnnBackendExecute")
+            .count();
+        assert!(
+            executions >= 64,
+            "{at}: backend executions traced: {executions}"
+        );
+        assert!(
+            lines.len() >= executions,
+            "{at}: joint executions {} of {executions}",
+            lines.len()
+        );
+        if policy == "recompute" {
+            let replays = of_kind(&records, "recompute")
+                .iter()
+                .filter(|r| r["api"] == "cudnnBackendExecute")
+                .count();
+            assert!(replays > 0, "{at}: convolutions recomputed as they ran");
+        }
+    }
+}
+
+#[test]
+fn the_joint_plan_can_be_turned_off() {
+    let (peak, plain) = unlimited("torchlike", &ARGS);
+    let budget = (peak as f64 * 0.5) as u64;
+    let (o, _, rep) = planned(
+        "auto",
+        budget,
+        &[("MARMOSET_JOINT_WORKSPACE", "0")],
+        "torchlike",
+        &ARGS,
+    );
+    exact_within("joint off", &o, &plain, &rep, budget);
+    let err = stderr(&o);
+    assert!(joint_lines(&err).is_empty(), "joint off: {err}");
+    assert!(!err.contains("backend: planned"), "nothing planned: {err}");
+    let (o, _, _) = planned(
+        "auto",
+        budget,
+        &[("MARMOSET_JOINT_WORKSPACE", "sometimes")],
+        "torchlike",
+        &ARGS,
+    );
+    assert!(
+        stderr(&o).contains("MARMOSET_JOINT_WORKSPACE"),
+        "a bad value is named: {}",
+        stderr(&o)
+    );
+}
