@@ -113,6 +113,10 @@ pub struct Config {
     /// Test facility (MARMOSET_TEST_FAST_LINK=N): plans assume copies N times faster than this
     /// run measured, so that their prefetches arrive late and the feedback must move them.
     pub test_fast_link: Option<u64>,
+    /// Test facility (MARMOSET_TEST_JOINT_SHARE=N): the joint plan's planned workspace is at
+    /// most 1/N of the budget instead of a third, so that faster configurations run in memory
+    /// lent from what is spare.
+    pub test_joint_share: Option<u64>,
     /// Test facility (MARMOSET_TEST_FOLD): plan the model with chains folded (`1`, the
     /// default) or unfolded (`0`) (see `runtime::bridge`).
     pub test_fold: Option<bool>,
@@ -220,6 +224,7 @@ impl Default for Config {
             test_refuse_replay: None,
             test_fold: None,
             test_fast_link: None,
+            test_joint_share: None,
             plan_wait: false,
             plan_steps: 500_000,
             plan_deadline_ms: 10_000,
@@ -395,6 +400,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             "MARMOSET_TEST_FAST_LINK",
             &mut c.test_fast_link,
             "a whole factor, at least 1",
+        ),
+        (
+            "MARMOSET_TEST_JOINT_SHARE",
+            &mut c.test_joint_share,
+            "a whole divisor of the budget, at least 1",
         ),
     ] {
         if let Some(v) = var(name) {

@@ -22,8 +22,9 @@ pub struct Allocator {
     /// A loan of `bytes` from spare memory (or made room for, when the flag says so); the
     /// allocator takes it back when it needs room and no use pins it.
     pub lend: fn(usize, bool) -> Option<u64>,
-    /// Pins a loan for a use issued on the stream; false when it was taken back.
-    pub pin: fn(u64, u64) -> bool,
+    /// Pins a loan of at least the bytes for a use issued on the stream; false when it was
+    /// taken back.
+    pub pin: fn(u64, u64, u64) -> bool,
     /// Ends a pin once the use is issued.
     pub unpin: fn(u64),
 }
@@ -79,10 +80,10 @@ pub fn lend(bytes: usize, make_room: bool) -> Option<u64> {
 pub struct Pinned(u64);
 
 impl Pinned {
-    /// Pins the loan at `ptr`; None when it was taken back.
-    pub fn new(ptr: u64, stream: u64) -> Option<Pinned> {
+    /// Pins the loan of `bytes` at `ptr`; None when it was taken back.
+    pub fn new(ptr: u64, bytes: u64, stream: u64) -> Option<Pinned> {
         let a = ALLOCATOR.get()?;
-        (a.pin)(ptr, stream).then_some(Pinned(ptr))
+        (a.pin)(ptr, bytes, stream).then_some(Pinned(ptr))
     }
 
     pub fn ptr(&self) -> u64 {

@@ -40,9 +40,11 @@ pub(crate) fn joint_limit() -> Option<u64> {
 /// memory plan makes room for it; faster configurations run only in memory that is spare.
 const PLANNED_SHARE: u64 = 3;
 
-/// The workspace the framework provides for a convolution, at most: a third of the budget.
+/// The workspace the framework provides for a convolution, at most: a third of the budget
+/// (the test facility's share instead, when set).
 pub(crate) fn joint_cap() -> Option<u64> {
-    joint_limit().map(|b| b / PLANNED_SHARE)
+    let share = config().test_joint_share.unwrap_or(PLANNED_SHARE);
+    joint_limit().map(|b| b / share)
 }
 
 /// The shared buffer: where it is, its bytes, and the stream of its last use.
@@ -96,7 +98,7 @@ pub(crate) fn choose(
     // The buffer, pinned for this use, if the allocator has not taken it back.
     let mut pinned = buffer
         .as_ref()
-        .and_then(|b| Pinned::new(b.ptr, stream).map(|p| (p, b.size)));
+        .and_then(|b| Pinned::new(b.ptr, b.size, stream).map(|p| (p, b.size)));
     if pinned.is_none() {
         *buffer = None;
     }
@@ -138,7 +140,7 @@ pub(crate) fn choose(
             }
             drop(buffer);
             let ptr = own_memory::lend(least.workspace as usize, true)?;
-            let Some(p) = Pinned::new(ptr, stream) else {
+            let Some(p) = Pinned::new(ptr, least.workspace, stream) else {
                 own_memory::free(ptr);
                 return None;
             };
@@ -181,7 +183,7 @@ fn grow(
     let Some(ptr) = own_memory::lend(size as usize, false) else {
         return false;
     };
-    let Some(p) = Pinned::new(ptr, stream) else {
+    let Some(p) = Pinned::new(ptr, size, stream) else {
         own_memory::free(ptr);
         return false;
     };

@@ -84,3 +84,35 @@ fn the_joint_plan_can_be_turned_off() {
         stderr(&o)
     );
 }
+
+/// With the planned share made tiny (the test facility), every configuration that needs
+/// workspace runs in a buffer lent from spare memory, which the allocator takes back when it
+/// needs room: the run stays within the budget and bit for bit, replays included.
+#[test]
+fn faster_configurations_run_in_memory_lent_from_spare() {
+    let args = ["8", "128", "32", "4", "4", "3", "gelu", "backend"];
+    let (peak, plain) = unlimited("torchlike", &args);
+    let budget = (peak as f64 * 0.5) as u64;
+    let (o, records, rep) = planned(
+        "recompute",
+        budget,
+        &[
+            ("MARMOSET_VERIFY", "1"),
+            ("MARMOSET_TEST_JOINT_SHARE", "1000000"),
+        ],
+        "torchlike",
+        &args,
+    );
+    exact_within("lent workspaces", &o, &plain, &rep, budget);
+    let err = stderr(&o);
+    let lent = joint_lines(&err)
+        .iter()
+        .filter(|l| l.contains(" lent at "))
+        .count();
+    assert!(lent > 0, "executions in lent memory: {err}");
+    let replays = of_kind(&records, "recompute")
+        .iter()
+        .filter(|r| r["api"] == "cudnnBackendExecute")
+        .count();
+    assert!(replays > 0, "convolutions recomputed");
+}

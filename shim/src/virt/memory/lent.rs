@@ -65,11 +65,12 @@ pub fn lend(bytes: usize, make_room: bool) -> Option<u64> {
     .flatten()
 }
 
-/// Pins a loan for a use about to be issued on `stream`: false when it was taken back (or is
-/// not a loan). Its release waits for the work issued on `stream` from now on.
-pub fn pin_lent(va: u64, stream: u64) -> bool {
+/// Pins a loan of at least `bytes` for a use about to be issued on `stream`: false when it was
+/// taken back (or is not a loan, or a smaller one now has its address). Its release waits for
+/// the work issued on `stream` from now on.
+pub fn pin_lent(va: u64, bytes: u64, stream: u64) -> bool {
     with(|m| match m.tensors.get_mut(&va) {
-        Some(t) if t.lent && matches!(t.place, Place::Resident(_)) => {
+        Some(t) if t.lent && t.size >= bytes && matches!(t.place, Place::Resident(_)) => {
             t.pins += 1;
             t.streams.insert(stream);
             true
