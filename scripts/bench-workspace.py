@@ -17,6 +17,9 @@ step: the median of the last three, on the program's CUDA events, *simulated*):
    - **fixed limits**: the same with each `--workspace-limit` (μ-cuDNN's WR), and the best of
      them: what a user who guessed right would get.
 
+The planner's lower bound on one iteration of the default run's trace within the budget, over
+the convolutions' configurations too, and the default's gap to it, close each row.
+
 The ratio default / best fixed is what issue 41's joint plan must bring to at most 1.02; the
 ratio default / the better of PyTorch alone and PyTorch's choice is the joint plan's gain over
 what a user had without it (at most 1, and below 0.95 where workspace matters).
@@ -49,9 +52,15 @@ def say(what):
     sys.stderr.flush()
 
 
-def run(model, profile, marmoset_args=(), zoo_args=()):
-    """One run: (step ms or None, the simulator's report, why it failed or None)."""
+def run(model, profile, marmoset_args=(), zoo_args=(), bound_of=None):
+    """One run: (step ms or None, the simulator's report, why it failed or None). With
+    `bound_of` (a budget) the run is traced and the report gets `bound_ms`: the planner's lower
+    bound for one iteration of the trace within it (`marmoset plan --json`; over the
+    convolutions' configurations where the trace names them)."""
     with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.jsonl")
+        if bound_of is not None:
+            marmoset_args = ["--trace", trace, *marmoset_args]
         rep = os.path.join(tmp, "sim.json")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"))}
@@ -60,6 +69,14 @@ def run(model, profile, marmoset_args=(), zoo_args=()):
                PYTHON, ZOO, "--model", model, "--steps", str(STEPS), *zoo_args]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         report = json.load(open(rep)) if os.path.exists(rep) else {}
+        if bound_of is not None and os.path.exists(trace):
+            q = subprocess.run([MARMOSET, "plan", trace, "--budget", str(bound_of), "--json"],
+                               capture_output=True, text=True)
+            try:
+                b = json.loads(q.stdout).get("lower_bound_time_s")
+                report["bound_ms"] = b * 1e3 if b else None
+            except ValueError:
+                report["bound_ms"] = None
     steps = [float(x) for x in re.findall(r", ([0-9.]+) ms device time\)", p.stdout)]
     complete = "peak memory allocated" in p.stdout and len(steps) == STEPS
     if complete and report.get("sticky_error") is None:
@@ -101,7 +118,9 @@ def main():
                 row["pytorch_alone_why"] = why
                 row["choice_ms"], _, _ = run(model, profile, ["--memory-limit", str(budget),
                                                               "--joint-workspace", "off"])
-                row["default_ms"], _, row["default_why"] = run(model, profile, ["--memory-limit", str(budget)])
+                row["default_ms"], drep, row["default_why"] = run(
+                    model, profile, ["--memory-limit", str(budget)], bound_of=budget)
+                row["bound_ms"] = drep.get("bound_ms")
                 row["limits"] = {}
                 for lim in limits:
                     ms, _, _ = run(model, profile, ["--memory-limit", str(budget), "--workspace-limit", lim])
@@ -118,8 +137,8 @@ def main():
           f"*simulated* (shape mode), the step the median of the last 3 of {STEPS}.\n")
     head = " | ".join(limits)
     print(f"| profile | model | fraction | without ms | PyTorch alone ms | PyTorch's choice ms | default ms | "
-          f"{head} | best fixed | default / best | default / better other |")
-    print("|---" * (10 + len(limits)) + "|")
+          f"{head} | best fixed | default / best | default / better other | bound ms | default / bound |")
+    print("|---" * (12 + len(limits)) + "|")
     for r in results:
         best = r["limits"].get(r["best_limit"]) if r["best_limit"] else None
         ratio = f"{r['default_ms'] / best:.3f}" if best and r["default_ms"] else "-"
@@ -127,9 +146,11 @@ def main():
         cells = " | ".join(fmt(r["limits"][l]) for l in limits)
         others = [x for x in (r["pytorch_alone_ms"], r.get("choice_ms")) if x]
         gain = f"{r['default_ms'] / min(others):.3f}" if others and r["default_ms"] else "-"
+        bound = r.get("bound_ms")
+        gap = f"{r['default_ms'] / bound:.3f}" if bound and r["default_ms"] else "-"
         print(f"| {r['profile']} | {r['model']} | {r['fraction']} | {r['without_ms']:.2f} | {alone} | "
               f"{fmt(r.get('choice_ms'))} | {fmt(r['default_ms'])} | {cells} | {r['best_limit'] or '-'} | "
-              f"{ratio} | {gain} |")
+              f"{ratio} | {gain} | {fmt(bound) if bound else '-'} | {gap} |")
     if a.json:
         with open(a.json, "w") as out:
             json.dump({"host_s": host, "results": results}, out, indent=1)

@@ -210,6 +210,7 @@ pub(crate) fn plan(
                 "stalls": stall_json(&t, o),
                 "lower_bound_time_s": bound.is_finite().then_some(bound),
                 "lower_bound_overhead": bound.is_finite().then_some(bound / base),
+                "lower_bound_over_configurations": t.at_least_configs().is_some(),
                 "gap": (o.feasible && bound.is_finite()).then_some(o.makespan / bound - 1.0),
                 "planning_time_s": secs,
                 "held": held,
@@ -396,9 +397,14 @@ pub(crate) fn plan(
         let bound = lower_bound(&t, held_budget(budget_bytes), link).makespan;
         if bound.is_finite() {
             println!(
-                "  lower bound {:.6} s ({:.3}x): no plan is faster{}",
+                "  lower bound {:.6} s ({:.3}x): no plan is faster{}{}",
                 bound,
                 bound / base,
+                if t.at_least_configs().is_some() {
+                    ", whatever configurations its convolutions run"
+                } else {
+                    ""
+                },
                 if o.feasible {
                     format!("; gap {:.1}%", 100.0 * (o.makespan / bound - 1.0))
                 } else {

@@ -47,6 +47,21 @@ pub struct Op {
     /// contents). Without it a re-run remakes every output in place, as DTR's does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub separate_outputs: bool,
+    /// A convolution that could have run other configurations (μ-cuDNN's desirable set, a
+    /// `configs` record): the lower bound relaxes it to the least of each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configs: Option<Configs>,
+}
+
+/// What a convolution's configurations allow at least.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Configs {
+    /// The fastest configuration's time, seconds.
+    pub fastest_s: f64,
+    /// The least workspace any configuration needs, bytes.
+    pub least_workspace: u64,
+    /// The storages the operation's workspace occupies (its scratch outputs).
+    pub workspace: Vec<usize>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -66,6 +81,7 @@ impl Op {
             backward: false,
             scratch: 0,
             separate_outputs: false,
+            configs: None,
         }
     }
 }
@@ -117,6 +133,36 @@ impl Trace {
     /// Σ operation times: the iteration's time with all the memory it wants.
     pub fn compute_time(&self) -> f64 {
         self.ops.iter().map(|o| o.time_s).sum()
+    }
+
+    /// The trace with every convolution that could have run other configurations at the least
+    /// of them: its fastest time and its least workspace (None: no operation has any). Each
+    /// choice of configurations is this trace with longer operations and larger storages, and
+    /// no plan is slower on this one than the best plan on any of them (a longer operation can
+    /// be waited for, a larger storage left partly unused), so a lower bound on it bounds the
+    /// joint choice of configurations and plans.
+    pub fn at_least_configs(&self) -> Option<Trace> {
+        if self.ops.iter().all(|o| o.configs.is_none()) {
+            return None;
+        }
+        let mut t = self.clone();
+        for i in 0..t.ops.len() {
+            let Some(c) = t.ops[i].configs.clone() else {
+                continue;
+            };
+            t.ops[i].time_s = t.ops[i].time_s.min(c.fastest_s);
+            let mut left = c.least_workspace;
+            for &s in &c.workspace {
+                let size = t.storages[s].size.min(left);
+                left -= size;
+                t.storages[s].size = size;
+                if let Some(b) = t.copied.get_mut(s) {
+                    *b = (*b).min(size);
+                }
+            }
+            t.ops[i].scratch = t.ops[i].scratch.min(c.least_workspace);
+        }
+        Some(t)
     }
 
     /// The largest memory in use at any point of the program order (constants from the start,

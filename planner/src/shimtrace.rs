@@ -241,6 +241,28 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         }
     }
     let replays = lineage(records);
+    // Each execution plan's configurations (μ-cuDNN's): (fastest seconds, least workspace).
+    let configs: HashMap<(u64, u64), (f64, u64)> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Configs {
+                plan,
+                life,
+                configs,
+            } if !configs.is_empty() => Some((
+                (*plan, *life),
+                (
+                    configs
+                        .iter()
+                        .map(|c| c.time_ms)
+                        .fold(f64::INFINITY, f64::min)
+                        * 1e-3,
+                    configs.iter().map(|c| c.workspace).min().unwrap_or(0),
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
     let kernel_names: HashMap<u64, &str> = records
         .iter()
         .filter_map(|r| match &r.event {
@@ -519,6 +541,15 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         if replayable {
             // A replay brings a workspace of its own, as large as the call's.
             op.scratch = scratch.iter().map(|&c| t.storages[c].size).sum();
+        }
+        if let Some(Replay::Backend { plan, life }) = lineage_of
+            && let Some(&(fastest_s, least_workspace)) = configs.get(&(*plan, *life))
+        {
+            op.configs = Some(crate::model::Configs {
+                fastest_s,
+                least_workspace,
+                workspace: scratch.clone(),
+            });
         }
         t.ops.push(op);
         op_calls.push((i - ws, r.seq));

@@ -419,6 +419,22 @@ pub enum Event {
     /// needed it was issued, so its in-trigger moves from call offset `from` to `to` (earlier)
     /// for the iterations that follow.
     Trigger { alloc: u64, from: u64, to: u64 },
+    /// The configurations a convolution's execution plan `plan` (in its `life`) may run under
+    /// μ-cuDNN (its desirable set, fastest first: measured time and workspace), written when
+    /// the plan is finalised. Every execution of it could have run any of them: the lower bound
+    /// takes the fastest time and the least workspace.
+    Configs {
+        plan: u64,
+        life: u64,
+        configs: Vec<Alternative>,
+    },
+}
+
+/// One configuration of a convolution (a `configs` record).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Alternative {
+    pub time_ms: f64,
+    pub workspace: u64,
 }
 
 /// The records of API calls (they carry `api` and `result`), binding field `$f`: the one list
@@ -461,6 +477,7 @@ impl Event {
             Event::Drop { .. } => "drop",
             Event::Recompute { .. } => "recompute",
             Event::Trigger { .. } => "trigger",
+            Event::Configs { .. } => "configs",
         }
     }
 

@@ -141,3 +141,76 @@ fn the_bound_with_overwritten_sources_is_below_an_exhaustive_optimum() {
         "the charge raised the bound on {raised} traces only"
     );
 }
+
+/// A random trace with one operation given a workspace (a storage it writes as scratch, freed
+/// right after it) and two configurations: the recorded one, faster with a larger workspace,
+/// and a slower one with a smaller workspace. Returns the trace as recorded (naming both) and
+/// the trace of each choice.
+fn with_configs(r: &mut Rng, ops: usize) -> (Trace, Vec<Trace>) {
+    let mut t = super::tests::random_trace_with(r, ops, false);
+    let i = r.below(ops as u64) as usize;
+    let (fast, slow) = (
+        t.ops[i].time_s,
+        t.ops[i].time_s + 0.2 + r.below(10) as f64 / 10.0,
+    );
+    let (large, small) = (20 + r.below(60), r.below(10));
+    t.storages.push(Storage {
+        size: large,
+        constant: false,
+        producer: None,
+    });
+    let ws = t.storages.len() - 1;
+    t.ops[i].outputs.push(ws);
+    let at = t.steps.iter().position(|s| *s == Step::Op(i)).unwrap();
+    t.steps.insert(at + 1, Step::Free(ws));
+    let mut choices = Vec::new();
+    for (time_s, size) in [(fast, large), (slow, small)] {
+        let mut c = t.clone();
+        c.ops[i].time_s = time_s;
+        c.storages[ws].size = size;
+        choices.push(c);
+    }
+    t.ops[i].configs = Some(crate::model::Configs {
+        fastest_s: fast,
+        least_workspace: small,
+        workspace: vec![ws],
+    });
+    t.validate().unwrap();
+    (t, choices)
+}
+
+#[test]
+fn the_bound_over_configurations_is_below_the_best_choice_and_plan() {
+    let mut r = Rng(4141);
+    let (mut compared, mut lowered) = (0, 0);
+    for case in 0..2000 {
+        let (t, choices) = with_configs(&mut r, 4 + case % 4);
+        let budget = (t.peak() as f64 * (0.5 + 0.1 * (case % 4) as f64)) as u64;
+        // The joint optimum: the best plan of the best choice (None: too many plans to try).
+        let optima: Option<Vec<Option<f64>>> = choices
+            .iter()
+            .map(|c| exhaustive(c, budget, LINK))
+            .collect();
+        let Some(best) = optima.and_then(|o| o.into_iter().flatten().min_by(|a, b| a.total_cmp(b)))
+        else {
+            continue;
+        };
+        compared += 1;
+        let joint = lower_bound(&t, budget, LINK).makespan;
+        assert!(
+            joint <= best * (1.0 + 1e-9),
+            "case {case}: bound {joint} above the best choice's optimum {best}"
+        );
+        // The bound of the recorded choice alone may be above the joint optimum.
+        let recorded = lower_bound(&choices[0], budget, LINK).makespan;
+        if joint < recorded * (1.0 - 1e-9) {
+            lowered += 1;
+        }
+    }
+    eprintln!("configurations: {compared} traces against the joint optimum, lowered on {lowered}");
+    assert!(compared >= 100, "enough traces compared: {compared}");
+    assert!(
+        lowered >= 5,
+        "the configurations lowered the bound on {lowered} traces only"
+    );
+}

@@ -240,7 +240,11 @@ pub fn run_all(t: &Trace, budget: u64, link: Link) -> Named {
 
 /// The lower bound on the makespan of any plan for `t` under `budget` (see [`bound`]).
 pub fn lower_bound(t: &Trace, budget: u64, link: Link) -> Bound {
-    bound::lower_bound(t, &Analysis::new(t), budget, link)
+    // Over the convolutions' configurations too, where the trace names them.
+    match t.at_least_configs() {
+        Some(r) => bound::lower_bound(&r, &Analysis::new(&r), budget, link),
+        None => bound::lower_bound(t, &Analysis::new(t), budget, link),
+    }
 }
 
 #[cfg(test)]

@@ -368,6 +368,22 @@ pub fn finalized(d: usize) {
                     if super::wd_mode() {
                         super::register_graph(&g.key, p.front.clone());
                     }
+                    // The trace says what each execution of the plan could have run (the
+                    // planner's bound takes the fastest and the least workspace).
+                    if let Some(life) = api::plan_life(d) {
+                        crate::core::bus::emit(planner::trace::Event::Configs {
+                            plan: d as u64,
+                            life,
+                            configs: p
+                                .front
+                                .iter()
+                                .map(|c| planner::trace::Alternative {
+                                    time_ms: c.time_ms,
+                                    workspace: c.workspace,
+                                })
+                                .collect(),
+                        });
+                    }
                     g.front = p.front;
                 }
             }

@@ -116,3 +116,50 @@ fn faster_configurations_run_in_memory_lent_from_spare() {
         .count();
     assert!(replays > 0, "convolutions recomputed");
 }
+
+/// The trace names each planned execution plan's configurations (`configs` records), and
+/// `marmoset plan`'s lower bound on it covers the choice of configurations: it is at most the
+/// bound of the same trace without those records.
+#[test]
+fn the_bound_covers_the_choice_of_configurations() {
+    let (peak, _) = unlimited("torchlike", &ARGS);
+    let budget = ((peak as f64 * 0.5) as u64).to_string();
+    let trace = temp_path("joint-bound.jsonl");
+    let o = std::process::Command::new(marmoset())
+        .args(["run", "--sim=h100", "--trace"])
+        .arg(&trace)
+        .args(["--memory-limit", &budget, "--"])
+        .arg(workloads().join("torchlike"))
+        .args(ARGS)
+        .env_remove("MARMOSET_POLICY")
+        .env("MARMOSET_PLAN_WAIT", "1")
+        .output()
+        .unwrap();
+    ok(&o);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let configs = text
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"configs\""))
+        .count();
+    assert!(configs > 0, "configs records in the trace");
+    let with = plan_offline(&trace, &budget, "auto");
+    assert_eq!(with["lower_bound_over_configurations"], true, "{with}");
+    let without_path = temp_path("joint-bound-without.jsonl");
+    let without: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"kind\":\"configs\""))
+        .collect();
+    std::fs::write(&without_path, without.join("\n") + "\n").unwrap();
+    let plain = plan_offline(&without_path, &budget, "auto");
+    assert_eq!(plain["lower_bound_over_configurations"], false, "{plain}");
+    let (a, b) = (
+        with["lower_bound_time_s"].as_f64().unwrap(),
+        plain["lower_bound_time_s"].as_f64().unwrap(),
+    );
+    assert!(
+        a <= b * (1.0 + 1e-12),
+        "over configurations {a} s, without {b} s"
+    );
+    std::fs::remove_file(&trace).ok();
+    std::fs::remove_file(&without_path).ok();
+}
