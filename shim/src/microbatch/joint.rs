@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 /// The joint plan is on: a budget Marmoset manages, and no workspace limit or total.
 pub(crate) fn joint_mode() -> bool {
-    config().joint_workspace() && own_memory::spare().is_some()
+    config().joint_workspace() && own_memory::budget().is_some()
 }
 
 /// The budget as the limit of what the benchmark measures: a configuration needing more
@@ -94,6 +94,19 @@ pub(crate) fn choose(
     again: Option<&[(u64, i32)]>,
     own: u64,
 ) -> Option<Chosen> {
+    let candidates: Vec<&Configuration> = match again {
+        Some(parts) => front.iter().filter(|c| c.parts == parts).collect(),
+        None => front.iter().collect(),
+    };
+    // The fastest fits what the framework provides: nothing else to ask.
+    if let Some(c) = candidates.first().filter(|c| c.workspace <= own) {
+        return Some(Chosen {
+            config: (*c).clone(),
+            workspace: None,
+            in_caller: true,
+            transient: false,
+        });
+    }
     let mut buffer = BUFFER.lock().ok()?;
     // The buffer, pinned for this use, if the allocator has not taken it back.
     let mut pinned = buffer
@@ -104,10 +117,6 @@ pub(crate) fn choose(
     }
     let held = pinned.as_ref().map_or(0, |p| p.1);
     let spare = own_memory::spare().unwrap_or(0);
-    let candidates: Vec<&Configuration> = match again {
-        Some(parts) => front.iter().filter(|c| c.parts == parts).collect(),
-        None => front.iter().collect(),
-    };
     let least = candidates.iter().min_by_key(|c| c.workspace).copied()?;
     let mut choice = None;
     for c in &candidates {

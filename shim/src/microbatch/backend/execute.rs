@@ -107,21 +107,15 @@ fn joint_schedule(g: &Graph, h: P, plan: usize, ptrs: &[i64]) -> Option<Schedule
     let own = g.config.as_ref().map_or(0, |c| c.workspace);
     let chosen = super::super::joint::choose(&g.front, stream, again.as_deref(), own)?;
     super::super::joint::ran(plan, ptrs, &chosen.config.parts);
-    if chosen.in_caller {
-        let parts = chosen
-            .config
-            .parts
-            .iter()
-            .map(|&(b, e)| (b as i64, e as i64))
-            .collect();
-        return Some((parts, None, own as i64, None));
-    }
     let parts = chosen
         .config
         .parts
         .iter()
         .map(|&(b, e)| (b as i64, e as i64))
         .collect();
+    if chosen.in_caller {
+        return Some((parts, None, own as i64, None));
+    }
     let at = chosen.workspace.as_ref().map_or(0, |p| p.ptr() as i64);
     let bytes = chosen.config.workspace as i64;
     Some((parts, Some(at), bytes, Some(chosen)))
@@ -182,7 +176,20 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
         wd_schedule(&g)
     } else if g.joint() {
         let (_, ptrs, _) = read_pack(pack)?;
-        joint_schedule(&g, h, plan, &ptrs)
+        match joint_schedule(&g, h, plan, &ptrs) {
+            // The caller's own plan in the caller's workspace: its call, as asked.
+            Some((p, None, own, _)) if p == [(g.n, g.engine)] => {
+                log(
+                    Level::Info,
+                    &format!(
+                        "backend: a {:?} graph ({} images) runs as asked; joint: {own} B of the caller's",
+                        g.dir, g.n
+                    ),
+                );
+                return None;
+            }
+            s => s,
+        }
     } else {
         // The workspace the caller was told to provide.
         parts(&g).map(|p| {
