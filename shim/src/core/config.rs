@@ -197,6 +197,11 @@ impl Config {
                 self.policy.name()
             ));
         }
+        if !self.joint && (self.memory_limit.is_none() || !self.policy.manages_memory()) {
+            lines.push(
+                "marmoset: MARMOSET_JOINT_WORKSPACE=0 turns off the joint plan, which only a memory budget under a memory policy makes; without one it has nothing to turn off".to_string(),
+            );
+        }
         lines
     }
 }
@@ -590,6 +595,11 @@ mod tests {
             "implied by the budget: {lines:?}"
         );
         assert!(said(&[("MARMOSET_DISABLE", "1")]).is_empty());
+        let off = ("MARMOSET_JOINT_WORKSPACE", "0");
+        let lines = said(&[off]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("MARMOSET_JOINT_WORKSPACE"));
+        assert!(said(&[off, ("MARMOSET_MEMORY_LIMIT", "0.5")]).is_empty());
     }
 
     #[test]
