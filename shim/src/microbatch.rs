@@ -1,6 +1,8 @@
 //! μ-cuDNN under LD_PRELOAD: convolutions run as micro-batches so faster algorithms fit the
 //! workspace. On when `MARMOSET_WORKSPACE_LIMIT` (WR: per kernel) or `MARMOSET_WORKSPACE_TOTAL`
-//! (WD: one workspace shared by all kernels, owned by Marmoset) is set.
+//! (WD: one workspace shared by all kernels, owned by Marmoset) is set, and for backend graphs
+//! under a memory budget without either (the joint plan, `joint.rs`; the legacy API is left as
+//! the program calls it there).
 //!
 //! For each new convolution (its full signature: direction, every dimension and stride, pads,
 //! strides, dilations, groups, mode, data and compute types, math type, layouts; with the device

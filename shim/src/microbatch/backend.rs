@@ -10,14 +10,17 @@
 //! Planning (plan.rs): at finalisation, every engine measured on micro-batch graphs Marmoset
 //! builds; WR's dynamic program picks the configuration and the plan's workspace-size query
 //! answers its workspace; under WD the graph's desirable set joins the knapsack of the legacy
-//! convolutions (wd.rs) and the query answers 0. Heuristic queries (heuristics.rs) put the engine
+//! convolutions (wd.rs) and the query answers 0; under the joint plan (joint.rs) the query
+//! answers the workspace of the fastest configuration within a share of the memory budget, and
+//! the desirable set is kept for each execution's choice. Heuristic queries (heuristics.rs) put the engine
 //! Marmoset's configuration runs first at the front, so that the framework's choice is its plan.
 //!
 //! Execution (execute.rs): a candidate's `cudnnBackendExecute` runs as micro-batches, each
 //! through a plan Marmoset builds (the caller's graph with the batch dimension of its per-image
 //! tensors changed, the same engine and knob choices), with the variant pack's pointers offset by
 //! whole images, on the caller's handle (its stream), without synchronisation, in the caller's
-//! workspace (WR) or the graph's segment of the shared one (WD). Backward-filter accumulates: the
+//! workspace (WR), the graph's segment of the shared one (WD), or, under the joint plan, the
+//! caller's workspace or a buffer lent from spare memory. Backward-filter accumulates: the
 //! caller's beta on the first micro-batch, 1 after. Any failure before the first write runs the
 //! caller's plan undivided (under WD in the shared workspace, since the caller was told 0 bytes).
 

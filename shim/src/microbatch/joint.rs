@@ -1,14 +1,16 @@
 //! The joint plan's workspaces: under a memory budget with neither a workspace limit nor a
-//! total, convolutions on the backend API are planned as under WD (every engine at each
-//! micro-batch size, the desirable set kept, the framework told its plan needs no workspace),
-//! and each execution runs the fastest configuration whose workspace the budget has spare at
-//! that moment, in a buffer lent by the allocator (`core::own_memory`): no tensor is evicted for
-//! a workspace, and the allocator takes the buffer back, before it evicts anything, whenever it
-//! needs room. What the memory plan keeps resident decides what each convolution may use.
+//! total, convolutions on the backend API are measured as under WD (every engine at each
+//! micro-batch size within the budget, the desirable set kept). The framework is told the
+//! workspace of the fastest configuration within a share of the budget ([`joint_cap`]): it
+//! allocates that like any tensor, so the memory plan makes room for it. Each execution runs the
+//! fastest configuration that fits the workspace the framework provided or, beyond it, a buffer
+//! lent by the allocator from memory spare at that moment (`core::own_memory`): no tensor is
+//! evicted for it, and the allocator takes the buffer back, before it evicts anything, whenever
+//! it needs room.
 //!
-//! One buffer serves every convolution, reused in stream order: it grows when a faster
+//! One lent buffer serves every convolution, reused in stream order: it grows when a faster
 //! configuration needs more and the budget has that much spare, and a use on another stream
-//! than the last waits for the last by event. Where no configuration fits, the one needing
+//! than the last waits for the last by event. Where nothing fits, the configuration needing
 //! least runs, in a buffer of its own made room for and freed behind it. A replay of an
 //! execution (recomputation) runs the configuration that execution ran, so that it rebuilds the
 //! same bits.
@@ -86,8 +88,9 @@ impl Drop for Chosen {
 }
 
 /// The configuration an execution on `stream` runs: the fastest of `front` (fastest first)
-/// whose workspace the shared buffer holds or the budget has spare; else the one that needs
-/// least. `again`: the configuration an earlier execution ran, for its replay.
+/// whose workspace fits the `own` bytes the framework provided, the shared buffer or the memory
+/// the budget has spare; else the one that needs least. `again`: the configuration an earlier
+/// execution ran, for its replay.
 pub(crate) fn choose(
     front: &[Configuration],
     stream: u64,
