@@ -269,7 +269,7 @@ enum Reader {
     /// A TensorIterator kernel over contiguous operands ([`parse`], [`elementwise`]).
     Contiguous(Operands),
     /// A TensorIterator kernel over strided operands ([`super::strided`]).
-    Strided(Operands),
+    Strided(super::strided::Named),
     /// A kernel whose signature types every parameter ([`super::signature`]).
     Typed(super::signature::Signature),
     /// A foreach kernel over lists of tensors ([`super::multi_tensor`]).

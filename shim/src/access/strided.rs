@@ -21,29 +21,54 @@
 //! calculator whose sizes do not multiply to N, or a closure smaller than the layout leaves
 //! the kernel to the conservative rule.
 
-use super::words::{Found, Operands, element_size, le_at, words};
+use super::words::{Found, element_size, le_at, words};
 use planner::trace::{Access, Touch};
 
 /// `MAX_DIMS` of ATen's OffsetCalculator.
 const MAX_DIMS: usize = 25;
 
-/// Functors (not lambdas, whose arity their name shows) and their arity.
-const FUNCTORS: &[(&str, usize)] = &[("at::native::CUDAFunctor_add<", 2)];
+/// The most operands a strided kernel's closure is searched for (TensorIterator's functors take
+/// at most a few inputs).
+const MAX_OPERANDS: usize = 8;
 
-/// The operand count (F's arity + 1) and output element size of a strided TensorIterator
-/// kernel, from its demangled name; None for any other kernel.
-pub fn parse(name: &str) -> Option<Operands> {
+/// A strided kernel as its name gives it: the operand count (F's arity + 1) where the name says
+/// it, as a lambda's parameter list does (None for a functor such as `BinaryFunctor<float,
+/// float, float, MulFunctor<float>>`, whose call operator's arity its name does not show), and
+/// the output's element size.
+pub type Named = (Option<usize>, u64);
+
+/// The [`Named`] operands of a strided TensorIterator kernel, from its demangled name; None for
+/// any other kernel.
+pub fn parse(name: &str) -> Option<Named> {
     let rest = name.strip_prefix("void at::native::elementwise_kernel<")?;
     let f = rest
         .split_once("gpu_kernel_impl_nocast<")?
         .1
         .split_once(">(at::TensorIteratorBase&")?
         .0;
-    let arity = match FUNCTORS.iter().find(|(p, _)| f.starts_with(p)) {
-        Some(&(_, a)) => a,
-        None => lambda_arity(f)?,
+    let arity = if f.ends_with('}') {
+        Some(lambda_arity(f)? + 1)
+    } else {
+        None
     };
-    Some((arity + 1, element_size(f)?))
+    Some((arity, element_size(f)?))
+}
+
+/// The operand count: the name's, or else the one the closure's size gives. The closure is the
+/// calculator, the operand array and F, and each further operand adds 100 bytes of strides (a
+/// 4-byte stride per dimension) and a pointer before F, at least 104 bytes once aligned: the
+/// largest count whose operand array fits is the one, unless F itself holds 96 bytes or more (a
+/// functor holds a scalar or two). A wrong
+/// count reads pointers where F or the calculator is; [`touches`] then finds a word of F that
+/// points into an allocation, or an operand word that points nowhere, and gives up.
+fn operand_count(named: Option<usize>, layout: &[(usize, usize)]) -> Option<usize> {
+    let &(_, size) = layout.get(1)?;
+    named.or_else(|| {
+        (1..=MAX_OPERANDS).rev().find(|&k| {
+            let (_, data) = closure_layout(k);
+            data + 8 * k <= size
+        })
+    })
 }
 
 /// The parameter count of a lambda type as demangled, `...::{lambda(float, bool)#1}`.
@@ -71,8 +96,9 @@ fn closure_layout(k: usize) -> (usize, usize) {
     (calc, calc.div_ceil(8) * 8)
 }
 
-/// Where, in the parameter buffer, the operand pointers of a kernel with `k` operands are.
-pub fn pointer_words(k: usize, layout: &[(usize, usize)]) -> Option<Vec<usize>> {
+/// Where, in the parameter buffer, the operand pointers of a kernel are.
+pub fn pointer_words(named: Option<usize>, layout: &[(usize, usize)]) -> Option<Vec<usize>> {
+    let k = operand_count(named, layout)?;
     let &(closure, size) = layout.get(1)?;
     let (_, data) = closure_layout(k);
     (layout.len() == 2 && k > 0 && size >= data + 8 * k)
@@ -81,13 +107,14 @@ pub fn pointer_words(k: usize, layout: &[(usize, usize)]) -> Option<Vec<usize>> 
 
 /// The touches of one launch (see the module's comment); None: left to the conservative rule.
 pub fn touches(
-    (k, elem): Operands,
+    (named, elem): Named,
     layout: &[(usize, usize)],
     buf: &[u8],
     find: impl Fn(u64) -> Option<Found>,
 ) -> Option<Vec<Touch>> {
     let (&(n_off, n_size), &(closure, _)) = (layout.first()?, layout.get(1)?);
-    let words_at = pointer_words(k, layout)?;
+    let k = operand_count(named, layout)?;
+    let words_at = pointer_words(Some(k), layout)?;
     if n_size != 4 {
         return None;
     }
@@ -161,6 +188,9 @@ mod tests {
     /// A `.contiguous()` copy of floats, as torch 2.x's fatbin names it (demangled).
     const COPY: &str = "void at::native::elementwise_kernel<128, 2, void at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, void at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1})";
     const ADD: &str = "void at::native::elementwise_kernel<128, 2, void at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1}>(int, void at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1})";
+    const MUL: &str = "void at::native::elementwise_kernel<128, 2, void at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1}>(int, void at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1})";
+    /// A tensor times a scalar the functor holds (`x * 0.5` over a strided `x`).
+    const SCALE: &str = "void at::native::elementwise_kernel<128, 2, void at::native::gpu_kernel_impl_nocast<at::native::BUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1}>(int, void at::native::gpu_kernel_impl_nocast<at::native::BUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1})";
     const MASKED: &str = "void at::native::elementwise_kernel<128, 2, void at::native::gpu_kernel_impl_nocast<void at::native::(anonymous namespace)::masked_scale_kernel<bool, float, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)::{lambda(float, bool)#1}>(at::TensorIteratorBase&, void at::native::(anonymous namespace)::masked_scale_kernel<bool, float, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)::{lambda(float, bool)#1} const&)::{lambda(int)#1}>(int, void at::native::gpu_kernel_impl_nocast<void at::native::(anonymous namespace)::masked_scale_kernel<bool, float, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)::{lambda(float, bool)#1}>(at::TensorIteratorBase&, void at::native::(anonymous namespace)::masked_scale_kernel<bool, float, float>(at::Tensor&, at::Tensor const&, at::Tensor const&, float)::{lambda(float, bool)#1} const&)::{lambda(int)#1})";
 
     /// Allocations 1 to 4 at 0x1000 * id, each `size` bytes.
@@ -214,21 +244,19 @@ mod tests {
 
     #[test]
     fn names_give_the_operand_count_and_the_element_size() {
-        assert_eq!(parse(COPY), Some((2, 4)));
-        assert_eq!(parse(ADD), Some((3, 4)));
+        assert_eq!(parse(COPY), Some((Some(2), 4)));
+        // A functor: its arity comes from the closure's size.
+        assert_eq!(parse(ADD), Some((None, 4)));
+        assert_eq!(parse(MUL), Some((None, 4)));
         // The copied type of a copy of halves.
         assert_eq!(
             parse(&COPY.replace("lambda(float)", "lambda(c10::Half)")),
-            Some((2, 2))
+            Some((Some(2), 2))
         );
         // A lambda of two inputs; its first scalar type (bool) is not its output's, so its
         // output is never found whole: 256 one-byte elements do not fill 1 KiB.
-        assert_eq!(parse(MASKED), Some((3, 1)));
-        // A functor whose arity is not known, or another kernel.
-        assert_eq!(
-            parse(&ADD.replace("CUDAFunctor_add", "CUDAFunctor_mul")),
-            None
-        );
+        assert_eq!(parse(MASKED), Some((Some(3), 1)));
+        // Another kernel.
         assert_eq!(
             parse(&COPY.replace("gpu_kernel_impl_nocast", "gpu_kernel_impl")),
             None
@@ -241,7 +269,7 @@ mod tests {
     fn no_other_reader_claims_a_strided_kernel() {
         const GELU: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>, false>(int, at::native::CUDAFunctor_add<float>, std::array<char*, (unsigned long)3>)";
         const MAX_POOL: &str = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, int>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)";
-        for name in [COPY, ADD, MASKED] {
+        for name in [COPY, ADD, MASKED, MUL, SCALE] {
             assert_eq!(super::super::elementwise::parse(name), None, "{name}");
             assert_eq!(super::super::signature::parse(name), None, "{name}");
         }
@@ -263,7 +291,7 @@ mod tests {
             Some(vec![touch(2, 1024, Access::W), touch(1, 0, Access::R)])
         );
         assert_eq!(
-            pointer_words(2, &layout),
+            pointer_words(Some(2), &layout),
             Some(vec![8 + 504, 8 + 512]),
             "the operand array follows a 504-byte calculator"
         );
@@ -348,5 +376,70 @@ mod tests {
         // An operand that points nowhere known.
         let (layout, b) = launch(2, 256, &[(256, 4)], &[0x2000, 0x10], 8, 0);
         assert_eq!(touches(copy, &layout, &b, find(1024)), None);
+    }
+
+    /// The rows of a [64, 4] float tensor scaled by a broadcast [64, 1] one (RMSNorm's
+    /// `x * rsqrt(mean(x^2))`): output dense, `x` dense, the scale's stride 0 along a row.
+    fn broadcast_mul(extra: usize) -> ([(usize, usize); 2], Vec<u8>) {
+        let dims = [(4u32, 4u32), (64, 16)];
+        let (layout, mut b) = launch(3, 256, &dims, &[0x3000, 0x1000, 0x2000], extra, 0);
+        let s = 8 + 4 + 12 * MAX_DIMS;
+        for (d, (x, scale)) in [(4u32, 0u32), (16, 4)].into_iter().enumerate() {
+            b[s + 12 * d + 4..s + 12 * d + 8].copy_from_slice(&x.to_le_bytes());
+            b[s + 12 * d + 8..s + 12 * d + 12].copy_from_slice(&scale.to_le_bytes());
+        }
+        (layout, b)
+    }
+
+    #[test]
+    fn a_functor_s_operands_are_counted_from_the_closure_s_size() {
+        // An empty functor (1 byte, the closure rounded up to 8), and one of 95 bytes: three
+        // operands either way.
+        for extra in [1, 95] {
+            let (layout, b) = broadcast_mul(extra);
+            assert_eq!(operand_count(None, &layout), Some(3), "F of {extra} bytes");
+            assert_eq!(
+                touches(parse(MUL).unwrap(), &layout, &b, find(1024)),
+                Some(vec![
+                    touch(3, 1024, Access::W),
+                    touch(1, 0, Access::R),
+                    touch(2, 0, Access::R),
+                ])
+            );
+        }
+        // A scalar held in F (a float): two operands, the output written whole.
+        let (layout, mut b) = launch(2, 256, &[(256, 4)], &[0x2000, 0x1000], 8, 0);
+        let f = 8 + 504 + 16;
+        b[f..f + 4].copy_from_slice(&0.5f32.to_le_bytes());
+        assert_eq!(operand_count(None, &layout), Some(2));
+        assert_eq!(
+            touches(parse(SCALE).unwrap(), &layout, &b, find(1024)),
+            Some(vec![touch(2, 1024, Access::W), touch(1, 0, Access::R)])
+        );
+        assert_eq!(
+            pointer_words(None, &layout),
+            Some(vec![8 + 504, 8 + 512]),
+            "the operand words a replay rewrites"
+        );
+    }
+
+    #[test]
+    fn a_count_the_closure_does_not_bear_out_is_left_to_the_conservative_rule() {
+        // Two operands and an F of 120 bytes whose words past 104 hold the second operand's
+        // address: counted as three, the third "operand" word is F's and the output word is
+        // the second's, which is then written by a kernel that also reads it; or a pointer is
+        // found in F. Either way not a whole write of a tensor no operand names.
+        let (layout, mut b) = launch(2, 256, &[(256, 4)], &[0x2000, 0x1000], 120, 0);
+        let f = 8 + 504 + 16;
+        for w in (f..f + 120).step_by(8) {
+            b[w..w + 8].copy_from_slice(&0x1000u64.to_le_bytes());
+        }
+        let t = touches(parse(SCALE).unwrap(), &layout, &b, find(1024));
+        assert!(
+            t.as_ref().is_none_or(|t| t.iter().all(|x| x.access != Access::W)),
+            "{t:?}"
+        );
+        // No closure big enough for even one operand.
+        assert_eq!(operand_count(None, &[(0, 4), (8, 16)]), None);
     }
 }
