@@ -14,6 +14,10 @@
 //!   as the launch did (`w`; see [`REPLAY_TAKES_CURRENT_PARAMS`]); so is a non-`const`
 //!   pointer that [`WRITTEN_WHOLE`] names, where the elements it says the launch writes (from
 //!   a scalar parameter, or one row per block of the grid) fill its allocation;
+//! * a `GenericPackedTensorAccessor<..., T, N, PtrTraits, I>` (ATen's packed accessor, what
+//!   `packed_accessor32/64` hands a kernel: `T* data; I sizes[N]; I strides[N]`, whatever
+//!   the template arguments before T) is read as a `TensorInfo` of N dimensions: one pointer,
+//!   a `const` T read over its extent, any other T `rw`;
 //! * a `PhiloxCudaState` (the random generator's seed and offset) holds no pointer, unless it
 //!   was made during graph capture (`captured_`: its offset is then a device pointer);
 //! * a `CatArrInputTensorMetadata<T, I, n, s>` (ATen's batch of inputs to a concatenation:
@@ -56,6 +60,15 @@ enum Param {
         index: usize,
         signed: bool,
         read_only: bool,
+    },
+    /// A packed tensor accessor by value: as a `TensorInfo` of `dims` dimensions, without
+    /// its `dims` field.
+    Accessor {
+        elem: u64,
+        index: usize,
+        signed: bool,
+        read_only: bool,
+        dims: usize,
     },
     /// `at::PhiloxCudaState` by value.
     Philox,
@@ -193,6 +206,50 @@ fn unconst(ty: &str) -> (&str, bool) {
     }
 }
 
+/// An index type's size and signedness.
+fn index_type(i: &str) -> Option<(usize, bool)> {
+    match i.trim() {
+        "unsigned int" => Some((4, false)),
+        "int" => Some((4, true)),
+        "unsigned long" => Some((8, false)),
+        "long" => Some((8, true)),
+        _ => None,
+    }
+}
+
+/// A `GenericPackedTensorAccessor<..., T, N, PtrTraits, I>` (any namespace; its last four
+/// template arguments are T, N, the pointer traits and I, whatever comes before them).
+fn accessor(ty: &str) -> Option<Param> {
+    let (class, args) = ty.strip_suffix('>')?.split_once('<')?;
+    if class.rsplit_once("::").map_or(class, |x| x.1) != "GenericPackedTensorAccessor" {
+        return None;
+    }
+    let args = parameter_list(args);
+    let [t, n, traits, i] = args.get(args.len().checked_sub(4)?..)? else {
+        return None;
+    };
+    let traits = traits.trim();
+    if !(traits.ends_with("DefaultPtrTraits") || traits.ends_with("RestrictPtrTraits")) {
+        return None;
+    }
+    let dims = n
+        .trim()
+        .trim_start_matches("(unsigned long)")
+        .trim_end_matches("ul")
+        .parse()
+        .ok()
+        .filter(|&d: &usize| d <= TENSORINFO_DIMS)?;
+    let (t, read_only) = unconst(t);
+    let (index, signed) = index_type(i)?;
+    Some(Param::Accessor {
+        elem: scalar(t)?,
+        index,
+        signed,
+        read_only,
+        dims,
+    })
+}
+
 fn param(ty: &str) -> Option<Param> {
     let ty = ty.trim();
     if let Some(pointee) = ty.strip_suffix('*') {
@@ -205,19 +262,16 @@ fn param(ty: &str) -> Option<Param> {
     {
         let (t, i) = args.rsplit_once(',')?;
         let (t, read_only) = unconst(t);
-        let (index, signed) = match i.trim() {
-            "unsigned int" => (4, false),
-            "int" => (4, true),
-            "unsigned long" => (8, false),
-            "long" => (8, true),
-            _ => return None,
-        };
+        let (index, signed) = index_type(i)?;
         return Some(Param::TensorInfo {
             elem: scalar(t)?,
             index,
             signed,
             read_only,
         });
+    }
+    if let Some(a) = accessor(ty) {
+        return Some(a);
     }
     if ty == "at::PhiloxCudaState" {
         return Some(Param::Philox);
@@ -315,6 +369,9 @@ fn writable(p: Option<&Param>) -> bool {
         }) | Some(Param::TensorInfo {
             read_only: false,
             ..
+        }) | Some(Param::Accessor {
+            read_only: false,
+            ..
         })
     )
 }
@@ -329,7 +386,9 @@ impl Signature {
                 .zip(layout)
                 .flat_map(|(p, &(off, _))| {
                     let n = match p {
-                        Param::Pointer { .. } | Param::TensorInfo { .. } => 1,
+                        Param::Pointer { .. }
+                        | Param::TensorInfo { .. }
+                        | Param::Accessor { .. } => 1,
                         Param::CatInputs { n } => *n,
                         Param::Scalar | Param::Philox | Param::Integers => 0,
                     };
@@ -355,9 +414,21 @@ struct Shape {
     dense: bool,
 }
 
-/// The shape in `info`, a `TensorInfo`'s bytes; None where dims is out of range or a size or
-/// stride is negative or too large.
-fn shape(info: &[u8], index: usize, signed: bool) -> Option<Shape> {
+/// A packed accessor's size: the pointer and 2 x `dims` indices, padded to 8.
+fn accessor_size(index: usize, dims: usize) -> usize {
+    (8 + 2 * dims * index).div_ceil(8) * 8
+}
+
+/// The shape in `info`, the bytes of a strided tensor argument: its pointer, then `slots`
+/// sizes and `slots` strides, then, where `dims` is None (a `TensorInfo`), `int dims`; None
+/// where dims is out of range or a size or stride is negative or too large.
+fn shape(
+    info: &[u8],
+    index: usize,
+    signed: bool,
+    slots: usize,
+    dims: Option<usize>,
+) -> Option<Shape> {
     let at = |k: usize| -> Option<u64> {
         let b = info.get(8 + k * index..8 + (k + 1) * index)?;
         let mut w = [0u8; 8];
@@ -366,13 +437,19 @@ fn shape(info: &[u8], index: usize, signed: bool) -> Option<Shape> {
         let negative = signed && b[index - 1] & 0x80 != 0;
         (!negative).then_some(v)
     };
-    let d = 8 + 2 * TENSORINFO_DIMS * index;
-    let dims = i32::from_le_bytes(info.get(d..d + 4)?.try_into().ok()?);
-    let dims = usize::try_from(dims)
-        .ok()
-        .filter(|&n| n <= TENSORINFO_DIMS)?;
+    let dims = match dims {
+        Some(d) => d,
+        None => {
+            let d = 8 + 2 * slots * index;
+            let dims = i32::from_le_bytes(info.get(d..d + 4)?.try_into().ok()?);
+            usize::try_from(dims).ok()?
+        }
+    };
+    if dims > slots {
+        return None;
+    }
     let dim: Vec<(u64, u64)> = (0..dims)
-        .map(|k| Some((at(k)?, at(TENSORINFO_DIMS + k)?)))
+        .map(|k| Some((at(k)?, at(slots + k)?)))
         .collect::<Option<_>>()?;
     let elements = dim
         .iter()
@@ -524,15 +601,26 @@ fn touches_as(
                 index,
                 signed,
                 read_only,
+            }
+            | Param::Accessor {
+                elem,
+                index,
+                signed,
+                read_only,
+                ..
             } => {
-                if size != tensor_info_size(index) {
+                let (slots, dims, expected) = match *p {
+                    Param::Accessor { dims, .. } => (dims, Some(dims), accessor_size(index, dims)),
+                    _ => (TENSORINFO_DIMS, None, tensor_info_size(index)),
+                };
+                if size != expected {
                     return None;
                 }
                 let data = u64::from_le_bytes(bytes[..8].try_into().ok()?);
                 let Some((alloc, offset, alloc_size)) = find(data) else {
                     continue;
                 };
-                let s = shape(bytes, index, signed)?;
+                let s = shape(bytes, index, signed, slots, dims)?;
                 let extent = s.extent.checked_mul(elem)?;
                 // A tensor past its allocation's end: the name and the buffer disagree.
                 if offset.checked_add(extent)? > alloc_size {

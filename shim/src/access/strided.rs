@@ -436,7 +436,8 @@ mod tests {
         }
         let t = touches(parse(SCALE).unwrap(), &layout, &b, find(1024));
         assert!(
-            t.as_ref().is_none_or(|t| t.iter().all(|x| x.access != Access::W)),
+            t.as_ref()
+                .is_none_or(|t| t.iter().all(|x| x.access != Access::W)),
             "{t:?}"
         );
         // No closure big enough for even one operand.

@@ -15,6 +15,7 @@ fn packed(name: &str, values: &[u64]) -> (Vec<(usize, usize)>, Vec<u8>) {
     for ty in &types {
         let (size, align) = match param(ty) {
             Some(Param::TensorInfo { index, .. }) => (tensor_info_size(index), 8),
+            Some(Param::Accessor { index, dims, .. }) => (accessor_size(index, dims), 8),
             Some(Param::Philox) => (24, 8),
             _ if ty.ends_with('*') => (8, 8),
             _ => {
@@ -541,4 +542,131 @@ fn a_concatenation_reads_its_inputs_and_may_write_its_output() {
         Some(8)
     );
     assert_eq!(opaque("OpaqueType<(unsigned int)0>"), None);
+}
+
+/// ATen's depthwise convolution as torch 2.15's fatbin names it (demangled): input, output,
+/// weight and bias as packed accessors, then `biasEnabled` and 15 ints.
+const DEPTHWISE: &str = "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, float, int>(torch::headeronly::detail::GenericPackedTensorAccessor<torch::headeronly::detail::TensorAccessor<c10::ArrayRef<long>, float const, (unsigned long)3, torch::headeronly::DefaultPtrTraits, int>, at::detail::IndexBoundsCheck<(unsigned long)4, int>, float const, (unsigned long)4, torch::headeronly::DefaultPtrTraits, int>, torch::headeronly::detail::GenericPackedTensorAccessor<torch::headeronly::detail::TensorAccessor<c10::ArrayRef<long>, float, (unsigned long)3, torch::headeronly::DefaultPtrTraits, int>, at::detail::IndexBoundsCheck<(unsigned long)4, int>, float, (unsigned long)4, torch::headeronly::DefaultPtrTraits, int>, torch::headeronly::detail::GenericPackedTensorAccessor<torch::headeronly::detail::TensorAccessor<c10::ArrayRef<long>, float const, (unsigned long)3, torch::headeronly::DefaultPtrTraits, int>, at::detail::IndexBoundsCheck<(unsigned long)4, int>, float const, (unsigned long)4, torch::headeronly::DefaultPtrTraits, int>, torch::headeronly::detail::GenericPackedTensorAccessor<torch::headeronly::detail::TensorAccessor<c10::ArrayRef<long>, float const, (unsigned long)0, torch::headeronly::DefaultPtrTraits, int>, at::detail::IndexBoundsCheck<(unsigned long)1, int>, float const, (unsigned long)1, torch::headeronly::DefaultPtrTraits, int>, bool, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int)";
+
+/// Writes a packed accessor with 4-byte indices at `off`: its pointer, then its sizes and
+/// strides (in elements).
+fn accessor_at(buf: &mut [u8], off: usize, data: u64, shape: &[(u32, u32)]) {
+    buf[off..off + 8].copy_from_slice(&data.to_le_bytes());
+    let n = shape.len();
+    for (k, &(size, stride)) in shape.iter().enumerate() {
+        buf[off + 8 + 4 * k..off + 12 + 4 * k].copy_from_slice(&size.to_le_bytes());
+        let t = off + 8 + 4 * (n + k);
+        buf[t..t + 4].copy_from_slice(&stride.to_le_bytes());
+    }
+}
+
+/// A depthwise convolution over a [1, 2, 4, 4] float input into a [1, 2, 4, 4] output with a
+/// [2, 1, 3, 3] weight and no bias (a NULL accessor).
+fn depthwise(input: u64, out: u64, weight: u64) -> (Vec<(usize, usize)>, Vec<u8>) {
+    let (layout, mut buf) = packed(DEPTHWISE, &[]);
+    let nchw = [(1, 32), (2, 16), (4, 4), (4, 1)];
+    accessor_at(&mut buf, layout[0].0, input, &nchw);
+    accessor_at(&mut buf, layout[1].0, out, &nchw);
+    accessor_at(
+        &mut buf,
+        layout[2].0,
+        weight,
+        &[(2, 9), (1, 9), (3, 3), (3, 1)],
+    );
+    (layout, buf)
+}
+
+#[test]
+fn packed_accessors_read_const_tensors_over_their_extent_and_may_write_the_others() {
+    let sig = parse(DEPTHWISE).unwrap();
+    assert!(matches!(
+        sig.params[..4],
+        [
+            Param::Accessor {
+                read_only: true,
+                dims: 4,
+                index: 4,
+                ..
+            },
+            Param::Accessor {
+                read_only: false,
+                ..
+            },
+            Param::Accessor {
+                read_only: true,
+                ..
+            },
+            Param::Accessor {
+                read_only: true,
+                dims: 1,
+                ..
+            }
+        ]
+    ));
+    let (layout, buf) = depthwise(0x1000, 0x2000, 0x3000);
+    assert_eq!(layout[0], (0, 40), "a pointer and 2 x 4 ints");
+    assert_eq!(layout[3], (120, 16), "the bias's: a pointer and 2 x 1 ints");
+    assert_eq!(
+        touches(&sig, &layout, &buf, ONE, find([128, 128, 72])),
+        Some(vec![
+            sized(1, 128, Access::R),
+            touch(2, 0, Access::Rw),
+            sized(3, 72, Access::R),
+        ])
+    );
+    assert_eq!(
+        sig.pointer_words(&layout),
+        Some(vec![0, 40, 80, 120]),
+        "the four accessors' data pointers"
+    );
+}
+
+#[test]
+fn what_a_packed_accessor_does_not_settle_is_left_to_the_conservative_rule() {
+    let sig = parse(DEPTHWISE).unwrap();
+    // An input whose extent runs past its allocation.
+    let (layout, buf) = depthwise(0x1000, 0x2000, 0x3000);
+    assert_eq!(touches(&sig, &layout, &buf, ONE, find([64, 128, 72])), None);
+    // The driver's size for an accessor is not the name's.
+    let (mut layout, buf) = depthwise(0x1000, 0x2000, 0x3000);
+    layout[0].1 = 48;
+    assert_eq!(
+        touches(&sig, &layout, &buf, ONE, find([128, 128, 72])),
+        None
+    );
+    // The input is the output: an allocation reached twice, once writably.
+    let (layout, buf) = depthwise(0x1000, 0x1000, 0x3000);
+    assert_eq!(
+        touches(&sig, &layout, &buf, ONE, find([128, 128, 72])),
+        None
+    );
+    // Pointer traits this module does not know.
+    assert_eq!(
+        parse(&DEPTHWISE.replace("DefaultPtrTraits, int>, torch", "OtherTraits, int>, torch")),
+        None
+    );
+}
+
+#[test]
+fn accessors_of_any_namespace_and_index_parse() {
+    let older = "void k(at::GenericPackedTensorAccessor<float const, 2ul, at::RestrictPtrTraits, long>, at::GenericPackedTensorAccessor<c10::Half, 3ul, at::DefaultPtrTraits, int>)";
+    assert_eq!(
+        parse(older).unwrap().params,
+        vec![
+            Param::Accessor {
+                elem: 4,
+                index: 8,
+                signed: true,
+                read_only: true,
+                dims: 2
+            },
+            Param::Accessor {
+                elem: 2,
+                index: 4,
+                signed: true,
+                read_only: false,
+                dims: 3
+            },
+        ]
+    );
 }
