@@ -46,7 +46,7 @@ use stream::Stream;
 pub use held::{as_held, held_and_links};
 pub use replay::{
     GEMMS_REPLAYED, REPLAYED, exact_update, first_writes, lineage, replay_scope, replays_in_shim,
-    why_not_replayed,
+    whole_copy, why_not_replayed,
 };
 pub use stream::{Role, roles};
 
@@ -444,6 +444,40 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
                 call: i - ws,
                 seq: r.seq,
                 replay: lineage_of.cloned(),
+            });
+            continue;
+        }
+        // A device-to-device copy of a whole allocation the open chain rebuilds into another
+        // whole allocation of its size joins the chain as one more output: a replay copies
+        // again once the call before it has rebuilt the source. Autograd copies a batch
+        // norm's output aside so before an in-place activation whose backward reads its input
+        // (SiLU, hardswish), and the activation, an exact update of the source, joins next.
+        if let Some((opi, rebuilt)) = &mut open
+            && let Some((src, dst)) = whole_copy(&r.event, size_of)
+            && rebuilt.contains(&src)
+            && !rebuilt.contains(&dst)
+        {
+            let opi = *opi;
+            t.ops[opi].time_s += secs.unwrap_or(0.0);
+            if let Some(&c) = current.get(&src) {
+                last_op[c] = Some(opi);
+            }
+            let c = new_storage(
+                &mut t,
+                &mut origins,
+                &mut last_op,
+                dst,
+                false,
+                Some(opi),
+                Some(i - ws),
+            );
+            t.ops[opi].outputs.push(c);
+            current.insert(dst, c);
+            rebuilt.push(dst);
+            chains[opi].push(Member {
+                call: i - ws,
+                seq: r.seq,
+                replay: Some(Replay::Copy),
             });
             continue;
         }

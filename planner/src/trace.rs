@@ -154,6 +154,10 @@ pub enum Replay {
     },
     /// A memset: the value, and the width it is repeated at (1 or 4 bytes).
     Memset { value: u32, width: u8 },
+    /// A device-to-device copy of a whole allocation, replayed as a chain's member (see
+    /// `shimtrace::whole_copy`): its record says all it needs. The shim writes no such record;
+    /// the planner names a copy's lineage so in a chain.
+    Copy,
     /// A cuDNN computation: scaling parameters (read as the tensors' type), the tensors' data
     /// type, and the descriptors it used.
     Cudnn {

@@ -39,7 +39,11 @@
  * torchvision's `out += identity`. The backward pass is cudnnBatchNormalizationBackwardEx from
  * the convolution's output and the saved statistics. NORM bnsum: the same, but the skip is added
  * out of place into a new tensor (ATen's add kernel, {out, y, skip}; y freed right after), then
- * ReLU in place on it, as `relu(bn(...) + skip)` runs (examples/resnet50.py). DROP drop (NORM
+ * ReLU in place on it, as `relu(bn(...) + skip)` runs (examples/resnet50.py). NORM bncopy: as
+ * bn, but each block's first batch norm output is copied aside (cudaMemcpyAsync device to
+ * device) before its in-place ReLU, and the ReLU's backward reads the copy, as autograd runs an
+ * in-place activation whose backward needs its input (SiLU, hardswish); the results are bn's,
+ * bit for bit (the copy is positive where the ReLU's output is). DROP drop (NORM
  * none): dropout (keep 0.9) on the activation between a block's convolutions, as a
  * transformer's feed-forward layer runs it, through a kernel named and laid out as ATen's
  * fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>: three TensorInfos (input,
@@ -681,7 +685,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 4; i++) if (!strcmp(conv_name, modes[i])) conv_mode = i;
   const char *norm_name = argc > 9 ? argv[9] : "none";
   int bn_sum = strcmp(norm_name, "bnsum") == 0;
-  int use_bn = strcmp(norm_name, "bn") == 0 || bn_sum;
+  int bn_copy = strcmp(norm_name, "bncopy") == 0;
+  int use_bn = strcmp(norm_name, "bn") == 0 || bn_sum || bn_copy;
   const char *drop_name = argc > 10 ? argv[10] : "none";
   int drop_seeded = strcmp(drop_name, "drop-seeded") == 0;
   int drop_res = strcmp(drop_name, "drop-res") == 0;
@@ -691,7 +696,7 @@ int main(int argc, char **argv) {
       (!use_gelu && strcmp(act_name, "relu") != 0) || conv_mode < 0 || (!use_bn && strcmp(norm_name, "none") != 0) ||
       (use_bn && (use_gelu || conv_mode == 0)) || (!use_drop && !drop_res && strcmp(drop_name, "none") != 0) ||
       ((use_drop || drop_res) && use_bn)) {
-    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu|softsign] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum (relu, not legacy)] [none|drop|drop-seeded|drop-res (norm none)]\n");
+    fprintf(stderr, "usage: torchlike [ITERATIONS] [BATCH] [WIDTH] [CHANNELS] [BLOCKS, 0..64] [KERNEL, odd] [relu|gelu|softsign] [legacy|nobias|backend|backend-rebuild] [none|bn|bnsum|bncopy (relu, not legacy)] [none|drop|drop-seeded|drop-res (norm none)]\n");
     return 2;
   }
   register_kernels();
@@ -718,6 +723,7 @@ int main(int argc, char **argv) {
   CU(cudaMemcpyAsync(labels, hl, (size_t)n * 4, cudaMemcpyHostToDevice, st));
   float **a = calloc((size_t)nblocks + 1, sizeof *a), **h1 = calloc((size_t)nblocks + 1, sizeof *h1);
   float **g1 = calloc((size_t)nblocks + 1, sizeof *g1); /* GELU's outputs (ACT gelu) */
+  float **pre = calloc((size_t)nblocks + 1, sizeof *pre); /* NORM bncopy: the copies aside */
   float **d1 = calloc((size_t)nblocks + 1, sizeof *d1); /* dropout's outputs and masks (DROP) */
   unsigned char **m1 = calloc((size_t)nblocks + 1, sizeof *m1);
   const float lr = 0.05f, mu = 0.9f;
@@ -734,6 +740,10 @@ int main(int argc, char **argv) {
       aten_relu_(a[0], nact);
       for (int b = 0; b < nblocks; b++) {
         h1[b] = bn_fwd(&bns[2 * b + 1], conv_fwd(&blocks[2 * b], a[b], act), act, ch);
+        if (bn_copy) {
+          pre[b] = talloc(act * 4);
+          CU(cudaMemcpyAsync(pre[b], h1[b], act * 4, cudaMemcpyDeviceToDevice, st));
+        }
         aten_relu_(h1[b], nact);
         float *y = bn_fwd(&bns[2 * b + 2], conv_fwd(&blocks[2 * b + 1], h1[b], act), act, ch);
         if (bn_sum) {
@@ -804,7 +814,8 @@ int main(int argc, char **argv) {
         float *d2 = bn_bwd(&bns[2 * b + 2], g, act, ch);
         float *dh1 = conv_bwd(&blocks[2 * b + 1], h1[b], d2, act);
         tfree(d2);
-        relu_bwd_inplace(dh1, h1[b], nact);
+        relu_bwd_inplace(dh1, bn_copy ? pre[b] : h1[b], nact);
+        if (bn_copy) tfree(pre[b]);
         tfree(h1[b]);
         float *d1 = bn_bwd(&bns[2 * b + 1], dh1, act, ch);
         tfree(dh1);
@@ -901,6 +912,6 @@ int main(int argc, char **argv) {
   printf("checksum %016llx\n", (unsigned long long)hsum);
   cudnnDestroy(dnn);
   CU(cudaStreamDestroy(st));
-  free(hx); free(hl); free(a); free(h1); free(g1); free(d1); free(m1); free(blocks); free(bns);
+  free(hx); free(hl); free(a); free(h1); free(g1); free(pre); free(d1); free(m1); free(blocks); free(bns);
   return 0;
 }

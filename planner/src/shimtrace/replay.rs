@@ -198,6 +198,35 @@ pub fn exact_update(
     exact.then_some(t.alloc)
 }
 
+/// A device-to-device copy of one whole allocation into another whole allocation of the same
+/// size: (its source, its destination). The copy's result is its source's bytes, so copying
+/// again after whatever rebuilt the source rebuilds the destination (autograd copies a batch
+/// norm's output aside before an in-place activation whose backward needs its input, as SiLU's
+/// and hardswish's do: see [`Converted::chains`](super::Converted::chains)).
+pub fn whole_copy(event: &Event, size: impl Fn(u64) -> Option<u64>) -> Option<(u64, u64)> {
+    let Event::Copy {
+        dir: CopyDir::D2d,
+        size: n,
+        touches,
+        result: 0,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    let [s, d] = touches.as_slice() else {
+        return None;
+    };
+    let whole = |t: &Touch| t.offset == 0 && t.bytes == *n && size(t.alloc) == Some(*n);
+    (s.access == Access::R
+        && d.access == Access::W
+        && s.alloc != d.alloc
+        && *n > 0
+        && whole(s)
+        && whole(d))
+    .then_some((s.alloc, d.alloc))
+}
+
 /// A kernel launch as its replay sees it: each `rw` touch on an allocation that held nothing
 /// the program wrote before the launch (`fresh`: made and not yet written) becomes a write
 /// (`w`) from its offset to the allocation's end (`size`). Whatever the kernel does with a

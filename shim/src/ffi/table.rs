@@ -133,6 +133,7 @@ table! {
     CUDA cuMemcpyHtoD_v2(u64, C, usize) -> c_int;
     CUDA cuMemcpyDtoHAsync_v2(P, u64, usize, P) -> c_int;
     CUDA cuMemcpyHtoDAsync_v2(u64, C, usize, P) -> c_int;
+    CUDA cuMemcpyDtoDAsync_v2(u64, u64, usize, P) -> c_int;
     CUDA cuMemsetD8Async(u64, u8, usize, P) -> c_int;
     CUDA cuFuncGetName(*mut *const c_char, usize) -> c_int;
     CUDA cuFuncGetParamInfo(usize, usize, *mut usize, *mut usize) -> c_int;

@@ -99,6 +99,7 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
                     |a| sizes.get(&a).copied(),
                 )
                 .or_else(|| Recipe::of(&rec.event, replay, name, |a| base.get(&a).copied()))
+                .or_else(|| Recipe::copy(&rec.event, name, |a| sizes.get(&a).copied()))
                 .map(|r| r.at(m.call))
             })
             .collect();

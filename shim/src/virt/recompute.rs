@@ -60,6 +60,8 @@ pub struct Recipe {
     then: Vec<Recipe>,
     /// A cuBLAS call's m, n, k and batch count.
     gemm: Option<[u64; 4]>,
+    /// A device-to-device copy's bytes (see [`Recipe::copy`]).
+    copy: Option<u64>,
     /// The producing call's offset within the iteration (see [`Recipe::at`]).
     call: Option<usize>,
 }
@@ -194,6 +196,7 @@ impl Recipe {
             reserve,
             then: Vec::new(),
             gemm,
+            copy: None,
             call: None,
         })
     }
@@ -256,6 +259,47 @@ impl Recipe {
             reserve: 0,
             then: Vec::new(),
             gemm: None,
+            copy: None,
+            call: None,
+        })
+    }
+
+    /// A chain member that copies a whole allocation the chain rebuilds into another whole
+    /// allocation (see `planner::shimtrace::whole_copy`), copied again on the replay's stream
+    /// after the calls before it; `size`: an allocation's size when recorded.
+    pub fn copy(
+        event: &Event,
+        name: impl Fn(u64) -> Option<TensorId>,
+        size: impl Fn(u64) -> Option<u64>,
+    ) -> Option<Recipe> {
+        let (src, dst) = planner::shimtrace::whole_copy(event, &size)?;
+        let Event::Copy { api, size: n, .. } = event else {
+            return None;
+        };
+        let arg = |role: &str, alloc: u64, access: Access| {
+            Some(Arg {
+                role: role.into(),
+                tensor: name(alloc)?,
+                offset: 0,
+                bytes: *n,
+                dims: Vec::new(),
+                strides: Vec::new(),
+                access,
+                uid: None,
+                scratch: false,
+            })
+        };
+        Some(Recipe {
+            api: api.clone(),
+            args: vec![arg("src", src, Access::R)?, arg("dst", dst, Access::W)?],
+            replay: Replay::Copy,
+            kernel: None,
+            algo: None,
+            workspace: 0,
+            reserve: 0,
+            then: Vec::new(),
+            gemm: None,
+            copy: Some(*n),
             call: None,
         })
     }
@@ -541,6 +585,23 @@ impl Recipe {
             };
             return Ok((event, addrs));
         }
+        if let Some(size) = self.copy {
+            let (src, dst) = (addrs.first().copied(), addrs.get(1).copied());
+            let (Some(src), Some(dst)) = (src, dst) else {
+                return Err("a copy without its source and destination".into());
+            };
+            let event = Event::Copy {
+                api: self.api.clone(),
+                dst,
+                src,
+                size,
+                dir: planner::trace::CopyDir::D2d,
+                stream: Some(stream),
+                touches,
+                result: 0,
+            };
+            return Ok((event, addrs));
+        }
         if let Some([m, n, k, batch]) = self.gemm {
             let event = Event::Cublas {
                 api: self.api.clone(),
@@ -657,6 +718,16 @@ fn replay_with(
     };
     if let (Some(k), Event::Launch { .. }) = (&r.kernel, event) {
         return launch(k, addrs, stream, corrupt);
+    }
+    if let Event::Copy { dst, src, size, .. } = *event {
+        // The two addresses are live allocations' (or scratch held for the replay) of at least
+        // `size` bytes, `stream` the back-access's.
+        return crate::ffi::call_why!(cuMemcpyDtoDAsync_v2(
+            dst,
+            src,
+            size as usize,
+            stream as *mut std::ffi::c_void
+        ));
     }
     if let Event::Cublas {
         api,

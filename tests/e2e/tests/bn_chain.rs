@@ -101,3 +101,30 @@ fn an_out_of_place_sum_after_a_batch_norm_is_recomputed_with_the_batch_norm_insi
         .count();
     assert!(sums > 0, "{:?}", of_kind(&records, "plan"));
 }
+
+/// NORM bncopy: each block's first batch norm output copied aside before its in-place ReLU,
+/// whose backward reads the copy (autograd's pattern for SiLU and hardswish).
+const COPY_ARGS: [&str; 9] = ["9", "256", "32", "4", "2", "1", "relu", "nobias", "bncopy"];
+
+#[test]
+fn copies_aside_of_batch_norm_outputs_are_recomputed_in_their_chain_bit_for_bit() {
+    // The copy changes nothing the program computes: the same losses and weights as bn's.
+    let plain = unlimited("torchlike", &COPY_ARGS);
+    assert_eq!(plain.1, unlimited("torchlike", &ARGS).1);
+    let (at, records) = verified_exact("torchlike", &COPY_ARGS, "recompute", 0.3, &plain);
+    // The chain: the batch norm, its copy aside, the ReLU in place on its output.
+    let copied: Vec<String> = of_kind(&records, "recompute")
+        .iter()
+        .filter_map(|r| r["api"].as_str())
+        .filter(|a| a.starts_with(&format!("{BN}cudaMemcpyAsync then ")))
+        .map(String::from)
+        .collect();
+    assert!(
+        !copied.is_empty(),
+        "{at}: {:?}",
+        of_kind(&records, "recompute")
+            .iter()
+            .map(|r| r["api"].clone())
+            .collect::<Vec<_>>()
+    );
+}
