@@ -16,6 +16,9 @@ enum After {
     Inferred,
     /// `z = y + identity` out of place (y freed right after), then `relu_(z)`.
     OutOfPlace,
+    /// y copied aside (device to device) before `relu_(y)`; the reader reads the copy too (an
+    /// in-place SiLU's backward reads its input).
+    CopyAside,
 }
 
 fn bn_lineage(beta: f64) -> Replay {
@@ -111,6 +114,15 @@ fn bn_program(after: After, beta: f64) -> Vec<Event> {
             ]));
             v.push(free(y));
         }
+        let aside = 100 + i;
+        if after == After::CopyAside {
+            v.push(alloc(aside, 40));
+            v.push(copy(
+                CopyDir::D2d,
+                40,
+                vec![touch(y, 40, Access::R), touch(aside, 40, Access::W)],
+            ));
+        }
         if after == After::AddRelu {
             v.push(kernel_lineage());
             v.push(kernel(vec![
@@ -121,13 +133,20 @@ fn bn_program(after: After, beta: f64) -> Vec<Event> {
         v.push(kernel_lineage());
         let extent = if after == After::Inferred { 0 } else { 40 };
         v.push(kernel(vec![touch(z, extent, Access::Rw)]));
-        v.push(kernel(vec![
+        let mut reads = vec![
             touch(z, 0, Access::R),
             touch(sm, 0, Access::R),
             touch(si, 0, Access::R),
             touch(x, 0, Access::R),
             touch(out, 40, Access::W),
-        ]));
+        ];
+        if after == After::CopyAside {
+            reads.push(touch(aside, 0, Access::R));
+            v.push(kernel(reads));
+            v.push(free(aside));
+        } else {
+            v.push(kernel(reads));
+        }
         for id in [x, z, sm, si, out] {
             v.push(free(id));
         }
@@ -234,6 +253,59 @@ fn a_batch_norm_and_the_in_place_updates_after_it_are_one_operation() {
         // The reader comes right after the chain: no operation for the members.
         assert!(t.ops[bn + 1].inputs.contains(&y));
     }
+}
+
+#[test]
+fn a_copy_aside_of_a_batch_norm_s_output_joins_its_chain_as_one_more_output() {
+    let c = convert(&records(bn_program(After::CopyAside, 0.0), true)).unwrap();
+    let t = &c.trace;
+    let (bn, ys) = bn_of(&c);
+    assert_eq!(ys.len(), 1, "one content of y: the chain's final one");
+    // The copy, then relu_ on y, both members.
+    assert!(matches!(
+        c.chains[bn][..],
+        [
+            Member {
+                replay: Some(Replay::Copy),
+                ..
+            },
+            Member {
+                replay: Some(Replay::Kernel { .. }),
+                ..
+            }
+        ]
+    ));
+    assert_eq!(
+        t.ops[bn].name,
+        "cudnnBatchNormalizationForwardTrainingEx + 2 chained"
+    );
+    // The copy's destination is an output of the chain, which rebuilds it.
+    let aside: Vec<usize> = (0..t.storages.len())
+        .filter(|&s| t.ops[bn].outputs.contains(&s) && t.storages[s].size == 40)
+        .filter(|&s| !ys.contains(&s))
+        .collect();
+    assert_eq!(aside.len(), 1, "{:?}", t.ops[bn].outputs);
+    assert_eq!(t.storages[aside[0]].producer, Some(bn));
+    // The reader right after reads both.
+    assert!(t.ops[bn + 1].inputs.contains(&ys[0]));
+    assert!(t.ops[bn + 1].inputs.contains(&aside[0]));
+    // Time: the batch norm, the copy, relu_ (1 ms each).
+    assert!((t.ops[bn].time_s - 3e-3).abs() < 1e-12);
+    // Without the batch norm's replay (an unknown lineage), no chain: the copy is its own
+    // operation, and its output has no producer.
+    let mut events = bn_program(After::CopyAside, 0.0);
+    events.retain(|e| {
+        !matches!(
+            e,
+            Event::Lineage {
+                replay: Replay::Cudnn { .. }
+            }
+        )
+    });
+    let c = convert(&records(events, true)).unwrap();
+    let (bn, _) = bn_of(&c);
+    assert!(c.chains[bn].is_empty());
+    assert!(c.trace.ops.iter().any(|o| o.name == "cudaMemcpyAsync"));
 }
 
 #[test]
