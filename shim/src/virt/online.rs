@@ -30,7 +30,7 @@ use crate::core::config::Level;
 use crate::core::state::{config, log};
 use crate::virt::recompute::Recipe;
 use planner::iteration::TensorId;
-use planner::shimtrace::{exact_update, first_writes, replay_scope, replays_in_shim};
+use planner::shimtrace::{exact_update, first_writes, replay_scope, replays_in_shim, whole_copy};
 use planner::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,11 +199,33 @@ impl Online {
                 .all(|&(b, v)| self.versions.get(&b) == Some(&v) || written.contains(&b));
             valid.then(|| (a, p.clone(), l.clone()))
         });
+        // A whole copy of contents whose producer is known (and valid): the copy's
+        // destination has that producer's chain, the copy appended, as its own (a replay
+        // rebuilds the source aside, then copies).
+        let copied = whole_copy(event, |a| self.sizes.get(&a).copied()).and_then(|(src, dst)| {
+            let p = self.producers.get(&src)?;
+            let valid = p
+                .versions
+                .iter()
+                .all(|&(b, v)| self.versions.get(&b) == Some(&v));
+            valid.then(|| (dst, p.clone()))
+        });
         for a in &written {
             if let Some(v) = self.versions.get_mut(a) {
                 *v += 1;
             }
             self.producers.remove(a);
+        }
+        if let Some((dst, mut p)) = copied {
+            p.members
+                .push((Arc::new(event.clone()), Arc::new(Replay::Copy)));
+            let mut versions = p.versions.to_vec();
+            if let Some(&v) = self.versions.get(&dst) {
+                versions.push((dst, v));
+            }
+            p.versions = versions.into();
+            self.producers.insert(dst, p);
+            return;
         }
         if let Some((a, mut p, l)) = chained {
             p.members.push((Arc::new(event.clone()), l));
@@ -340,12 +362,17 @@ impl Online {
         let mut cost = self.cost(p, a)?;
         let mut sources = Vec::new();
         for &(b, v) in p.versions.iter() {
-            // Everything the call touched holds what it held after the call: the target its
-            // output, each source what it read.
+            // Another output of the call is written aside by the replay (see
+            // `Recipe::for_target`): what it holds now does not matter.
+            if b != a && p.rebuilds(b) {
+                continue;
+            }
+            // Everything else the call touched holds what it held after the call: the target
+            // its output, each source what it read.
             if self.versions.get(&b) != Some(&v) {
                 return None;
             }
-            if b != a && !p.rebuilds(b) {
+            if b != a {
                 if let Some(d) = self.dropped.get(&b) {
                     // A guarded source may be forgotten, not rebuilt: it holds no bytes.
                     if d.guard.is_some() || d.sources.iter().any(|s| self.dropped.contains_key(s)) {
@@ -453,7 +480,9 @@ impl Online {
         let members: Option<Vec<Recipe>> = p
             .members
             .iter()
-            .map(|(e, l)| Recipe::member(e, l, name, base, size))
+            .map(|(e, l)| {
+                Recipe::member(e, l, name, base, size).or_else(|| Recipe::copy(e, name, size))
+            })
             .collect();
         let recipe = recipe.chain(members?, &[]).for_target(target);
         recipe.alive().is_ok().then_some(recipe)

@@ -66,3 +66,28 @@ fn what_no_plan_guides_is_rebuilt_instead_of_copied_bit_for_bit() {
         }
     }
 }
+
+/// NORM bncopy: each block's first batch norm output copied aside before its in-place ReLU
+/// (autograd's pattern for SiLU and hardswish).
+const BN_COPY: [&str; 9] = ["2", "256", "32", "4", "2", "1", "relu", "nobias", "bncopy"];
+
+#[test]
+fn a_copy_aside_is_rebuilt_from_its_batch_norm_bit_for_bit() {
+    let (peak, plain) = unlimited("torchlike", &BN_COPY);
+    let budget = (peak as f64 * 0.3) as u64;
+    let (o, records, report) = run(&BN_COPY, budget, true);
+    exact_within("torchlike bncopy at 0.3 P", &o, &plain, &report, budget);
+    assert!(
+        of_kind(&records, "plan").is_empty(),
+        "no plan guides two iterations"
+    );
+    let apis: Vec<String> = of_kind(&records, "recompute")
+        .iter()
+        .filter_map(|r| r["api"].as_str().map(String::from))
+        .collect();
+    assert!(
+        apis.iter()
+            .any(|a| a.starts_with("cudnnBatchNormalizationForwardTrainingEx then cudaMemcpyAsync")),
+        "{apis:?}"
+    );
+}
