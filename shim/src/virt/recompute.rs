@@ -6,8 +6,8 @@
 //! and the planner plans recomputation of nothing else. A batch norm is replayed without its
 //! statistics (NULL running and saved statistics: it rebuilds `y` and changes nothing else),
 //! and a chain (a replayed call, then the exact in-place kernels that followed it, such as
-//! `+= identity` and ReLU after a batch norm) is one recipe: the call, then each member in
-//! order, on the same stream. The replay goes on the back-access's
+//! `+= identity` and ReLU after a batch norm, and whole device-to-device copies of its output)
+//! is one recipe: the call, then each member in order, on the same stream. The replay goes on the back-access's
 //! stream, right before it, through Marmoset's own handles (cuDNN: `cudnn.rs`; cuBLAS: `blas.rs`;
 //! kernels by the driver: `kernel.rs`); it is not one of the program's calls (the tracker never
 //! sees it).
@@ -55,8 +55,8 @@ pub struct Recipe {
     /// Batch normalisation's reserve space, bytes: a replay brings its own, after its
     /// workspace (the program's holds what its backward pass reads).
     reserve: u64,
-    /// A chain's members (exact in-place kernels on the output, `relu_` after a batch norm),
-    /// replayed in order after this call, on the same stream.
+    /// A chain's members (exact in-place kernels on the output, `relu_` after a batch norm;
+    /// copies of it aside), replayed in order after this call, on the same stream.
     then: Vec<Recipe>,
     /// A cuBLAS call's m, n, k and batch count.
     gemm: Option<[u64; 4]>,
