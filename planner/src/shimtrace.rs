@@ -85,7 +85,9 @@ pub struct Converted {
     /// then exact in-place updates of that allocation right after it, such as a batch norm's
     /// `y += identity` and ReLU; or a replayed call that reads the whole output of the one
     /// before it, which dies with it, such as an out-of-place `y + identity` after a batch
-    /// norm): the calls after the first, in order; empty for every other operation. The
+    /// norm; or a whole device-to-device copy of an output the chain rebuilds, one more output
+    /// of it: see [`whole_copy`]): the calls after the first, in order; empty for every other
+    /// operation. The
     /// operation is all of them: it ends with its last member's call, and a recomputation
     /// replays the first call and then each member.
     pub chains: Vec<Vec<Member>>,
@@ -111,7 +113,7 @@ pub struct Member {
     /// Its offset within the iteration, and its `seq`.
     pub call: usize,
     pub seq: u64,
-    /// Its lineage (a kernel's parameter buffer).
+    /// Its lineage (a kernel's parameter buffer; [`Replay::Copy`] for a copy).
     pub replay: Option<Replay>,
 }
 
