@@ -87,9 +87,8 @@ pub struct Converted {
     /// before it, which dies with it, such as an out-of-place `y + identity` after a batch
     /// norm; or a whole device-to-device copy of an output the chain rebuilds, one more output
     /// of it: see [`whole_copy`]): the calls after the first, in order; empty for every other
-    /// operation. The
-    /// operation is all of them: it ends with its last member's call, and a recomputation
-    /// replays the first call and then each member.
+    /// operation. The operation is all of them: it ends with its last member's call, and a
+    /// recomputation replays the first call and then each member.
     pub chains: Vec<Vec<Member>>,
     /// For each chain: the storages internal to it (the output of a call that only the next
     /// member, an elementwise kernel, reads, freed by the program right after it), each with
