@@ -115,8 +115,13 @@ pub fn after_fork_in_child() {
     super::bus::silence();
 }
 
+/// Whether a message at `level` is written: a caller on a hot path asks before it formats one.
+pub fn logs(level: Level) -> bool {
+    level <= config().log
+}
+
 pub fn log(level: Level, msg: &str) {
-    if level <= config().log {
+    if logs(level) {
         eprintln!("marmoset: {msg}");
     }
 }

@@ -101,14 +101,16 @@ pub(crate) fn choose(
         Some(parts) => front.iter().filter(|c| c.parts == parts).collect(),
         None => front.iter().collect(),
     };
-    // The fastest fits what the framework provides: nothing else to ask.
+    // Runs in what the framework provides.
+    let in_caller = |c: &Configuration| Chosen {
+        config: c.clone(),
+        workspace: None,
+        in_caller: true,
+        transient: false,
+    };
+    // The fastest fits there: nothing else to ask.
     if let Some(c) = candidates.first().filter(|c| c.workspace <= own) {
-        return Some(Chosen {
-            config: (*c).clone(),
-            workspace: None,
-            in_caller: true,
-            transient: false,
-        });
+        return Some(in_caller(c));
     }
     let mut buffer = BUFFER.lock().ok()?;
     // The buffer, pinned for this use, if the allocator has not taken it back.
@@ -124,12 +126,7 @@ pub(crate) fn choose(
     let mut choice = None;
     for c in &candidates {
         if c.workspace <= own {
-            return Some(Chosen {
-                config: (*c).clone(),
-                workspace: None,
-                in_caller: true,
-                transient: false,
-            });
+            return Some(in_caller(c));
         }
         if c.workspace == 0 || c.workspace <= held {
             choice = Some(((*c).clone(), c.workspace > 0));

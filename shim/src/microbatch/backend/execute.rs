@@ -172,20 +172,24 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
         return None;
     }
     let g = plans(|p| p.get(&plan).cloned())??;
+    // The variant pack, read once: the joint plan's choice needs its pointers first.
+    let mut packed = None;
     let schedule = if g.wd() {
         wd_schedule(&g)
     } else if g.joint() {
-        let (_, ptrs, _) = read_pack(pack)?;
-        match joint_schedule(&g, h, plan, &ptrs) {
+        let read = packed.insert(read_pack(pack)?);
+        match joint_schedule(&g, h, plan, &read.1) {
             // The caller's own plan in the caller's workspace: its call, as asked.
             Some((p, None, own, _)) if p == [(g.n, g.engine)] => {
-                log(
-                    Level::Info,
-                    &format!(
-                        "backend: a {:?} graph ({} images) runs as asked; joint: {own} B of the caller's",
-                        g.dir, g.n
-                    ),
-                );
+                if crate::core::state::logs(Level::Debug) {
+                    log(
+                        Level::Debug,
+                        &format!(
+                            "backend: a {:?} graph ({} images) runs as asked; joint: {own} B of the caller's",
+                            g.dir, g.n
+                        ),
+                    );
+                }
                 return None;
             }
             s => s,
@@ -226,7 +230,7 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
         }
         steps.push((b, p));
     }
-    let Some((ids, ptrs, caller_ws)) = read_pack(pack) else {
+    let Some((ids, ptrs, caller_ws)) = packed.or_else(|| read_pack(pack)) else {
         return undivided(&g, h, plan, pack);
     };
     let ws = ws_at.unwrap_or(caller_ws);
