@@ -181,9 +181,9 @@ pub fn execute(h: P, plan: usize, pack: usize) -> Option<c_int> {
         match joint_schedule(&g, h, plan, &read.1) {
             // The caller's own plan in the caller's workspace: its call, as asked.
             Some((p, None, own, _)) if p == [(g.n, g.engine)] => {
-                if crate::core::state::logs(Level::Debug) {
+                if crate::core::state::logs(Level::Info) {
                     log(
-                        Level::Debug,
+                        Level::Info,
                         &format!(
                             "backend: a {:?} graph ({} images) runs as asked; joint: {own} B of the caller's",
                             g.dir, g.n
