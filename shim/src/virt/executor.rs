@@ -39,6 +39,9 @@ pub struct Ready {
     pub converted: Converted,
     pub plan: Plan,
     pub outcome: Outcome,
+    /// The budget the plan keeps within, as its model holds memory: what `outcome`'s memory
+    /// curve is measured against.
+    pub planned_within: u64,
     /// For each storage the plan recomputes: its producing call, ready to replay.
     pub recipes: HashMap<usize, Recipe>,
 }
@@ -595,7 +598,8 @@ fn droppable(name: TensorId, recipe: &Recipe) -> Result<(u64, Recipe), String> {
 /// earlier the copy in takes memory the plan did not leave there (the trainer at 0.3 of its
 /// peak, simulated H100: moved one call earlier, a 512 MiB prefetch made the allocator evict
 /// an activation the plan keeps, and restore it, every iteration: 46.4 ms against 28.4
-/// predicted).
+/// predicted). Nor where the plan's own timeline leaves less memory free at the earlier call
+/// than the tensor takes, for the same reason.
 fn feedback() {
     let late = crate::virt::memory::take_late();
     if late.is_empty() {
@@ -627,9 +631,13 @@ fn feedback() {
                 .filter(|(o, names)| **o < from && names.contains(&name))
                 .map(|(&o, _)| o)
                 .max();
+            let fits = |to: usize| match (&s.room, s.bytes.get(&name)) {
+                (Some(room), Some(&bytes)) => room.get(to).is_some_and(|&r| r >= bytes),
+                _ => true,
+            };
             let to = from
                 .checked_sub(1)
-                .filter(|&t| evicted_at.is_none_or(|a| t > a));
+                .filter(|&t| evicted_at.is_none_or(|a| t > a) && fits(t));
             match to {
                 Some(to) => {
                     if let Some(v) = s.prefetch.get_mut(&from) {

@@ -46,6 +46,13 @@ pub(super) struct Steps {
     /// Per call offset, the tensors the model's operation there reads or writes (an
     /// operation's at its first call): what the calls ahead need (see `executor::ahead`).
     pub(super) uses: Arc<[Vec<TensorId>]>,
+    /// Per call offset, the memory the plan's own timeline leaves free while the call runs
+    /// (the budget it planned within less the most it held during the operation there, or the
+    /// one before): how much a prefetch moved there may take without making the allocator
+    /// evict what the plan keeps. `None`: the timeline gave no memory curve.
+    pub(super) room: Option<Vec<u64>>,
+    /// The bytes each prefetched tensor takes in the model.
+    pub(super) bytes: HashMap<TensorId, u64>,
 }
 
 impl Steps {
@@ -76,6 +83,8 @@ impl Steps {
                 })
                 .collect(),
             uses: uses(c, r.found.period),
+            room: room(r),
+            bytes: HashMap::new(),
         };
         let valid_until = planner::memory::carried_out::valid_until(&c.trace);
         let sourced = |storage: usize, back: usize| {
@@ -107,6 +116,8 @@ impl Steps {
             {
                 s.evict.entry(a).or_default().push(origin.tensor);
                 s.prefetch.entry(t).or_default().push(origin.tensor);
+                s.bytes
+                    .insert(origin.tensor, c.trace.storages[storage].size);
             }
             // A recomputation the shim can replay: dropped after `after`, replayed before
             // `back` if its memory went meanwhile. Any other stays resident (costs memory, never
@@ -152,6 +163,54 @@ impl Steps {
     }
 }
 
+/// Per call offset of the iteration, the memory the plan's timeline leaves free while the call
+/// runs (see [`Steps::room`]); `None` without a memory curve.
+fn room(r: &Ready) -> Option<Vec<u64>> {
+    let c = &r.converted;
+    let held = &r.outcome.usage.mem_at;
+    if held.len() != c.trace.ops.len() {
+        return None;
+    }
+    let spans: Vec<Option<(usize, usize)>> = (0..c.trace.ops.len())
+        .map(|op| Some((c.ops.get(op)?.0, c.last_call(op)?)))
+        .collect();
+    Some(free_per_call(
+        &spans,
+        held,
+        r.planned_within,
+        r.found.period,
+    ))
+}
+
+/// Per call offset of `period`: `within` less what `held` says the operation whose calls span
+/// it (its first to its last, `spans`) holds at most, the least where spans meet; a call of no
+/// operation (the model leaves out what touches no memory) gets the operation's before it, the
+/// first ones all of `within`.
+fn free_per_call(
+    spans: &[Option<(usize, usize)>],
+    held: &[u64],
+    within: u64,
+    period: usize,
+) -> Vec<u64> {
+    let mut out: Vec<Option<u64>> = vec![None; period];
+    for (op, span) in spans.iter().enumerate() {
+        let (Some((first, last)), Some(&h)) = (*span, held.get(op)) else {
+            continue;
+        };
+        let free = within.saturating_sub(h);
+        for x in out.iter_mut().take(last + 1).skip(first) {
+            *x = Some(x.map_or(free, |y| y.min(free)));
+        }
+    }
+    let mut before = within;
+    out.into_iter()
+        .map(|x| {
+            before = x.unwrap_or(before);
+            before
+        })
+        .collect()
+}
+
 /// Per call offset (of `period`), the tensors the operation that starts there reads, writes
 /// or makes, by the model `c`.
 fn uses(c: &planner::shimtrace::Converted, period: usize) -> Arc<[Vec<TensorId>]> {
@@ -172,4 +231,23 @@ fn uses(c: &planner::shimtrace::Converted, period: usize) -> Arc<[Vec<TensorId>]
         }
     }
     out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_per_call;
+
+    /// Ten calls, a budget of 100: op 0 spans calls 1-2 holding 60, op 1 (a chain) calls 3-5
+    /// holding 90, op 2 call 5 only (a call two spans share gets the lesser room) holding 95,
+    /// op 3 call 8 holding 120 (over: no room). Calls of no operation take the one before's;
+    /// call 0, before any, the whole budget.
+    #[test]
+    fn each_call_gets_the_room_its_operation_leaves() {
+        let spans = [Some((1, 2)), Some((3, 5)), Some((5, 5)), Some((8, 8)), None];
+        let held = [60, 90, 95, 120, 0];
+        assert_eq!(
+            free_per_call(&spans, &held, 100, 10),
+            vec![100, 40, 40, 10, 10, 5, 5, 5, 0, 0]
+        );
+    }
 }
