@@ -157,6 +157,8 @@ pub(super) fn portfolio(
         s.policy("lru", l.clone());
     }
     let sel_both = s.go_on().then(|| both_selection(t, a, budget, link, more));
+    // Capuchin's result before its descent (run alone, `auto` runs that descent last, below).
+    let mut cap_start = None;
     if let (Some(l), Some(sel)) = (&lru, &sel_both) {
         s.offer(sel.clone());
         let cap = capuchin_from(
@@ -170,6 +172,9 @@ pub(super) fn portfolio(
             more,
             s.all,
         );
+        if !s.all {
+            cap_start = Some(super::carried(t, budget, link, cap.clone()));
+        }
         s.policy("capuchin", cap);
     }
     // Behind any plan, the runtime's passive mechanism swaps the least recently used tensors
@@ -249,11 +254,15 @@ pub(super) fn portfolio(
         s.policy(name, step(t, a, budget, link));
     }
     // Last, one tensor's decision at a time, from each of the few fastest plans so far (in
-    // that order): a descent ends at a local optimum, and one from a slower start may end
-    // below the best one's (Capuchin's own, before its descent, is among them where `auto`
-    // runs it: ResNet-50 at half its peak, simulated H100, offline: 23.00 ms from `auto`'s best
-    // against 22.89 from Capuchin's).
-    for start in std::mem::take(&mut s.starts) {
+    // that order), then from Capuchin's where it is not among them: a descent ends at a local
+    // optimum, and one from a slower start may end below the best one's (ResNet-50 at half its
+    // peak, simulated H100, offline: 23.00 ms from `auto`'s best against 22.89 from
+    // Capuchin's).
+    let mut starts = std::mem::take(&mut s.starts);
+    if let Some(c) = cap_start.filter(|c| c.1.feasible && starts.iter().all(|x| x.0 != c.0)) {
+        starts.push(c);
+    }
+    for start in starts {
         if !s.go_on() {
             break;
         }
