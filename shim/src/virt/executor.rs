@@ -622,6 +622,7 @@ fn feedback() {
         else {
             continue;
         };
+        let mut refused = None;
         let moved = {
             let Ok(mut e) = EXECUTOR.lock() else { return };
             let Some(s) = e.active.as_mut() else { return };
@@ -631,14 +632,20 @@ fn feedback() {
                 .filter(|(o, names)| **o < from && names.contains(&name))
                 .map(|(&o, _)| o)
                 .max();
-            let fits = |to: usize| match (&s.room, s.bytes.get(&name)) {
-                (Some(room), Some(&bytes)) => room.get(to).is_some_and(|&r| r >= bytes),
-                _ => true,
+            // The memory the plan leaves at the earlier call, and what the tensor takes.
+            let room = |to: usize| match (&s.room, s.bytes.get(&name)) {
+                (Some(room), Some(&bytes)) => room.get(to).map(|&r| (r, bytes)),
+                _ => None,
             };
-            let to = from
+            match from
                 .checked_sub(1)
-                .filter(|&t| evicted_at.is_none_or(|a| t > a) && fits(t));
-            match to {
+                .filter(|&t| evicted_at.is_none_or(|a| t > a))
+            {
+                Some(to) if room(to).is_some_and(|(r, b)| r < b) => {
+                    let (r, b) = room(to).unwrap_or_default();
+                    refused = Some((to, r, b));
+                    None
+                }
                 Some(to) => {
                     if let Some(v) = s.prefetch.get_mut(&from) {
                         v.retain(|&n| n != name);
@@ -649,6 +656,14 @@ fn feedback() {
                 None => None,
             }
         };
+        if let Some((to, room, bytes)) = refused {
+            log(
+                Level::Debug,
+                &format!(
+                    "executor: the late prefetch of allocation {id} stays at call {from}: the plan leaves {room} B free at call {to}, it takes {bytes} B"
+                ),
+            );
+        }
         if let Some(to) = moved {
             crate::core::bus::emit(planner::trace::Event::Trigger {
                 alloc: id,
