@@ -12,7 +12,8 @@ use std::process::{Command, ExitCode};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Run on the simulated GPU with this device profile (h100, p100, or a profile .json).
+    /// Run on the simulated GPU with this device profile (h100, p100, or a profile .json); `xN`
+    /// after it makes a machine of N such devices (h100x2: SIMGPU_DEVICES).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "h100", value_name = "PROFILE")]
     sim: Option<String>,
     /// Run without libmarmoset.so (plain CUDA, or the plain simulated GPU).
@@ -196,13 +197,18 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             }
         }
     }
-    if let Some(profile) = &a.sim {
+    if let Some(sim) = &a.sim {
+        let (profile, devices) = machine(sim)?;
         let known = planner::sim::profiles();
-        if !known.contains(&profile.as_str()) && !profile.ends_with(".json") {
+        if !known.contains(&profile) && !profile.ends_with(".json") {
             bail!(
-                "unknown profile {profile:?}: accepted are {} or a profile .json",
+                "unknown profile {profile:?}: accepted are {} or a profile .json, each with xN \
+                 for N devices",
                 known.join(", ")
             );
+        }
+        if let Some(n) = devices {
+            cmd.env("SIMGPU_DEVICES", n.to_string());
         }
         let dir = sim_dir()?;
         let mut path = dir.into_os_string();
@@ -240,6 +246,20 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
     }
     Ok(signals::end_as(status))
+}
+
+/// A `--sim` value: the profile, and the machine's device count when it names one (`h100x4`).
+fn machine(sim: &str) -> Result<(&str, Option<u32>)> {
+    let Some((profile, n)) = sim.rsplit_once('x') else {
+        return Ok((sim, None));
+    };
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || profile.is_empty() {
+        return Ok((sim, None));
+    }
+    match n.parse::<u32>() {
+        Ok(n) if (1..=16).contains(&n) => Ok((profile, Some(n))),
+        _ => bail!("--sim={sim}: a machine has 1 to 16 simulated devices"),
+    }
 }
 
 /// The simulator's report (SIMGPU_REPORT), as it stood before the program ran: the simulated
@@ -484,5 +504,20 @@ mod signals {
             }
             _ => ExitCode::FAILURE,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::machine;
+
+    #[test]
+    fn a_sim_value_names_a_profile_and_maybe_a_device_count() {
+        assert_eq!(machine("h100").unwrap(), ("h100", None));
+        assert_eq!(machine("h100x2").unwrap(), ("h100", Some(2)));
+        assert_eq!(machine("my.jsonx4").unwrap(), ("my.json", Some(4)));
+        assert_eq!(machine("/p/x100.json").unwrap(), ("/p/x100.json", None));
+        assert!(machine("h100x0").is_err());
+        assert!(machine("h100x17").is_err());
     }
 }

@@ -5,6 +5,7 @@
 //! `cuGetProcAddress` ([`PROCS`]).
 
 use crate::device::*;
+use crate::devices;
 use crate::{CUdeviceptr, CUresult, Handle, out, with};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -13,17 +14,20 @@ use std::sync::{Condvar, Mutex, mpsc};
 
 // ==================================================================== primary context
 
-static PRIMARY_REFS: AtomicI32 = AtomicI32::new(0);
-static PRIMARY_FLAGS: AtomicU32 = AtomicU32::new(0);
+/// Each device's primary context: its references and flags.
+static PRIMARY_REFS: [AtomicI32; devices::MAX_DEVICES as usize] =
+    [const { AtomicI32::new(0) }; devices::MAX_DEVICES as usize];
+static PRIMARY_FLAGS: [AtomicU32; devices::MAX_DEVICES as usize] =
+    [const { AtomicU32::new(0) }; devices::MAX_DEVICES as usize];
 
-/// cuDevicePrimaryCtxRetain took a reference.
-pub fn primary_retained() {
-    PRIMARY_REFS.fetch_add(1, Ordering::Relaxed);
+/// cuDevicePrimaryCtxRetain took a reference on ordinal `dev` (a valid one).
+pub fn primary_retained(dev: c_int) {
+    PRIMARY_REFS[dev as usize].fetch_add(1, Ordering::Relaxed);
 }
 
 /// cuDevicePrimaryCtxRelease dropped one.
-pub fn primary_released() -> Result<(), CUresult> {
-    PRIMARY_REFS
+pub fn primary_released(dev: c_int) -> Result<(), CUresult> {
+    PRIMARY_REFS[dev as usize]
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
             (r > 0).then_some(r - 1)
         })
@@ -35,12 +39,9 @@ pub const INVALID_CONTEXT: CUresult = 201;
 pub const INVALID_DEVICE: CUresult = 101;
 pub const NOT_SUPPORTED: CUresult = 801;
 
-fn device0(dev: c_int) -> Result<(), CUresult> {
-    if dev == 0 {
-        Ok(())
-    } else {
-        Err(INVALID_DEVICE)
-    }
+/// The index of a valid ordinal in the per-device tables.
+fn device(dev: c_int) -> Result<usize, CUresult> {
+    devices::physical(dev).map(|_| dev as usize)
 }
 
 #[unsafe(no_mangle)]
@@ -50,22 +51,25 @@ pub extern "C" fn cuDevicePrimaryCtxGetState(
     active: *mut c_int,
 ) -> CUresult {
     with(|_| {
-        device0(dev)?;
-        out(flags, PRIMARY_FLAGS.load(Ordering::Relaxed))?;
-        out(active, (PRIMARY_REFS.load(Ordering::Relaxed) > 0) as c_int)
+        let i = device(dev)?;
+        out(flags, PRIMARY_FLAGS[i].load(Ordering::Relaxed))?;
+        out(
+            active,
+            (PRIMARY_REFS[i].load(Ordering::Relaxed) > 0) as c_int,
+        )
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> CUresult {
     with(|_| {
-        device0(dev)?;
+        let i = device(dev)?;
         // CU_CTX_SCHED_MASK (0x07) | CU_CTX_MAP_HOST (0x08) | CU_CTX_LMEM_RESIZE_TO_MAX (0x10)
         // | CU_CTX_COREDUMP_ENABLE (0x20) | CU_CTX_USER_COREDUMP_ENABLE (0x40) | SYNC_MEMOPS (0x80)
         if flags & !0xff != 0 {
             return Err(INVALID_VALUE);
         }
-        PRIMARY_FLAGS.store(flags, Ordering::Relaxed);
+        PRIMARY_FLAGS[i].store(flags, Ordering::Relaxed);
         Ok(())
     })
 }
@@ -73,15 +77,19 @@ pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> CU
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
     with(|_| {
-        device0(dev)?;
-        PRIMARY_REFS.store(0, Ordering::Relaxed);
+        PRIMARY_REFS[device(dev)?].store(0, Ordering::Relaxed);
         Ok(())
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
-    with(|_| out(flags, PRIMARY_FLAGS.load(Ordering::Relaxed)))
+    with(|_| {
+        out(
+            flags,
+            PRIMARY_FLAGS[device(devices::current())?].load(Ordering::Relaxed),
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -109,10 +117,7 @@ pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut 
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> CUresult {
-    with(|d| {
-        device0(dev)?;
-        out(uuid, crate::props::uuid(d))
-    })
+    with(|d| out(uuid, crate::props::uuid(d, devices::physical(dev)?)))
 }
 
 #[unsafe(no_mangle)]
@@ -123,11 +128,10 @@ pub extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> CUresul
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetPCIBusId(buf: *mut c_char, len: c_int, dev: c_int) -> CUresult {
     with(|_| {
-        device0(dev)?;
+        let id = crate::props::pci_bus_id(devices::physical(dev)?);
         if buf.is_null() || len <= 0 {
             return Err(INVALID_VALUE);
         }
-        let id = crate::props::pci_bus_id();
         let n = id.len().min(len as usize - 1);
         // SAFETY: buf has len writable bytes (API contract); we write n + 1 <= len.
         unsafe {
@@ -424,7 +428,10 @@ fn pointer_attribute(
         Known::Pinned(s, l) => (s, l, MEMORYTYPE_HOST),
     };
     match attr {
-        PA_CONTEXT => out(data as *mut Handle, crate::CONTEXT as Handle),
+        PA_CONTEXT => out(
+            data as *mut Handle,
+            devices::context_handle(devices::working()) as Handle,
+        ),
         PA_MEMORY_TYPE => out(data as *mut c_uint, ty),
         // Unified addressing: the same address on both sides.
         PA_DEVICE_POINTER => out(data as *mut u64, p),
@@ -435,7 +442,7 @@ fn pointer_attribute(
         PA_SYNC_MEMOPS => out(data as *mut c_int, 1),
         PA_BUFFER_ID => out(data as *mut u64, start),
         PA_IS_MANAGED => out(data as *mut c_int, 0),
-        PA_DEVICE_ORDINAL => out(data as *mut c_int, 0),
+        PA_DEVICE_ORDINAL => out(data as *mut c_int, devices::working()),
         PA_RANGE_START_ADDR => out(data as *mut u64, start),
         PA_RANGE_SIZE => out(data as *mut usize, len as usize),
         PA_MAPPED => out(data as *mut c_int, 1),
@@ -856,16 +863,16 @@ mod tests {
         for a in [
             8, 9, 10, 12, 19, 31, 32, 37, 38, 39, 40, 78, 81, 82, 83, 89, 95, 97, 106,
         ] {
-            assert!(crate::props::attribute(&d, a).is_ok(), "attribute {a}");
+            assert!(crate::props::attribute(&d, a, 0).is_ok(), "attribute {a}");
         }
-        assert_eq!(crate::props::attribute(&d, 16), Ok(132));
-        assert_eq!(crate::props::attribute(&d, 97), Ok(232448));
-        assert_eq!(crate::props::attribute(&d, 0), Err(INVALID_VALUE));
-        assert_eq!(crate::props::attribute(&d, 9999), Err(INVALID_VALUE));
+        assert_eq!(crate::props::attribute(&d, 16, 0), Ok(132));
+        assert_eq!(crate::props::attribute(&d, 97, 0), Ok(232448));
+        assert_eq!(crate::props::attribute(&d, 0, 0), Err(INVALID_VALUE));
+        assert_eq!(crate::props::attribute(&d, 9999, 0), Err(INVALID_VALUE));
         let p = Device::for_test("p100");
-        assert_eq!(crate::props::attribute(&p, 97), Ok(49152));
+        assert_eq!(crate::props::attribute(&p, 97, 0), Ok(49152));
         assert_eq!(
-            crate::props::attribute(&p, 120),
+            crate::props::attribute(&p, 120, 0),
             Ok(0),
             "no clusters before 9.0"
         );

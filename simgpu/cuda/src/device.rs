@@ -28,6 +28,7 @@ pub const SUCCESS: i32 = 0;
 pub const INVALID_VALUE: i32 = 1;
 pub const OUT_OF_MEMORY: i32 = 2;
 pub const NOT_INITIALIZED: i32 = 3;
+pub const NO_DEVICE: i32 = 100;
 pub const INVALID_HANDLE: i32 = 400;
 pub const NOT_FOUND: i32 = 500;
 pub const NOT_READY: i32 = 600;
@@ -38,6 +39,9 @@ pub const UNKNOWN: i32 = 999;
 pub const ENGINE_COMPUTE: usize = 0;
 pub const ENGINE_H2D: usize = 1;
 pub const ENGINE_D2H: usize = 2;
+/// The links between devices (NVLink or PCIe peer traffic), where collectives run: a collective's
+/// kernels take few SMs, so they overlap the compute engine's work.
+pub const ENGINE_LINK: usize = 3;
 
 /// Stream handle values with a meaning of their own (cuda.h).
 pub const STREAM_LEGACY: u64 = 0x1;
@@ -154,6 +158,8 @@ pub struct Counters {
     /// never the program's allocations, so no allocator (nor Marmoset's budget) holds it.
     pub module_bytes: u64,
     pub cudnn_calls: u64,
+    /// Collectives placed on the links engine (the simulated NCCL's).
+    pub collectives: u64,
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
     pub d2d_bytes: u64,
@@ -181,7 +187,7 @@ pub struct Device {
     streams: HashMap<u64, Stream>,
     next_handle: u64,
     pub events: HashMap<u64, Event>,
-    engines: [Engine; 3],
+    engines: [Engine; 4],
     pub host_now: f64,
     pub counters: Counters,
     fail: FailSpec,
@@ -894,6 +900,11 @@ impl Device {
     }
 
     /// When work issued now on stream `h` may start (legacy default stream semantics included).
+    /// When the work issued so far on stream `h` (and what it waits for) ends.
+    pub fn stream_time(&self, h: u64) -> Result<f64, i32> {
+        self.stream_ready(h)
+    }
+
     fn stream_ready(&self, h: u64) -> Result<f64, i32> {
         let h = Self::norm(h);
         let s = self.streams.get(&h).ok_or(INVALID_HANDLE)?;
@@ -920,13 +931,26 @@ impl Device {
         dur: f64,
         host_cost: f64,
     ) -> Result<(f64, f64), i32> {
+        self.issue_after(h, engine, dur, host_cost, 0.0)
+    }
+
+    /// As [`Device::issue`], starting no earlier than `not_before` (a time another process's
+    /// device reached: the peers of a collective).
+    pub fn issue_after(
+        &mut self,
+        h: u64,
+        engine: usize,
+        dur: f64,
+        host_cost: f64,
+        not_before: f64,
+    ) -> Result<(f64, f64), i32> {
         self.host_now += host_cost;
         let stream_ready = self.stream_ready(h)?;
-        let ready = stream_ready.max(self.host_now);
+        let ready = stream_ready.max(self.host_now).max(not_before);
         let (s, e) = self.engines[engine].schedule(ready, dur);
         if let Some(w) = self.timeline.as_mut() {
             use std::io::Write;
-            let name = ["compute", "h2d", "d2h"]
+            let name = ["compute", "h2d", "d2h", "link"]
                 .get(engine)
                 .copied()
                 .unwrap_or("?");

@@ -12,6 +12,7 @@
 mod abort;
 mod context;
 mod device;
+pub mod devices;
 mod fatbin;
 mod library;
 mod modules;
@@ -44,13 +45,15 @@ fn lock() -> Result<MutexGuard<'static, Device>, CUresult> {
     match &*DEVICE {
         Ok(m) => {
             let d = m.lock().unwrap_or_else(|p| p.into_inner());
-            // An abort runs no atexit handler: the report is written from SIGABRT's (`abort`).
+            // An abort runs no atexit handler: the report is written from SIGABRT's (`abort`),
+            // once the report's path is known (on a machine of several devices, once the
+            // process works on one).
             static ABORT: std::sync::Once = std::sync::Once::new();
-            ABORT.call_once(|| {
-                if let Some(path) = d.report.as_deref() {
-                    abort::install(m, path);
-                }
-            });
+            if !ABORT.is_completed()
+                && let Some(path) = d.report.as_deref().and_then(devices::report_path)
+            {
+                ABORT.call_once(|| abort::install(m, &path));
+            }
             Ok(d)
         }
         Err(_) => Err(NOT_INITIALIZED),
@@ -80,8 +83,8 @@ extern "C" fn write_report() {
             eprintln!("simgpu: cannot write SIMGPU_TIMELINE: {e}");
         }
     }
-    if let Some(path) = &d.report
-        && let Err(e) = std::fs::write(path, d.report_json())
+    if let Some(path) = d.report.as_deref().and_then(devices::report_path)
+        && let Err(e) = std::fs::write(&path, d.report_json())
     {
         eprintln!("simgpu: cannot write SIMGPU_REPORT {path}: {e}");
     }
@@ -104,6 +107,8 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
     with(|_| {
         if flags != 0 {
             Err(INVALID_VALUE)
+        } else if devices::count() == 0 {
+            Err(NO_DEVICE)
         } else {
             Ok(())
         }
@@ -120,20 +125,21 @@ pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
-    with(|_| out(n, 1))
+    with(|_| out(n, devices::count()))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> CUresult {
-    with(|_| if ordinal != 0 { Err(101) } else { out(dev, 0) })
+    with(|_| {
+        devices::physical(ordinal)?;
+        out(dev, ordinal)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> CUresult {
     with(|d| {
-        if dev != 0 {
-            return Err(101);
-        }
+        devices::physical(dev)?;
         if name.is_null() || len <= 0 {
             return Err(INVALID_VALUE);
         }
@@ -151,71 +157,56 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_i
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
     with(|d| {
-        if dev != 0 {
-            Err(101)
-        } else {
-            out(bytes, d.capacity as usize)
-        }
+        devices::physical(dev)?;
+        out(bytes, d.capacity as usize)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attrib: c_int, dev: c_int) -> CUresult {
     with(|d| {
-        if dev != 0 {
-            return Err(101);
-        }
-        let value = props::attribute(d, attrib)?;
+        let value = props::attribute(d, attrib, devices::physical(dev)?)?;
         out(v, value)
     })
 }
 
-/// The one context of the simulated device.
-const CONTEXT: usize = 0xc0de;
-
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, dev: c_int) -> CUresult {
     with(|_| {
-        if dev != 0 {
-            Err(101)
-        } else {
-            out(ctx, CONTEXT as Handle)?;
-            context::primary_retained();
-            Ok(())
-        }
+        devices::physical(dev)?;
+        out(ctx, devices::context_handle(dev) as Handle)?;
+        context::primary_retained(dev);
+        Ok(())
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
     with(|_| {
-        if dev != 0 {
-            Err(101)
-        } else {
-            context::primary_released()
-        }
+        devices::physical(dev)?;
+        context::primary_released(dev)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> CUresult {
-    with(|_| out(ctx, CONTEXT as Handle))
+    with(|_| out(ctx, devices::context_handle(devices::current()) as Handle))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
     with(|_| {
-        if ctx.is_null() || ctx as usize == CONTEXT {
-            Ok(())
-        } else {
-            Err(201)
+        if ctx.is_null() {
+            return Ok(());
         }
+        let dev = devices::context_ordinal(ctx as usize).ok_or(context::INVALID_CONTEXT)?;
+        devices::set_current(dev)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
-    with(|_| out(dev, 0))
+    with(|_| out(dev, devices::current()))
 }
 
 #[unsafe(no_mangle)]
@@ -232,6 +223,7 @@ pub extern "C" fn cuMemAlloc_v2(p: *mut CUdeviceptr, size: usize) -> CUresult {
         if p.is_null() {
             return Err(INVALID_VALUE);
         }
+        devices::claim()?;
         d.host_now += d.profile.api_call();
         let a = d.malloc(size as u64)?;
         out(p, a)
@@ -261,6 +253,7 @@ fn alloc_async(p: *mut CUdeviceptr, size: usize, pool: Option<u64>, stream: Hand
             Some(_) => return Err(INVALID_VALUE),
             None => d.default_pool(),
         };
+        devices::claim()?;
         d.host_now += d.profile.api_call();
         let a = d.pool_malloc(pool, size as u64)?;
         out(p, a)
@@ -298,9 +291,7 @@ pub extern "C" fn cuMemFreeAsync(p: CUdeviceptr, stream: Handle) -> CUresult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: c_int) -> CUresult {
     with(|d| {
-        if dev != 0 {
-            return Err(101);
-        }
+        devices::physical(dev)?;
         let h = d.default_pool();
         out(pool, h as Handle)
     })
@@ -436,7 +427,8 @@ const MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
 const MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
 const MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 3;
 
-fn check_prop(prop: *const MemAllocationProp) -> Result<(), CUresult> {
+/// Checks a VMM allocation's properties; returns the device ordinal they name.
+fn check_prop(prop: *const MemAllocationProp) -> Result<c_int, CUresult> {
     if prop.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -444,11 +436,11 @@ fn check_prop(prop: *const MemAllocationProp) -> Result<(), CUresult> {
     let p = unsafe { &*prop };
     if p.type_ != MEM_ALLOCATION_TYPE_PINNED
         || p.location_type != MEM_LOCATION_TYPE_DEVICE
-        || p.location_id != 0
+        || devices::physical(p.location_id).is_err()
     {
         return Err(INVALID_VALUE);
     }
-    Ok(())
+    Ok(p.location_id)
 }
 
 #[unsafe(no_mangle)]
@@ -496,10 +488,11 @@ pub extern "C" fn cuMemCreate(
     flags: u64,
 ) -> CUresult {
     with(|d| {
-        check_prop(prop)?;
+        let dev = check_prop(prop)?;
         if handle.is_null() || flags != 0 {
             return Err(INVALID_VALUE);
         }
+        devices::claim_device(dev)?;
         d.host_now += d.profile.api_call();
         let h = d.mem_create(size as u64)?;
         out(handle, h)
@@ -551,7 +544,8 @@ pub extern "C" fn cuMemSetAccess(
         let descs = unsafe { std::slice::from_raw_parts(desc, count) };
         let mut rw = None;
         for x in descs {
-            if x.location_type != MEM_LOCATION_TYPE_DEVICE || x.location_id != 0 {
+            // Access from the working device only: the simulator has no peer access.
+            if x.location_type != MEM_LOCATION_TYPE_DEVICE || x.location_id != devices::working() {
                 return Err(INVALID_VALUE);
             }
             rw = Some(x.flags == MEM_ACCESS_FLAGS_PROT_READWRITE);
@@ -1417,6 +1411,48 @@ pub extern "C" fn simgpu_submit(stream: Handle, seconds: f64, sync: c_int) -> CU
         d.counters.cudnn_calls += 1;
         let cost = d.profile.launch();
         let (_, end) = d.issue(stream as u64, ENGINE_COMPUTE, seconds, cost)?;
+        if sync != 0 {
+            d.host_wait_until(end);
+        }
+        Ok(())
+    })
+}
+
+/// The time at which work enqueued on `stream` now could start on this device's clock (its
+/// stream's last work, the host's clock after a launch's cost), for a collective whose peers run
+/// in other processes: the collective starts at the latest of its ranks' times.
+#[unsafe(no_mangle)]
+pub extern "C" fn simgpu_stream_time(stream: Handle, t: *mut f64) -> CUresult {
+    with(|d| {
+        if !d.valid_stream(stream as u64) {
+            return Err(INVALID_HANDLE);
+        }
+        d.check_sticky()?;
+        d.host_now += d.profile.launch();
+        let ready = d.stream_time(stream as u64)?;
+        out(t, ready.max(d.host_now))
+    })
+}
+
+/// Places `seconds` of a collective on the links engine for `stream`, starting no earlier than
+/// `not_before` (the latest of its ranks' [`simgpu_stream_time`]); `sync` makes the host wait.
+#[unsafe(no_mangle)]
+pub extern "C" fn simgpu_submit_link(
+    stream: Handle,
+    not_before: f64,
+    seconds: f64,
+    sync: c_int,
+) -> CUresult {
+    with(|d| {
+        if !d.valid_stream(stream as u64) {
+            return Err(INVALID_HANDLE);
+        }
+        if !not_before.is_finite() || !seconds.is_finite() || seconds < 0.0 {
+            return Err(INVALID_VALUE);
+        }
+        d.count_launch()?;
+        d.counters.collectives += 1;
+        let (_, end) = d.issue_after(stream as u64, ENGINE_LINK, seconds, 0.0, not_before)?;
         if sync != 0 {
             d.host_wait_until(end);
         }

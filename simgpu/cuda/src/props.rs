@@ -63,11 +63,13 @@ pub fn arch(cc: [i32; 2]) -> Arch {
     }
 }
 
-/// The simulated device's PCI location: domain 0, bus 0x1b, device 0.
+/// The PCI bus of the first simulated device (domain 0, device 0); device `i` sits on bus
+/// `PCI_BUS + i`.
 pub const PCI_BUS: c_int = 0x1b;
 
 /// The value of device attribute `attr`, or CUDA_ERROR_INVALID_VALUE for one we do not know.
-pub fn attribute(d: &Device, attr: c_int) -> Result<c_int, c_int> {
+/// `physical` is the device's index in the machine.
+pub fn attribute(d: &Device, attr: c_int, physical: u32) -> Result<c_int, c_int> {
     let cc = d.profile.compute_capability;
     let a = arch(cc);
     let hopper = cc[0] >= 9;
@@ -100,7 +102,7 @@ pub fn attribute(d: &Device, attr: c_int) -> Result<c_int, c_int> {
         30 => 512,                         // SURFACE_ALIGNMENT
         31 => 1,                           // CONCURRENT_KERNELS
         32 => 1,                           // ECC_ENABLED
-        33 => PCI_BUS,                     // PCI_BUS_ID
+        33 => PCI_BUS + physical as c_int, // PCI_BUS_ID
         34 => 0,                           // PCI_DEVICE_ID
         35 => 0,                           // TCC_DRIVER
         36 => a.mem_clock_khz,             // MEMORY_CLOCK_RATE
@@ -215,15 +217,16 @@ pub fn attribute(d: &Device, attr: c_int) -> Result<c_int, c_int> {
 
 /// The device's UUID (16 bytes): fixed, so runs are reproducible, and marked by the profile's
 /// name so that two profiles do not look like one device.
-pub fn uuid(d: &Device) -> [u8; 16] {
+pub fn uuid(d: &Device, physical: u32) -> [u8; 16] {
     let mut u = *b"simgpu-\0\0\0\0\0\0\0\0\0";
-    for (i, b) in d.profile.name.bytes().take(9).enumerate() {
+    for (i, b) in d.profile.name.bytes().take(8).enumerate() {
         u[7 + i] = b;
     }
+    u[15] = physical as u8;
     u
 }
 
 /// "domain:bus:device.function", as cuDeviceGetPCIBusId writes it.
-pub fn pci_bus_id() -> String {
-    format!("0000:{PCI_BUS:02X}:00.0")
+pub fn pci_bus_id(physical: u32) -> String {
+    format!("0000:{:02X}:00.0", PCI_BUS + physical as c_int)
 }

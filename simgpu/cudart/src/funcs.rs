@@ -87,7 +87,13 @@ pub extern "C" fn cudaKernelSetAttributeForDevice(
     value: c_int,
     dev: c_int,
 ) -> Err {
-    if dev != 0 {
+    let mut current = 0;
+    let r = crate::cudaGetDevice(&mut current);
+    if r != SUCCESS {
+        return r;
+    }
+    // Function attributes are the same on every simulated device: set them where the work runs.
+    if dev != current {
         return ret(INVALID_DEVICE);
     }
     cudaFuncSetAttribute(k, attr, value)

@@ -20,6 +20,7 @@ pub const INVALID_VALUE: Err = 1;
 pub const INVALID_MEMCPY_DIRECTION: Err = 21;
 pub const INVALID_DEVICE: Err = 101;
 pub const NO_DEVICE: Err = 100;
+pub const PEER_ACCESS_UNSUPPORTED: Err = 217;
 pub const SYMBOL_NOT_FOUND: Err = 500;
 pub const INVALID_CONFIGURATION: Err = 9;
 pub const INVALID_PITCH_VALUE: Err = 12;
@@ -99,6 +100,8 @@ const DRIVER_FNS: &[(&str, c_int)] = &[
     ("cuLaunchKernel", 4000),
     ("cuDevicePrimaryCtxRetain", 7000),
     ("cuCtxSetCurrent", 4000),
+    ("cuCtxGetDevice", 2000),
+    ("cuDeviceGetCount", 2000),
     ("cuDeviceGetName", 2000),
     ("cuDeviceTotalMem", 3020),
     ("cuDeviceGetUuid", 11040),
@@ -171,23 +174,52 @@ fn simgpu_sym(name: &CStr) -> Option<usize> {
     (!f.is_null()).then_some(f as usize)
 }
 
-/// Like the real runtime, the first call that needs a context makes the primary context current
-/// (device queries do not): afterwards cuDevicePrimaryCtxGetState reports it active.
-fn ensure_context(d: &Driver) {
-    static DONE: std::sync::Once = std::sync::Once::new();
-    DONE.call_once(|| {
-        let mut ctx: Handle = std::ptr::null_mut();
-        // SAFETY: both functions were obtained from the driver for these signatures.
-        unsafe {
-            let retain: unsafe extern "C" fn(*mut Handle, c_int) -> c_int =
-                std::mem::transmute(d.fns["cuDevicePrimaryCtxRetain"]);
-            let set: unsafe extern "C" fn(Handle) -> c_int =
-                std::mem::transmute(d.fns["cuCtxSetCurrent"]);
-            if retain(&mut ctx, 0) == 0 {
-                set(ctx);
-            }
+thread_local! {
+    /// The device cudaSetDevice chose on this thread (None: the driver's current one).
+    static DEVICE: std::cell::Cell<Option<c_int>> = const { std::cell::Cell::new(None) };
+}
+
+/// The device this thread's runtime calls go to.
+fn current_device(d: &Driver) -> c_int {
+    DEVICE.with(|c| c.get()).unwrap_or_else(|| {
+        let mut dev = 0;
+        // SAFETY: obtained from the driver for this signature; a valid output pointer.
+        let get: unsafe extern "C" fn(*mut c_int) -> c_int =
+            unsafe { std::mem::transmute(d.fns["cuCtxGetDevice"]) };
+        // SAFETY: as above.
+        if unsafe { get(&mut dev) } != SUCCESS {
+            dev = 0;
         }
-    });
+        dev
+    })
+}
+
+/// Retains device `dev`'s primary context once per process (the runtime's implicit
+/// initialisation); returns its handle, or the driver's error.
+fn primary_context(d: &Driver, dev: c_int) -> Result<Handle, c_int> {
+    static CONTEXTS: std::sync::Mutex<Vec<(c_int, usize)>> = std::sync::Mutex::new(Vec::new());
+    let mut done = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, h)) = done.iter().find(|(x, _)| *x == dev) {
+        return Ok(h as Handle);
+    }
+    let mut ctx: Handle = std::ptr::null_mut();
+    // SAFETY: obtained from the driver for this signature; a valid output pointer.
+    let retain: unsafe extern "C" fn(*mut Handle, c_int) -> c_int =
+        unsafe { std::mem::transmute(d.fns["cuDevicePrimaryCtxRetain"]) };
+    // SAFETY: as above.
+    let r = unsafe { retain(&mut ctx, dev) };
+    if r != SUCCESS {
+        return Err(r);
+    }
+    done.push((dev, ctx as usize));
+    Ok(ctx)
+}
+
+/// Like the real runtime, the first call that needs a context initialises the primary context of
+/// the thread's device (device queries do not): afterwards cuDevicePrimaryCtxGetState reports it
+/// active.
+fn ensure_context(d: &Driver) {
+    let _ = primary_context(d, current_device(d));
 }
 
 /// At SIMGPU_LOG=debug, names a driver call that failed (each name and code once).
@@ -242,9 +274,12 @@ pub extern "C" fn cudaGetDeviceCount(n: *mut c_int) -> Err {
     if driver().is_none() {
         return ret(NO_DEVICE);
     }
-    // SAFETY: non-null output pointer.
-    unsafe { *n = 1 };
-    SUCCESS
+    let r = drv!("cuDeviceGetCount" (*mut c_int) (n));
+    // SAFETY: non-null output pointer, written by the driver on success.
+    if r == SUCCESS && unsafe { *n } == 0 {
+        return ret(NO_DEVICE);
+    }
+    r
 }
 
 #[unsafe(no_mangle)]
@@ -252,8 +287,11 @@ pub extern "C" fn cudaGetDevice(dev: *mut c_int) -> Err {
     if dev.is_null() {
         return ret(INVALID_VALUE);
     }
+    let Some(d) = driver() else {
+        return ret(NO_DEVICE);
+    };
     // SAFETY: non-null output pointer.
-    unsafe { *dev = 0 };
+    unsafe { *dev = current_device(d) };
     SUCCESS
 }
 
@@ -262,13 +300,28 @@ pub extern "C" fn cudaSetDevice(dev: c_int) -> Err {
     let Some(d) = driver() else {
         return ret(NO_DEVICE);
     };
-    if dev != 0 {
-        ret(INVALID_DEVICE)
-    } else {
-        // Since CUDA 12, cudaSetDevice initialises the device's primary context.
-        ensure_context(d);
-        SUCCESS
+    let mut n = 0;
+    // SAFETY: obtained from the driver for this signature; a valid output pointer.
+    let count: unsafe extern "C" fn(*mut c_int) -> c_int =
+        unsafe { std::mem::transmute(d.fns["cuDeviceGetCount"]) };
+    // SAFETY: as above.
+    if unsafe { count(&mut n) } != SUCCESS || !(0..n).contains(&dev) {
+        return ret(INVALID_DEVICE);
     }
+    // Since CUDA 12, cudaSetDevice initialises the device's primary context.
+    let ctx = match primary_context(d, dev) {
+        Ok(c) => c,
+        Err(e) => return ret(e),
+    };
+    // SAFETY: obtained from the driver for this signature.
+    let set: unsafe extern "C" fn(Handle) -> c_int =
+        unsafe { std::mem::transmute(d.fns["cuCtxSetCurrent"]) };
+    // SAFETY: a context handle the driver gave.
+    let r = unsafe { set(ctx) };
+    if r == SUCCESS {
+        DEVICE.with(|c| c.set(Some(dev)));
+    }
+    ret(r)
 }
 
 #[unsafe(no_mangle)]
@@ -316,6 +369,7 @@ fn error_name(e: Err) -> &'static CStr {
         98 => c"cudaErrorInvalidDeviceFunction",
         100 => c"cudaErrorNoDevice",
         101 => c"cudaErrorInvalidDevice",
+        217 => c"cudaErrorPeerAccessUnsupported",
         400 => c"cudaErrorInvalidResourceHandle",
         500 => c"cudaErrorSymbolNotFound",
         600 => c"cudaErrorNotReady",
@@ -751,6 +805,7 @@ mod abi_crosscheck {
             (INVALID_MEMCPY_DIRECTION, E::cudaErrorInvalidMemcpyDirection),
             (INVALID_DEVICE, E::cudaErrorInvalidDevice),
             (NO_DEVICE, E::cudaErrorNoDevice),
+            (PEER_ACCESS_UNSUPPORTED, E::cudaErrorPeerAccessUnsupported),
             (SYMBOL_NOT_FOUND, E::cudaErrorSymbolNotFound),
             (2, E::cudaErrorMemoryAllocation),
             (3, E::cudaErrorInitializationError),

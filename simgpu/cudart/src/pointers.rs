@@ -117,7 +117,8 @@ pub extern "C" fn cudaMemcpy2DAsync(
     drv!("cuMemcpy2DAsync" (*const Memcpy2D, Handle) (&c, s))
 }
 
-/// One device: a peer copy is a copy on device 0.
+/// A peer copy within the process's device is a device copy; between devices, not supported
+/// (each process models only its own device).
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaMemcpyPeerAsync(
     dst: *mut c_void,
@@ -127,8 +128,13 @@ pub extern "C" fn cudaMemcpyPeerAsync(
     n: usize,
     s: Handle,
 ) -> Err {
-    if dst_dev != 0 || src_dev != 0 {
-        return ret(INVALID_DEVICE);
+    let mut current = 0;
+    let r = crate::cudaGetDevice(&mut current);
+    if r != SUCCESS {
+        return r;
+    }
+    if dst_dev != current || src_dev != current {
+        return ret(PEER_ACCESS_UNSUPPORTED);
     }
     cudaMemcpyAsync(dst, src, n, 3, s)
 }

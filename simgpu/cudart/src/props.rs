@@ -171,9 +171,6 @@ pub extern "C" fn cudaGetDeviceProperties(p: *mut DeviceProp, dev: c_int) -> Err
     if p.is_null() {
         return ret(INVALID_VALUE);
     }
-    if dev != 0 {
-        return ret(INVALID_DEVICE);
-    }
     // SAFETY: DeviceProp is plain integers and arrays: all-zero is a valid value.
     let mut prop: DeviceProp = unsafe { std::mem::zeroed() };
     if let Err(e) = fill(&mut prop, dev) {
@@ -199,13 +196,18 @@ pub extern "C" fn cudaDeviceGetPCIBusId(buf: *mut c_char, len: c_int, dev: c_int
     drv!("cuDeviceGetPCIBusId" (*mut c_char, c_int, c_int) (buf, len, dev))
 }
 
-/// One device: no peer can be accessed.
+/// The simulated devices have no peer access: each process models only its own device.
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaDeviceCanAccessPeer(can: *mut c_int, dev: c_int, peer: c_int) -> Err {
     if can.is_null() {
         return ret(INVALID_VALUE);
     }
-    if dev != 0 || peer != 0 {
+    let mut n = 0;
+    let r = crate::cudaGetDeviceCount(&mut n);
+    if r != SUCCESS {
+        return r;
+    }
+    if !(0..n).contains(&dev) || !(0..n).contains(&peer) {
         return ret(INVALID_DEVICE);
     }
     // SAFETY: non-null output pointer.
@@ -213,13 +215,26 @@ pub extern "C" fn cudaDeviceCanAccessPeer(can: *mut c_int, dev: c_int, peer: c_i
     SUCCESS
 }
 
-/// Enabling access to oneself, or to a device that does not exist, is an invalid device.
+/// Enabling access to oneself, or to a device that does not exist, is an invalid device; to
+/// another device, not supported (see cudaDeviceCanAccessPeer).
 #[unsafe(no_mangle)]
-pub extern "C" fn cudaDeviceEnablePeerAccess(_peer: c_int, flags: c_uint) -> Err {
+pub extern "C" fn cudaDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> Err {
     if flags != 0 {
         return ret(INVALID_VALUE);
     }
-    ret(INVALID_DEVICE)
+    let (mut n, mut current) = (0, 0);
+    let r = crate::cudaGetDeviceCount(&mut n);
+    if r != SUCCESS {
+        return r;
+    }
+    let r = crate::cudaGetDevice(&mut current);
+    if r != SUCCESS {
+        return r;
+    }
+    if peer == current || !(0..n).contains(&peer) {
+        return ret(INVALID_DEVICE);
+    }
+    ret(PEER_ACCESS_UNSUPPORTED)
 }
 
 #[cfg(test)]
