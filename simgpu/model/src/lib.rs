@@ -28,6 +28,7 @@
 pub mod conv;
 pub mod gemm;
 pub mod kernels;
+pub mod nccl;
 pub mod size;
 
 use serde::Deserialize;
@@ -67,6 +68,9 @@ pub struct Profile {
     pub gemm: Option<gemm::GemmRates>,
     /// The cost model of the kernels in a framework's fatbins ([`kernels`]).
     pub torch_kernels: kernels::TorchKernelModel,
+    /// Collectives between the devices of one machine ([`nccl`]); absent in older profiles.
+    #[serde(default)]
+    pub nccl: Option<nccl::NcclModel>,
     pub sources: BTreeMap<String, String>,
 }
 
