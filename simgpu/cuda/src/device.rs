@@ -47,11 +47,21 @@ pub const ENGINE_LINK: usize = 3;
 pub const STREAM_LEGACY: u64 = 0x1;
 pub const STREAM_PER_THREAD: u64 = 0x2;
 
+/// What device memory holds. In data mode every allocation holds its bytes. In shape mode
+/// only sizes and times are simulated, except that an allocation of at most [`SMALL_BACKED`]
+/// bytes holds its bytes too: what a program copies to the device and reads back, or exchanges
+/// through a collective (sizes, flags, shapes a framework checks across ranks), is then exact,
+/// while what a kernel computes is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Data,
     Shape,
 }
+
+/// In shape mode, allocations up to this size hold their bytes (see [`Mode`]): the segment
+/// size of PyTorch's small-tensor pool, so that every small tensor is exact. Backing is zeroed
+/// memory the host commits only where it is written.
+pub const SMALL_BACKED: u64 = 2 << 20;
 
 #[derive(Debug)]
 struct Phys {
@@ -361,6 +371,7 @@ impl Device {
             // An allocation the host cannot back fails as the device's own out-of-memory does:
             // the program gets the error code, nothing else changes.
             Mode::Data => zeroed(size).ok_or(OUT_OF_MEMORY)?,
+            Mode::Shape if size <= SMALL_BACKED => zeroed(size).ok_or(OUT_OF_MEMORY)?,
             Mode::Shape => Vec::new(),
         };
         self.used += size;
@@ -772,42 +783,50 @@ impl Device {
         }
     }
 
-    /// Reads device bytes into `dst` (data mode; in shape mode only checks).
+    /// Reads device bytes into `dst`; memory that holds no bytes (shape mode, see [`Mode`])
+    /// leaves its part of `dst` as it was.
     pub fn read(&mut self, addr: u64, dst: &mut [u8], what: &str) -> Result<(), i32> {
         self.check_sticky()?;
         let pieces = match self.pieces(addr, dst.len() as u64, what) {
             Ok(p) => p,
             Err(t) => return Err(self.raise(t)),
         };
-        if self.mode == Mode::Shape {
-            return Ok(());
-        }
         let mut at = 0usize;
         for (phys, off, len) in pieces {
             let p = &self.phys[&phys];
-            dst[at..at + len as usize].copy_from_slice(&p.data[off as usize..(off + len) as usize]);
+            if !p.data.is_empty() {
+                dst[at..at + len as usize]
+                    .copy_from_slice(&p.data[off as usize..(off + len) as usize]);
+            }
             at += len as usize;
         }
         Ok(())
     }
 
-    /// Writes `src` to device memory (data mode; in shape mode only checks).
+    /// Writes `src` to device memory; memory that holds no bytes (shape mode) takes none.
     pub fn write(&mut self, addr: u64, src: &[u8], what: &str) -> Result<(), i32> {
         self.check_sticky()?;
         let pieces = match self.pieces(addr, src.len() as u64, what) {
             Ok(p) => p,
             Err(t) => return Err(self.raise(t)),
         };
-        if self.mode == Mode::Shape {
-            return Ok(());
-        }
         let mut at = 0usize;
         for (phys, off, len) in pieces {
             let p = self.phys.get_mut(&phys).unwrap();
-            p.data[off as usize..(off + len) as usize].copy_from_slice(&src[at..at + len as usize]);
+            if !p.data.is_empty() {
+                p.data[off as usize..(off + len) as usize]
+                    .copy_from_slice(&src[at..at + len as usize]);
+            }
             at += len as usize;
         }
         Ok(())
+    }
+
+    /// Whether [addr, addr + len) is device memory that holds its bytes (always in data mode;
+    /// in shape mode, small allocations: see [`Mode`]). An invalid range holds none.
+    pub fn holds_bytes(&self, addr: u64, len: u64) -> bool {
+        self.pieces(addr, len, "")
+            .is_ok_and(|ps| ps.iter().all(|(phys, _, _)| !self.phys[phys].data.is_empty()))
     }
 
     // ---------------------------------------------------------------- pinned host memory
@@ -1327,6 +1346,24 @@ mod tests {
         // An allocation beyond the address window takes nothing either.
         assert_eq!(s.malloc(huge), Err(OUT_OF_MEMORY));
         assert_eq!((s.used, s.peak), (1 << 40, 1 << 40));
+    }
+
+    #[test]
+    fn in_shape_mode_only_small_allocations_hold_their_bytes() {
+        let mut s = dev(1 << 30, Mode::Shape);
+        let small = s.malloc(SMALL_BACKED).unwrap();
+        let large = s.malloc(SMALL_BACKED + 1).unwrap();
+        assert!(s.holds_bytes(small, SMALL_BACKED));
+        assert!(!s.holds_bytes(large, 16));
+        assert!(!s.holds_bytes(small, SMALL_BACKED + 1), "past its end is no memory");
+        s.write(small + 8, &[3; 8], "a test").unwrap();
+        s.write(large, &[9; 8], "a test").unwrap();
+        let mut back = [1u8; 16];
+        s.read(small, &mut back, "a test").unwrap();
+        assert_eq!(back, [0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 3, 3, 3, 3]);
+        let mut untouched = [1u8; 8];
+        s.read(large, &mut untouched, "a test").unwrap();
+        assert_eq!(untouched, [1; 8], "memory without bytes leaves the host's as they were");
     }
 
     #[test]

@@ -585,7 +585,7 @@ fn copy(
             d.time_copy(CopyDir::H2D, n, stream, Some((src as usize, sync)))
         }
         (true, false) => {
-            if d.mode == Mode::Data {
+            if d.holds_bytes(src, n) {
                 // SAFETY: dst is a host pointer to `bytes` writable bytes (API contract).
                 let host = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, bytes) };
                 d.read(src, host, "a device-to-host copy")?;
@@ -595,7 +595,7 @@ fn copy(
             d.time_copy(CopyDir::D2H, n, stream, Some((dst as usize, sync)))
         }
         (true, true) => {
-            if d.mode == Mode::Data {
+            if d.holds_bytes(src, n) && d.holds_bytes(dst, n) {
                 let mut tmp = vec![0u8; bytes];
                 d.read(src, &mut tmp, "a device-to-device copy")?;
                 d.write(dst, &tmp, "a device-to-device copy")?;
@@ -654,7 +654,7 @@ fn memset(
     }
     d.check_sticky()?;
     let bytes = (pattern.len() * count) as u64;
-    if d.mode == Mode::Data {
+    if d.holds_bytes(dst, bytes) {
         let buf: Vec<u8> = pattern
             .iter()
             .copied()
@@ -1360,7 +1360,7 @@ pub unsafe extern "C" fn simgpu_read(
     // SAFETY: what is null or a NUL-terminated string; dst holds `bytes` writable bytes.
     let what = unsafe { what_str(what) };
     with(|d| {
-        if d.mode == Mode::Shape || bytes == 0 {
+        if bytes == 0 || !d.holds_bytes(src, bytes as u64) {
             return d.check(src, bytes as u64, &what);
         }
         // SAFETY: dst holds `bytes` writable bytes (the simulator's own callers).
@@ -1379,13 +1379,25 @@ pub unsafe extern "C" fn simgpu_write(
     // SAFETY: what is null or a NUL-terminated string.
     let what = unsafe { what_str(what) };
     with(|d| {
-        if d.mode == Mode::Shape || bytes == 0 {
+        if bytes == 0 || !d.holds_bytes(dst, bytes as u64) {
             return d.check(dst, bytes as u64, &what);
         }
         // SAFETY: src holds `bytes` readable bytes (the simulator's own callers).
         let buf = unsafe { std::slice::from_raw_parts(src, bytes) };
         d.write(dst, buf, &what)
     })
+}
+
+/// 1 when [ptr, ptr + bytes) holds its bytes (data mode; in shape mode, a small allocation),
+/// so that [`simgpu_read`] and [`simgpu_write`] move them; 0 otherwise, or for an invalid range.
+#[unsafe(no_mangle)]
+pub extern "C" fn simgpuHoldsBytes(ptr: CUdeviceptr, bytes: usize) -> c_int {
+    let mut holds = 0;
+    with(|d| {
+        holds = d.holds_bytes(ptr, bytes as u64) as c_int;
+        Ok(())
+    });
+    holds
 }
 
 /// Checks that an operation may touch [ptr, ptr + bytes) without moving any bytes.
