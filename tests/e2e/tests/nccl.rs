@@ -54,14 +54,7 @@ fn ranks(n: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<Output> {
 fn show(outs: &[Output]) -> String {
     outs.iter()
         .enumerate()
-        .map(|(r, o)| {
-            format!(
-                "--- rank {r}: {:?}\n{}{}",
-                o.status,
-                stdout(o),
-                stderr(o)
-            )
-        })
+        .map(|(r, o)| format!("--- rank {r}: {:?}\n{}{}", o.status, stdout(o), stderr(o)))
         .collect()
 }
 
@@ -87,7 +80,11 @@ fn collectives_are_exact(n: usize) {
             "bad_datatype",
             "bad_root",
         ] {
-            assert!(out.contains(&format!("ok {check}\n")), "{check}:\n{}", show(&outs));
+            assert!(
+                out.contains(&format!("ok {check}\n")),
+                "{check}:\n{}",
+                show(&outs)
+            );
         }
     }
 }
@@ -117,7 +114,12 @@ fn the_slowest_rank_sets_the_finish_time_for_everyone() {
         let (b1, a1) = (figure(&outs[1], "before"), figure(&outs[1], "after"));
         // Rank 1 was busy for 0.5 s, rank 0 was not.
         assert!(b0 < 0.1 && b1 >= 0.5, "{mode}: before {b0} {b1}");
-        assert_eq!(a0, a1, "{mode}: both ranks finish together:\n{}", show(&outs));
+        assert_eq!(
+            a0,
+            a1,
+            "{mode}: both ranks finish together:\n{}",
+            show(&outs)
+        );
         // 100 MB on 2 ranks of the simulated H100: 10 us + 1e8 * 1 / 480 GB/s = 218 us.
         let took = a1 - b1;
         assert!(
