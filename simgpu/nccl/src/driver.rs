@@ -10,6 +10,7 @@ type ReadFn = unsafe extern "C" fn(u64, *mut u8, usize, *const c_char) -> c_int;
 type WriteFn = unsafe extern "C" fn(u64, *const u8, usize, *const c_char) -> c_int;
 type CheckFn = unsafe extern "C" fn(u64, usize, *const c_char) -> c_int;
 type ModeFn = unsafe extern "C" fn() -> c_int;
+type HoldsFn = unsafe extern "C" fn(u64, usize) -> c_int;
 type StreamTimeFn = unsafe extern "C" fn(Handle, *mut f64) -> c_int;
 type SubmitLinkFn = unsafe extern "C" fn(Handle, f64, f64, c_int) -> c_int;
 type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> c_int;
@@ -23,6 +24,7 @@ pub struct Sim {
     write: WriteFn,
     check: CheckFn,
     data_mode: ModeFn,
+    holds_bytes: HoldsFn,
     stream_time: StreamTimeFn,
     submit_link: SubmitLinkFn,
     ctx_get_device: CtxGetDeviceFn,
@@ -73,6 +75,7 @@ fn load() -> Result<Sim, &'static str> {
             write: std::mem::transmute::<*mut c_void, WriteFn>(sym(c"simgpu_write")?),
             check: std::mem::transmute::<*mut c_void, CheckFn>(sym(c"simgpu_check")?),
             data_mode: std::mem::transmute::<*mut c_void, ModeFn>(sym(c"simgpuDataMode")?),
+            holds_bytes: std::mem::transmute::<*mut c_void, HoldsFn>(sym(c"simgpuHoldsBytes")?),
             stream_time: std::mem::transmute::<*mut c_void, StreamTimeFn>(sym(
                 c"simgpu_stream_time",
             )?),
@@ -114,6 +117,13 @@ impl Sim {
     pub fn data_mode(&self) -> bool {
         // SAFETY: resolved from the simulated driver with this signature.
         unsafe { (self.data_mode)() != 0 }
+    }
+
+    /// Whether [ptr, ptr + bytes) holds its bytes: always in data mode; in shape mode, a small
+    /// allocation's (the driver's rule), whose bytes a collective then moves too.
+    pub fn holds_bytes(&self, ptr: u64, bytes: usize) -> bool {
+        // SAFETY: resolved from the simulated driver with this signature; any values are valid.
+        unsafe { (self.holds_bytes)(ptr, bytes) != 0 }
     }
 
     pub fn read(&self, ptr: u64, dst: &mut [u8], what: &CStr) -> Cu {

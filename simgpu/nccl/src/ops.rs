@@ -237,7 +237,7 @@ fn driver() -> Result<&'static Sim, Fail> {
 struct Posted {
     seq: u64,
     time: f64,
-    /// This rank's contribution (empty in shape mode).
+    /// This rank's contribution (empty where its send buffer holds no bytes: shape mode).
     payload: Vec<u8>,
     /// The local failure, already told to the peers.
     failed: Option<Fail>,
@@ -289,7 +289,7 @@ fn post(s: &Sim, data: bool, p: &Pending) -> Result<Posted, Fail> {
     let bytes = p.send_elems() * p.dt.size();
     let mut payload = Vec::new();
     if failed.is_none() && bytes > 0 {
-        let r = if data {
+        let r = if data || s.holds_bytes(p.send, bytes) {
             payload = vec![0u8; bytes];
             s.read(p.send, &mut payload, c"nccl sendbuff")
         } else {
@@ -379,7 +379,9 @@ fn complete(s: &Sim, data: bool, p: &Pending, x: &Posted) -> Result<(), Fail> {
         // The two sides' kinds differ by design.
         h2.kind = mine.kind;
         agree(p, x.seq, peer, &h2, &mine)?;
-        let out = (p.kind == Kind::Recv && data).then(|| payload.to_vec());
+        let bytes = p.recv_elems() * p.dt.size();
+        let carried = data || (!payload.is_empty() && s.holds_bytes(p.recv, bytes));
+        let out = (p.kind == Kind::Recv && carried).then(|| payload.to_vec());
         (x.time.max(h.time), out)
     } else {
         let want: Vec<(PathBuf, usize, Option<i32>)> = (0..p.n())
@@ -407,7 +409,17 @@ fn complete(s: &Sim, data: bool, p: &Pending, x: &Posted) -> Result<(), Fail> {
                 }
             }
         }
-        let out = if data {
+        // In shape mode the result is exact where every part it needs was carried and the
+        // receive buffer holds bytes (small buffers: sizes and flags checked across ranks).
+        let needed: Vec<usize> = match p.kind {
+            Kind::Broadcast => vec![p.root as usize],
+            _ => (0..p.n()).collect(),
+        };
+        let carried = needed
+            .iter()
+            .all(|&r| parts.get(r).is_some_and(|b| !b.is_empty()))
+            && s.holds_bytes(p.recv, p.recv_elems() * p.dt.size());
+        let out = if data || carried {
             let op = resolve_op(s, p)?;
             Some(combine(p, &parts, &op)?)
         } else {
