@@ -226,7 +226,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             cmd.env("MARMOSET_PLAN_WAIT", "1");
         }
     }
-    let sim_report = a.sim.as_ref().and_then(|_| SimReport::before());
+    let devices = a
+        .sim
+        .as_deref()
+        .and_then(|s| machine(s).ok())
+        .and_then(|m| m.1)
+        .unwrap_or(1);
+    let sim_report = a.sim.as_ref().and_then(|_| SimReport::before(devices));
     let status = match signals::run(cmd, &a.cmd[0])? {
         Ok(status) => status,
         Err(not_started) => return Ok(not_started),
@@ -267,29 +273,47 @@ fn machine(sim: &str) -> Result<(&str, Option<u32>)> {
 /// started the device leaves it unwritten, and a file from an earlier run may lie there. After
 /// the program, a report that is missing or unchanged (the same file, size and modification
 /// time) is said in one line, so that nobody reads an earlier run's figures as this one's.
+/// A file's identity and state: (device, inode, modification seconds and nanoseconds, size).
+type Stamp = (u64, u64, i64, i64, u64);
+
 struct SimReport {
-    path: PathBuf,
-    before: Option<(u64, u64, i64, i64, u64)>,
+    /// The report's paths: SIMGPU_REPORT, or on a machine of several devices one per device.
+    paths: Vec<PathBuf>,
+    before: Vec<Option<Stamp>>,
 }
 
 impl SimReport {
-    fn before() -> Option<SimReport> {
-        let path = PathBuf::from(std::env::var_os("SIMGPU_REPORT").filter(|v| !v.is_empty())?);
-        let before = Self::stamp(&path);
-        Some(SimReport { path, before })
+    fn before(devices: u32) -> Option<SimReport> {
+        let base = std::env::var_os("SIMGPU_REPORT").filter(|v| !v.is_empty())?;
+        let paths: Vec<PathBuf> = if devices <= 1 {
+            vec![PathBuf::from(base)]
+        } else {
+            let base = base.to_string_lossy();
+            (0..devices)
+                .map(|d| PathBuf::from(simgpu_model::per_device_report(&base, d)))
+                .collect()
+        };
+        let before = paths.iter().map(|p| Self::stamp(p)).collect();
+        Some(SimReport { paths, before })
     }
 
     /// (device, inode, modification seconds and nanoseconds, size) of the file, if there is one.
-    fn stamp(path: &std::path::Path) -> Option<(u64, u64, i64, i64, u64)> {
+    fn stamp(path: &std::path::Path) -> Option<Stamp> {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(path).ok()?;
         Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
     }
 
+    /// Says so when no report was written: on a machine of several devices, a report of any
+    /// device is this run's (a process works on each device it uses).
     fn check(&self, status: &std::process::ExitStatus) {
         use std::os::unix::process::ExitStatusExt;
-        let now = Self::stamp(&self.path);
-        if now.is_some() && now != self.before {
+        let now: Vec<_> = self.paths.iter().map(|p| Self::stamp(p)).collect();
+        if now
+            .iter()
+            .zip(&self.before)
+            .any(|(n, b)| n.is_some() && n != b)
+        {
             return;
         }
         let why = match status.signal() {
@@ -301,14 +325,15 @@ impl SimReport {
             None => "the program ended without starting the simulated device, or in a way it cannot see"
                 .to_string(),
         };
-        let what = if now.is_some() {
+        let what = if now.iter().any(Option::is_some) {
             "the file there is an earlier run's"
         } else {
             "there is no file"
         };
+        let names: Vec<String> = self.paths.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
             "marmoset: the simulated GPU's report SIMGPU_REPORT={} was not written ({what}): {why}",
-            self.path.display()
+            names.join(", ")
         );
     }
 }

@@ -91,23 +91,7 @@ pub fn report_path(base: &str) -> Option<String> {
     }
     let w = WORKING.load(Ordering::Relaxed);
     let physical = physical(w).ok()?;
-    Some(per_device(base, physical))
-}
-
-/// `base` with `.dev<physical>` before its extension.
-pub fn per_device(base: &str, physical: u32) -> String {
-    let p = std::path::Path::new(base);
-    match (p.file_stem(), p.extension()) {
-        (Some(stem), Some(ext)) => p
-            .with_file_name(format!(
-                "{}.dev{physical}.{}",
-                stem.to_string_lossy(),
-                ext.to_string_lossy()
-            ))
-            .to_string_lossy()
-            .into_owned(),
-        _ => format!("{base}.dev{physical}"),
-    }
+    Some(simgpu_model::per_device_report(base, physical))
 }
 
 /// The device the process works on, or 0 before its first allocation.
@@ -192,8 +176,9 @@ mod tests {
 
     #[test]
     fn each_device_has_its_own_report() {
-        assert_eq!(per_device("/t/report.json", 1), "/t/report.dev1.json");
-        assert_eq!(per_device("/t/report", 0), "/t/report.dev0");
-        assert_eq!(per_device("r.json", 3), "r.dev3.json");
+        use simgpu_model::per_device_report as name;
+        assert_eq!(name("/t/report.json", 1), "/t/report.dev1.json");
+        assert_eq!(name("/t/report", 0), "/t/report.dev0");
+        assert_eq!(name("r.json", 3), "r.dev3.json");
     }
 }

@@ -80,6 +80,24 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("p100", include_str!("../../profiles/p100.json")),
 ];
 
+/// Where the simulator's report (SIMGPU_REPORT) of the process working on device `physical`
+/// goes on a machine of several devices: `base` with `.dev<physical>` before its extension
+/// (`report.json` -> `report.dev1.json`). On a machine of one device the report is `base`.
+pub fn per_device_report(base: &str, physical: u32) -> String {
+    let p = std::path::Path::new(base);
+    match (p.file_stem(), p.extension()) {
+        (Some(stem), Some(ext)) => p
+            .with_file_name(format!(
+                "{}.dev{physical}.{}",
+                stem.to_string_lossy(),
+                ext.to_string_lossy()
+            ))
+            .to_string_lossy()
+            .into_owned(),
+        _ => format!("{base}.dev{physical}"),
+    }
+}
+
 /// Direction of a copy between host and device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyDir {
