@@ -329,6 +329,20 @@ pub enum Event {
         touches: Vec<Touch>,
         result: i32,
     },
+    /// An NCCL collective or point-to-point call (`ncclAllReduce`, `ncclSend`, ...) on `stream`:
+    /// it reads its send buffer and writes its receive buffer (`touches`) together with the
+    /// communicator's other ranks, so it is never replayed (a replay would need every rank).
+    /// `bytes` is the call's buffer size as nccl-tests counts it (an all-reduce's per-rank
+    /// buffer), `ranks` the communicator's size.
+    Collective {
+        api: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        bytes: u64,
+        ranks: u32,
+        touches: Vec<Touch>,
+        result: i32,
+    },
     /// A synchronisation: stream, event, device, or a stream waiting for an event.
     Sync {
         api: String,
@@ -452,6 +466,7 @@ macro_rules! api_call {
             | Event::Launch { $f, .. }
             | Event::Cudnn { $f, .. }
             | Event::Cublas { $f, .. }
+            | Event::Collective { $f, .. }
             | Event::Sync { $f, .. }
     };
 }
@@ -468,6 +483,7 @@ impl Event {
             Event::Launch { .. } => "launch",
             Event::Cudnn { .. } => "cudnn",
             Event::Cublas { .. } => "cublas",
+            Event::Collective { .. } => "collective",
             Event::Sync { .. } => "sync",
             Event::Timing { .. } => "timing",
             Event::Evict { .. } => "evict",
@@ -515,7 +531,8 @@ impl Event {
             | Event::Memset { touches, .. }
             | Event::Launch { touches, .. }
             | Event::Cudnn { touches, .. }
-            | Event::Cublas { touches, .. } => touches,
+            | Event::Cublas { touches, .. }
+            | Event::Collective { touches, .. } => touches,
             _ => &[],
         }
     }

@@ -396,6 +396,9 @@ pub fn why_not_replayed(event: &Event, replay: Option<&Replay>) -> Option<&'stat
         } => "a copy from the host, whose memory the program may have changed since",
         Event::Copy { .. } => "a copy (not replayed)",
         Event::Memset { .. } => "a memset (not replayed)",
+        Event::Collective { .. } => {
+            "an NCCL collective: a replay would need every rank of its communicator"
+        }
         Event::Launch { touches, .. } => match replay {
             Some(Replay::Kernel { .. }) if touches.iter().any(|t| t.access == Access::Rw) => {
                 "a kernel that may update memory holding contents in place (a pointer its name \

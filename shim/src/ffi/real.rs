@@ -62,3 +62,4 @@ pub const CUDNN: &[&CStr] = &[
 ];
 pub const CUBLAS: &[&CStr] = &[c"libcublas.so.13", c"libcublas.so.12"];
 pub const CUBLASLT: &[&CStr] = &[c"libcublasLt.so.13", c"libcublasLt.so.12"];
+pub const NCCL: &[&CStr] = &[c"libnccl.so.2"];

@@ -51,6 +51,12 @@ const CUBLASLT: Lib = Lib {
     unavailable: 1, // CUBLAS_STATUS_NOT_INITIALIZED
 };
 
+const NCCL: Lib = Lib {
+    sonames: real::NCCL,
+    who: "NCCL",
+    unavailable: 3, // ncclInternalError
+};
+
 /// The address in `s`, resolved on first use; while it is 0 (not found) each use looks again, so
 /// a library loaded later is found.
 #[inline]
@@ -108,6 +114,7 @@ table! {
     CUDA cuGetErrorName(c_int, *mut *const c_char) -> c_int;
     CUDA cuDeviceGetName(*mut c_char, c_int, c_int) -> c_int;
     CUDA cuDeviceGetDefaultMemPool(*mut P, c_int) -> c_int;
+    CUDA cuCtxGetDevice(*mut c_int) -> c_int;
     CUDA cuCtxSynchronize() -> c_int;
     CUDA cuStreamCreate(*mut P, u32) -> c_int;
     CUDA cuStreamWaitEvent(P, P, u32) -> c_int;
@@ -230,6 +237,9 @@ table! {
     CUBLASLT cublasLtMatrixLayoutSetAttribute(P, u32, C, usize) -> c_int;
     CUBLASLT cublasLtMatrixLayoutGetAttribute(C, u32, P, usize, *mut usize) -> c_int;
     CUBLASLT cublasLtMatmul(P, P, C, C, P, C, P, C, C, P, P, P, C, P, usize, P) -> c_int;
+
+    // NCCL: a communicator's size, which sizes its gathers and scatters.
+    NCCL ncclCommCount(C, *mut c_int) -> c_int;
 }
 
 #[cfg(test)]

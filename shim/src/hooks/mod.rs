@@ -11,6 +11,7 @@ pub mod cublas;
 pub mod cudnn;
 pub mod dl;
 pub mod driver;
+pub mod nccl;
 pub mod runtime;
 
 use crate::core::config::Level;
@@ -77,13 +78,14 @@ impl Entry {
 }
 
 /// All tables.
-pub fn tables() -> [&'static [Entry]; 6] {
+pub fn tables() -> [&'static [Entry]; 7] {
     [
         &runtime::TABLE,
         &driver::TABLE,
         &cudnn::TABLE,
         &cublas::TABLE,
         &cublas::LT_TABLE,
+        &nccl::TABLE,
         &dl::TABLE,
     ]
 }
@@ -189,7 +191,8 @@ fn stream_of(e: &Event) -> Option<u64> {
         | Event::Memset { stream, .. }
         | Event::Launch { stream, .. }
         | Event::Cudnn { stream, .. }
-        | Event::Cublas { stream, .. } => *stream,
+        | Event::Cublas { stream, .. }
+        | Event::Collective { stream, .. } => *stream,
         _ => None,
     }
 }
@@ -283,6 +286,8 @@ pub fn run(
                     // cuBLAS: CUBLAS_STATUS_ALLOC_FAILED, or EXECUTION_FAILED.
                     (Event::Cublas { .. }, 2) => 3,
                     (Event::Cublas { .. }, _) => 13,
+                    // NCCL: ncclUnhandledCudaError, what it returns when CUDA fails it.
+                    (Event::Collective { .. }, _) => 1,
                     _ => code,
                 };
                 if let Some(p) = pending {
@@ -296,7 +301,9 @@ pub fn run(
         p.start_timing();
     }
     let r = real();
-    drop(hold);
+    // Inside an NCCL group the call only queues its work: its operands stay held until the
+    // group's end issues it.
+    nccl::release(hold);
     if let Some(p) = pending
         && catch_unwind(AssertUnwindSafe(|| {
             p.finish(r);
@@ -356,7 +363,7 @@ pub fn range(ptr: u64, bytes: u64, access: Access) -> Vec<Touch> {
 /// `entry` and the arguments).
 macro_rules! hooks {
     (libs = $libs:expr, unavailable = $fail:expr, names = ($entry:ident, $real:ident); $( [$base:literal] fn $name:ident ( $($a:ident : $t:ty),* $(,)? ) => $pre:expr $(, call = $call:expr)? ; )* ) => {
-        #[allow(non_camel_case_types, clippy::upper_case_acronyms, dead_code)]
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms, clippy::enum_variant_names, dead_code)]
         #[repr(usize)]
         enum Id { $($name),* }
 
