@@ -544,6 +544,38 @@ fn settings_for(
             }
         }
     }
+    // torch's default NCCL process group (its "nccl2") reads the caching allocator's snapshot
+    // when a group is destroyed, which backend:cudaMallocAsync refuses: the process aborts
+    // before its first step. The stock group (TORCH_DIST_USE_NCCL2=0) has no such hook.
+    let async_backend = set.iter().any(|(k, v): &(String, String)| {
+        k == "PYTORCH_CUDA_ALLOC_CONF" && v.contains("backend:cudaMallocAsync")
+    }) || get("PYTORCH_CUDA_ALLOC_CONF")
+        .or_else(|| get("PYTORCH_ALLOC_CONF"))
+        .is_some_and(|c| c.replace(' ', "").contains("backend:cudaMallocAsync"));
+    if async_backend {
+        match get("TORCH_DIST_USE_NCCL2") {
+            None => {
+                set.push(("TORCH_DIST_USE_NCCL2".into(), "0".into()));
+                log.push(info(
+                    "marmoset: set TORCH_DIST_USE_NCCL2=0 (PyTorch's stock NCCL process group: its \
+                     default one aborts under backend:cudaMallocAsync)"
+                        .into(),
+                ));
+            }
+            Some(v) if v != "0" => log.push(Said {
+                level: Level::Warn,
+                pytorch: true,
+                line: format!(
+                    "marmoset: TORCH_DIST_USE_NCCL2={v:?} keeps PyTorch's default NCCL process \
+                     group, which aborts under backend:cudaMallocAsync when a group is made or \
+                     destroyed (unset it, or set it to 0)"
+                ),
+            }),
+            Some(_) => log.push(info(
+                "marmoset: keeping the user's TORCH_DIST_USE_NCCL2=0".into(),
+            )),
+        }
+    }
     if legacy {
         if get("TORCH_CUDNN_V8_API_DISABLED").is_some() {
             log.push(info(
@@ -686,35 +718,50 @@ mod tests {
 
     #[test]
     fn a_trace_asks_for_one_allocation_per_tensor_whatever_the_policy() {
-        let per_tensor = vec![(
-            "PYTORCH_CUDA_ALLOC_CONF".to_string(),
-            "backend:cudaMallocAsync".to_string(),
-        )];
+        let stock_nccl = ("TORCH_DIST_USE_NCCL2".to_string(), "0".to_string());
+        let per_tensor = vec![
+            (
+                "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+                "backend:cudaMallocAsync".to_string(),
+            ),
+            stock_nccl.clone(),
+        ];
         // Under `none`, the trace alone asks, and says so at the default level where PyTorch is.
         let (set, log, ok) = framework_settings(Policy::None, true, env(&[]));
         assert_eq!(set, per_tensor);
         assert!(ok);
-        assert_eq!(log.len(), 1, "{log:?}");
+        assert_eq!(log.len(), 2, "{log:?}");
         assert!(log[0].level <= Level::Warn && log[0].pytorch, "{log:?}");
         assert!(log[0].line.contains("backend:cudaMallocAsync") && log[0].line.contains("plan"));
+        assert!(log[1].line.contains("TORCH_DIST_USE_NCCL2=0"), "{log:?}");
         // Under a memory policy it is the policy's setting, said at info as before.
         for policy in [Policy::Lru, Policy::Guided(BUDGET_DEFAULT)] {
             let (set, log, ok) = framework_settings(policy, true, env(&[]));
             assert_eq!(set, per_tensor);
             assert!(
-                ok && log.len() == 1 && log[0].level == Level::Info,
+                ok && log.len() == 2 && log.iter().all(|l| l.level == Level::Info),
                 "{log:?}"
             );
         }
-        // The user's own setting stays: one per tensor already, or a caching one that the
-        // trace cannot plan, said at the default level; expandable segments refuse no policy
-        // under `none`.
+        // The user's own setting stays: one per tensor already (the stock NCCL group then comes
+        // with it), or a caching one that the trace cannot plan, said at the default level;
+        // expandable segments refuse no policy under `none`.
         let (set, log, _) = framework_settings(
             Policy::None,
             true,
             env(&[("PYTORCH_CUDA_ALLOC_CONF", "backend: cudaMallocAsync")]),
         );
-        assert!(set.is_empty() && log[0].level == Level::Info, "{log:?}");
+        assert_eq!(set, vec![stock_nccl.clone()]);
+        assert!(log[0].level == Level::Info, "{log:?}");
+        // The user's choice of NCCL group stays too; the default one is warned of.
+        let (set, log, _) =
+            framework_settings(Policy::None, true, env(&[("TORCH_DIST_USE_NCCL2", "1")]));
+        assert_eq!(set, per_tensor[..1].to_vec());
+        assert!(
+            log.iter()
+                .any(|l| l.level == Level::Warn && l.line.contains("TORCH_DIST_USE_NCCL2=\"1\"")),
+            "{log:?}"
+        );
         for conf in ["max_split_size_mb:64", "expandable_segments:True"] {
             let (set, log, ok) =
                 framework_settings(Policy::None, true, env(&[("PYTORCH_ALLOC_CONF", conf)]));
@@ -743,6 +790,7 @@ mod tests {
                     "PYTORCH_CUDA_ALLOC_CONF".to_string(),
                     "backend:cudaMallocAsync".to_string()
                 ),
+                ("TORCH_DIST_USE_NCCL2".to_string(), "0".to_string()),
                 ("TORCH_CUDNN_V8_API_DISABLED".to_string(), "1".to_string())
             ]
         );
