@@ -12,12 +12,30 @@ pub(super) type P = *mut c_void;
 
 pub(super) const OUT_OF_MEMORY: c_int = 2;
 
+/// The device the process's memory is on: its current context's when first asked (the
+/// allocator is made by the process's first allocation, in the thread that works on the
+/// device), 0 if the driver cannot say. One process, one device: as torchrun runs ranks.
+pub(super) fn device() -> c_int {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    static DEVICE: AtomicI32 = AtomicI32::new(-1);
+    let d = DEVICE.load(Ordering::Acquire);
+    if d >= 0 {
+        return d;
+    }
+    let mut dev = 0;
+    if call!(cuCtxGetDevice(&mut dev)).is_err() || dev < 0 {
+        return 0;
+    }
+    DEVICE.store(dev, Ordering::Release);
+    dev
+}
+
 pub(super) fn prop() -> AllocProp {
     AllocProp {
         type_: 1,
         handle_types: 0,
         location_type: 1,
-        location_id: 0,
+        location_id: device(),
         win32: std::ptr::null_mut(),
         flags: [0; 8],
     }

@@ -525,7 +525,7 @@ impl Manager {
         }
         let acc = AccessDesc {
             location_type: 1,
-            location_id: 0,
+            location_id: driver::device(),
             flags: 3,
         };
         if let Err(e) = call!(cuMemSetAccess(va, mapped as usize, &acc, 1)) {

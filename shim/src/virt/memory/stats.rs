@@ -177,7 +177,7 @@ fn default_pool() -> u64 {
         return p;
     }
     let mut h: super::driver::P = std::ptr::null_mut();
-    if call!(cuDeviceGetDefaultMemPool(&mut h, 0)).is_err() {
+    if call!(cuDeviceGetDefaultMemPool(&mut h, super::driver::device())).is_err() {
         return 0;
     }
     POOL.store(h as u64, Ordering::Release);

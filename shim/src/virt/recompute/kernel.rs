@@ -82,12 +82,16 @@ thread_local! {
 
 /// Notes a launch's parameter buffer (a `kernel` lineage), before its record.
 pub fn note_params(params: &[u8]) {
-    LAST_PARAMS.with(|p| *p.borrow_mut() = Some(params.to_vec()));
+    // A launch from a thread's TLS destructors keeps nothing: the thread is ending.
+    let _ = LAST_PARAMS.try_with(|p| *p.borrow_mut() = Some(params.to_vec()));
 }
 
 /// The parameter buffer of this thread's last launch, taken.
 pub fn take_params() -> Option<Vec<u8>> {
-    LAST_PARAMS.with(|p| p.borrow_mut().take())
+    LAST_PARAMS
+        .try_with(|p| p.borrow_mut().take())
+        .ok()
+        .flatten()
 }
 
 /// Launches the recorded kernel again with the current addresses (`addrs`: each operand's,
