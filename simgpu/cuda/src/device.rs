@@ -825,8 +825,10 @@ impl Device {
     /// Whether [addr, addr + len) is device memory that holds its bytes (always in data mode;
     /// in shape mode, small allocations: see [`Mode`]). An invalid range holds none.
     pub fn holds_bytes(&self, addr: u64, len: u64) -> bool {
-        self.pieces(addr, len, "")
-            .is_ok_and(|ps| ps.iter().all(|(phys, _, _)| !self.phys[phys].data.is_empty()))
+        self.pieces(addr, len, "").is_ok_and(|ps| {
+            ps.iter()
+                .all(|(phys, _, _)| !self.phys[phys].data.is_empty())
+        })
     }
 
     // ---------------------------------------------------------------- pinned host memory
@@ -1355,7 +1357,10 @@ mod tests {
         let large = s.malloc(SMALL_BACKED + 1).unwrap();
         assert!(s.holds_bytes(small, SMALL_BACKED));
         assert!(!s.holds_bytes(large, 16));
-        assert!(!s.holds_bytes(small, SMALL_BACKED + 1), "past its end is no memory");
+        assert!(
+            !s.holds_bytes(small, SMALL_BACKED + 1),
+            "past its end is no memory"
+        );
         s.write(small + 8, &[3; 8], "a test").unwrap();
         s.write(large, &[9; 8], "a test").unwrap();
         let mut back = [1u8; 16];
@@ -1363,7 +1368,10 @@ mod tests {
         assert_eq!(back, [0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 3, 3, 3, 3]);
         let mut untouched = [1u8; 8];
         s.read(large, &mut untouched, "a test").unwrap();
-        assert_eq!(untouched, [1; 8], "memory without bytes leaves the host's as they were");
+        assert_eq!(
+            untouched, [1; 8],
+            "memory without bytes leaves the host's as they were"
+        );
     }
 
     #[test]
