@@ -231,6 +231,21 @@ fn settings(cmd: &[String], findings: &mut Vec<Finding>) {
             text: "TORCH_CUDNN_V8_API_DISABLED=0 keeps cuDNN's graph API, which μ-cuDNN's micro-batching does not split. Fix: unset it (Marmoset sets 1 when micro-batching).".into(),
         });
     }
+    // Data parallelism: settings of PyTorch's NCCL process group that defeat a policy.
+    if let Some(v) = env("TORCH_DIST_USE_NCCL2").filter(|v| v != "0") {
+        findings.push(Finding {
+            problem: true,
+            topic: "settings",
+            text: format!("TORCH_DIST_USE_NCCL2={v} keeps PyTorch's default NCCL process group, which reads the caching allocator's snapshot when a group is made or destroyed: under a memory policy (backend:cudaMallocAsync) the process aborts. Fix: unset it (Marmoset sets 0, PyTorch's stock group)."),
+        });
+    }
+    if env("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK").as_deref() == Some("1") {
+        findings.push(Finding {
+            problem: true,
+            topic: "settings",
+            text: "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 registers the caching allocator's segments with NCCL: it needs the caching allocator (backend:cudaMallocAsync has none to register), and a registered buffer that a memory policy evicts would leave NCCL a range that is no longer mapped. Fix: unset it for runs under a memory policy.".into(),
+        });
+    }
     // CUDA graphs replay captured work without calling CUDA: nothing to interpose.
     let graph_words = [
         "torch.cuda.graph(",

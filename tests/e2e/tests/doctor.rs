@@ -67,6 +67,8 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
         c.args(["--", "python3", "-c", "import torch"])
             .env("PYTHONPATH", &site)
             .env("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+            .env("TORCH_DIST_USE_NCCL2", "1")
+            .env("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "1")
             .env("MARMOSET_CACHE_DIR", site.join("cache"))
             .env_remove("PYTORCH_ALLOC_CONF");
         c.output().expect("run marmoset doctor")
@@ -89,6 +91,14 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
         "{out}"
     );
     assert!(out.contains("the benchmark cache"), "{out}");
+    assert!(
+        out.contains("TORCH_DIST_USE_NCCL2=1") && out.contains("the process aborts"),
+        "{out}"
+    );
+    assert!(
+        out.contains("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1"),
+        "{out}"
+    );
     // JSON: the library, where it came from and how, and the coverage counted from its exports.
     let o = run(true);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
@@ -145,6 +155,8 @@ fn doctor_without_problems_exits_0_and_says_so() {
         .env("MARMOSET_CACHE_DIR", &cache)
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
         .env_remove("PYTORCH_ALLOC_CONF")
+        .env_remove("TORCH_DIST_USE_NCCL2")
+        .env_remove("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK")
         .output()
         .unwrap();
     let out = stdout(&o);
