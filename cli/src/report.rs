@@ -15,6 +15,7 @@ mod measure;
 mod names;
 mod page;
 mod planned;
+mod ranks;
 mod steps;
 
 use crate::svg::{self, Row, Series, State, esc};
@@ -218,9 +219,21 @@ pub fn report(o: &Options) -> Result<std::process::ExitCode> {
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", o.trace.display()))?;
     crate::note_cut(o.trace, run.measured.cut.as_deref());
     crate::note_siblings(o.trace);
+    let ranks = ranks::read(o.trace, &text, &run);
+    if let Some((i, (rank, ms))) = ranks::slowest(&ranks).into_iter().enumerate().last() {
+        eprintln!(
+            "marmoset: {} ranks of one run; step {} took {ms:.3} ms on its slowest rank, rank {rank}",
+            ranks.len(),
+            i + 1
+        );
+    }
     // A `.json` output is the summary and the steps, for scripts.
     if o.output.extension().is_some_and(|e| e == "json") {
-        let text = serde_json::to_string_pretty(&page::json(&run))?;
+        let mut v = page::json(&run);
+        if !ranks.is_empty() {
+            v["ranks"] = ranks::json(&ranks);
+        }
+        let text = serde_json::to_string_pretty(&v)?;
         std::fs::write(o.output, text + "\n")
             .with_context(|| format!("cannot write {}", o.output.display()))?;
         return Ok(std::process::ExitCode::SUCCESS);
@@ -279,6 +292,7 @@ pub fn report(o: &Options) -> Result<std::process::ExitCode> {
 
     page::summary(&mut h, &run);
     page::steps(&mut h, &run);
+    ranks::html(&mut h, &ranks, o.simulated && m.device_clock);
 
     // Memory over the run.
     let x_label = run.clock_label();

@@ -244,6 +244,9 @@ pub enum Event {
         /// under one first process loaded with the shim) shares it; see [`sibling_path`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run: Option<String>,
+        /// The process's rank in a distributed job (`RANK`, as torchrun sets it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
     },
     /// A device allocation (plain, stream-ordered or from a pool).
     Alloc {

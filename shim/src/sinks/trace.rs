@@ -56,6 +56,7 @@ pub fn start(path: &str, policy: &str) -> std::io::Result<()> {
             policy: policy.into(),
             marmoset: env!("CARGO_PKG_VERSION").into(),
             run: Some(run.clone()),
+            rank: std::env::var("RANK").ok().and_then(|r| r.parse().ok()),
         },
     };
     let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;

@@ -157,6 +157,39 @@ fn ddp_trains_on_two_simulated_devices_within_a_budget_on_each() {
             "device {d}: peak {peak} B over the budget {budget} B (alone {peaks:?})"
         );
     }
+    // The report reads every rank's trace and names each step's slowest rank.
+    let json = temp_path("ddp-report-ranks.json");
+    let rep = Command::new(marmoset())
+        .args(["report", "--simulated", "-o"])
+        .arg(&json)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    ok(&rep);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).ok();
+    let ranks = v["ranks"]["ranks"].as_array().expect("a ranks section");
+    assert_eq!(ranks.len(), RANKS, "{}", v["ranks"]);
+    assert_eq!(
+        (ranks[0]["rank"].as_u64(), ranks[1]["rank"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let slowest = v["ranks"]["slowest"].as_array().unwrap();
+    assert!(!slowest.is_empty(), "{}", v["ranks"]);
+    for s in slowest {
+        let i = s["step"].as_u64().unwrap() as usize - 1;
+        let most = ranks
+            .iter()
+            .map(|r| r["steps_ms"][i].as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert_eq!(s["measured_ms"].as_f64(), Some(most), "{}", v["ranks"]);
+    }
+    assert!(
+        stderr(&rep).contains("on its slowest rank"),
+        "{}",
+        stderr(&rep)
+    );
     for (r, records) in rank_traces(&trace).iter().enumerate() {
         let reduces = collectives(records, "ncclAllReduce");
         assert!(
