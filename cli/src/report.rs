@@ -220,7 +220,7 @@ pub fn report(o: &Options) -> Result<std::process::ExitCode> {
     crate::note_cut(o.trace, run.measured.cut.as_deref());
     crate::note_siblings(o.trace);
     let ranks = ranks::read(o.trace, &text, &run);
-    if let Some((i, (rank, ms))) = ranks::slowest(&ranks).into_iter().enumerate().last() {
+    if let Some((i, (rank, ms))) = ranks::slowest(&ranks).into_iter().enumerate().next_back() {
         eprintln!(
             "marmoset: {} ranks of one run; step {} took {ms:.3} ms on its slowest rank, rank {rank}",
             ranks.len(),
