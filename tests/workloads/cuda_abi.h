@@ -33,6 +33,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
 cudaError_t cudaMemset(void *p, int value, size_t n);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s);
+cudaError_t cudaSetDevice(int device);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);

@@ -31,16 +31,81 @@
  *       allocator's 2 MiB pages and many iterations.
  *   TRAINER_UNFREEZE=T        the backbone (the first convolution and the blocks) is frozen for the
  *       first T training iterations: no gradient flows below the second convolution and the
- *       backbone is not updated; from training iteration T on it is trained. */
+ *       backbone is not updated; from training iteration T on it is trained.
+ *
+ * Data parallelism, as DDP does it: with TRAINER_RANKS=N (2..16), TRAINER_RANK=R and
+ * TRAINER_NCCL_ID=PATH, the process works on device R, trains on its own data (the same weights,
+ * a batch drawn for rank R) and averages every weight and bias gradient over the N ranks with
+ * ncclAllReduce (NCCL reached through dlopen) before each update, so every rank ends with the
+ * same weights. Rank 0 writes NCCL's unique id to PATH; the others wait for it. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_abi.h"
 #include "iteration_times.h"
+
+/* Data parallelism (the header): NCCL's calls, found with dlsym. */
+typedef struct { char bytes[128]; } ncclUniqueId;
+static int (*nccl_get_id)(ncclUniqueId *);
+static int (*nccl_init)(void **, int, ncclUniqueId, int);
+static int (*nccl_all_reduce)(const void *, void *, size_t, int, int, void *, cudaStream_t);
+static int (*nccl_destroy)(void *);
+static void *nccl_comm;
+
+/* Joins the communicator of TRAINER_RANKS ranks as TRAINER_RANK: 0 when not data-parallel, the
+   rank otherwise; exits with a message on a bad setting or a failed call. */
+static int nccl_join(void) {
+  const char *ranks_v = getenv("TRAINER_RANKS"), *rank_v = getenv("TRAINER_RANK"), *path = getenv("TRAINER_NCCL_ID");
+  if (!ranks_v) return 0;
+  int ranks = atoi(ranks_v), rank = rank_v ? atoi(rank_v) : -1;
+  if (ranks < 2 || ranks > 16 || rank < 0 || rank >= ranks || !path) {
+    fprintf(stderr, "trainer: TRAINER_RANKS=2..16, TRAINER_RANK=0..RANKS-1 and TRAINER_NCCL_ID=PATH go together\n");
+    exit(2);
+  }
+  void *h = dlopen("libnccl.so.2", RTLD_NOW);
+  if (!h) { fprintf(stderr, "trainer: cannot open libnccl.so.2\n"); exit(1); }
+  *(void **)&nccl_get_id = dlsym(h, "ncclGetUniqueId");
+  *(void **)&nccl_init = dlsym(h, "ncclCommInitRank");
+  *(void **)&nccl_all_reduce = dlsym(h, "ncclAllReduce");
+  *(void **)&nccl_destroy = dlsym(h, "ncclCommDestroy");
+  if (!nccl_get_id || !nccl_init || !nccl_all_reduce || !nccl_destroy) { fprintf(stderr, "trainer: libnccl.so.2 lacks a call\n"); exit(1); }
+  if (cudaSetDevice(rank)) { fprintf(stderr, "trainer: cudaSetDevice(%d) failed\n", rank); exit(1); }
+  ncclUniqueId id;
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (rank == 0) {
+    FILE *f = fopen(tmp, "wb");
+    if (nccl_get_id(&id) || !f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) || rename(tmp, path)) {
+      fprintf(stderr, "trainer: cannot make NCCL's unique id at %s\n", path);
+      exit(1);
+    }
+  } else {
+    for (int tries = 0;; tries++) {
+      FILE *f = fopen(path, "rb");
+      if (f && fread(&id, sizeof id, 1, f) == 1) { fclose(f); break; }
+      if (f) fclose(f);
+      if (tries > 6000) { fprintf(stderr, "trainer: no NCCL unique id at %s\n", path); exit(1); }
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (nccl_init(&nccl_comm, ranks, id, rank)) { fprintf(stderr, "trainer: ncclCommInitRank failed\n"); exit(1); }
+  return rank;
+}
+
+/* The gradient averaged over the ranks, in place (ncclFloat 7, ncclAvg 4), on the default
+   stream. */
+static void all_reduce(float *g, int n) {
+  if (nccl_comm && nccl_all_reduce(g, g, (size_t)n, 7, 4, nccl_comm, NULL)) {
+    fprintf(stderr, "trainer: ncclAllReduce failed\n");
+    exit(1);
+  }
+}
 
 /* Every API call goes through one of these, which counts it by kind. */
 static long n_alloc, n_free, n_copy, n_memset, n_launch, n_cudnn, n_sync;
@@ -317,6 +382,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "trainer: TRAINER_KERNEL=%d: an odd size up to WIDTH expected\n", kernel);
     return 2;
   }
+  const int rank = nccl_join();
   register_kernels();
   DESC(cudnnCreate(&dnn)); /* handles and descriptors are not counted */
   Net base = {.n = n};
@@ -353,6 +419,8 @@ int main(int argc, char **argv) {
   if (!nshapes) blobs_alloc(&bl, n, hw);
   size_t in = (size_t)n * 3 * hw * hw;
   float *hx = malloc(in * 4), *hl = malloc(n * 4);
+  /* Each rank its own batch; rank 0 (and a run that is not data-parallel) the usual one. */
+  rng ^= (uint64_t)rank * 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i < in; i++) hx[i] = frand();
   for (int i = 0; i < n; i++) hl[i] = (float)(i % classes);
   if (!nshapes) blobs_upload(&bl, n, hw, hx, hl);
@@ -466,6 +534,8 @@ int main(int argc, char **argv) {
       for (int i = 0; i < 3 + depth; i++) {
         if (frozen && (i == 0 || i >= 3)) continue;
         Conv *l = layer(net, i);
+        all_reduce(l->dW, l->cout * l->cin * l->k * l->k);
+        all_reduce(l->dB, l->cout);
         sgd_step(l->W, l->dW, l->cout * l->cin * l->k * l->k, lr / (float)accum);
         sgd_step(l->B, l->dB, l->cout, lr / (float)accum);
       }
@@ -502,6 +572,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3 + depth; i++)
       if (layer(&nets[j], i)->ws) CU(free, cudaFree(layer(&nets[j], i)->ws));
   cudnnDestroy(dnn);
+  if (nccl_comm) nccl_destroy(nccl_comm);
   free(hx); free(hl);
   printf("calls alloc=%ld free=%ld copy=%ld memset=%ld launch=%ld cudnn=%ld sync=%ld\n", n_alloc, n_free, n_copy, n_memset,
          n_launch, n_cudnn, n_sync);
