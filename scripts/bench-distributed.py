@@ -11,7 +11,8 @@ For each configuration (DDP ResNet-50, FSDP LLaMA-style decoder) and each rank c
    its own budget), with the default policy and with `--policy lru`: the step, its ratio to (1),
    each device's peak against the budget, and any trap.
 
-Prints one markdown table. Writes nothing else.
+Prints one markdown table. Writes nothing else. The FSDP configuration is examples/zoo.py's
+LLaMA-style decoder: run scripts/setup-zoo.sh first.
 
     scripts/bench-distributed.py [--ranks 2,4] [--fractions 0.5] [--configs ddp,fsdp] [--steps 12]
 """
