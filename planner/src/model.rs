@@ -47,6 +47,11 @@ pub struct Op {
     /// contents). Without it a re-run remakes every output in place, as DTR's does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub separate_outputs: bool,
+    /// Runs beside the compute, on the device's links (a collective): the compute goes on while
+    /// it runs; what it writes is ready, and what it reads free, only when it ends. Such
+    /// operations run one after another.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub concurrent: bool,
     /// A convolution that could have run other configurations (μ-cuDNN's desirable set, a
     /// `configs` record): the lower bound relaxes it to the least of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +86,7 @@ impl Op {
             backward: false,
             scratch: 0,
             separate_outputs: false,
+            concurrent: false,
             configs: None,
         }
     }
@@ -130,9 +136,38 @@ impl Trace {
             .sum()
     }
 
-    /// Σ operation times: the iteration's time with all the memory it wants.
+    /// The iteration's time with all the memory it wants: Σ operation times, where a
+    /// concurrent operation (a collective) takes no compute time but holds back what reads its
+    /// results until it ends, and concurrent operations run one after another.
     pub fn compute_time(&self) -> f64 {
-        self.ops.iter().map(|o| o.time_s).sum()
+        if !self.ops.iter().any(|o| o.concurrent) {
+            return self.ops.iter().map(|o| o.time_s).sum();
+        }
+        let (mut now, mut link_free) = (0.0f64, 0.0f64);
+        let mut ready = vec![0.0f64; self.storages.len()];
+        for step in &self.steps {
+            let Step::Op(i) = *step else { continue };
+            let op = &self.ops[i];
+            now = op
+                .inputs
+                .iter()
+                .chain(&op.mutates)
+                .map(|&s| ready[s])
+                .fold(now, f64::max);
+            if op.concurrent {
+                let end = now.max(link_free) + op.time_s;
+                link_free = end;
+                for &s in op.mutates.iter().chain(&op.outputs) {
+                    ready[s] = end;
+                }
+                for &(_, new) in &op.inplace {
+                    ready[new] = end;
+                }
+            } else {
+                now += op.time_s;
+            }
+        }
+        now.max(link_free)
     }
 
     /// The trace with every convolution that could have run other configurations at the least

@@ -520,6 +520,8 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         let mut op = Op::new(&name_of_op, secs, vec![], vec![]);
         // The shim's replay writes the outputs it does not rebuild aside.
         op.separate_outputs = true;
+        // A collective runs on the device's links, beside the compute.
+        op.concurrent = matches!(r.event, Event::Collective { .. });
         let mut scratch = Vec::new();
         let mut whole = Vec::new();
         for &(a, role) in &s.roles[i] {

@@ -17,6 +17,15 @@ pub const LIBRARIES: &[(&str, &str)] = &[
     ("libcublas.so", "libsimgpu_cublas.so"),
     ("libcublasLt.so.13", "libsimgpu_cublaslt.so"),
     ("libcublasLt.so", "libsimgpu_cublaslt.so"),
+    // NVML: TensorFlow initialises it after cuInit, and lists no GPU without it.
+    ("libnvidia-ml.so.1", "libsimgpu_nvml.so"),
+    // TensorFlow 2.21 is built for CUDA 12 and registers no GPU unless it can open these CUDA 12
+    // sonames too; the same libraries answer them (cuBLAS keeps its ABI from 12 to 13).
+    ("libcublas.so.12", "libsimgpu_cublas.so"),
+    ("libcublasLt.so.12", "libsimgpu_cublaslt.so"),
+    ("libcufft.so.11", "libsimgpu_cufft.so"),
+    ("libcusolver.so.11", "libsimgpu_cusolver.so"),
+    ("libcupti.so.12", "libsimgpu_cupti.so"),
     // Not simulated: they exist so that torch loads, and answer not-supported (simgpu-stubgen).
     ("libcufft.so.12", "libsimgpu_cufft.so"),
     ("libcufile.so.0", "libsimgpu_cufile.so"),
@@ -60,6 +69,13 @@ mod tests {
             "libcudnn_graph.so.9",
             "libcudnn_ops.so.9",
             "libcudnn_cnn.so.9",
+            "libnvidia-ml.so.1",
+            // What TensorFlow 2.21 (CUDA 12) opens before it registers a GPU.
+            "libcudart.so.12",
+            "libcublas.so.12",
+            "libcublasLt.so.12",
+            "libcufft.so.11",
+            "libcusolver.so.11",
         ] {
             assert!(LIBRARIES.iter().any(|(n, _)| *n == so), "{so}");
         }
@@ -73,7 +89,7 @@ mod tests {
                 "{so} is not served"
             );
         }
-        assert_eq!(built_files().len(), 18);
+        assert_eq!(built_files().len(), 19);
         assert!(profiles().contains(&"h100"));
     }
 }

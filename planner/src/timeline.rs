@@ -79,6 +79,12 @@ struct Sim<'a> {
     now: f64,
     d2h_free: f64,
     h2d_free: f64,
+    /// When the links are free: concurrent operations (collectives) run one after another.
+    link_free: f64,
+    /// When each storage's contents are ready: what a concurrent operation writes is ready when
+    /// it ends (0: as soon as the compute reaches it). What it reads stays in use until then
+    /// (`last_use`).
+    ready: Vec<f64>,
     mem: u64,
     state: Vec<State>,
     /// Swap-outs in flight, the earliest end first: (end as bits, storage, its `cancels` when

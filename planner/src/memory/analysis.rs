@@ -47,8 +47,11 @@ impl Analysis {
             match *step {
                 Step::Op(i) => {
                     a.start[i] = now;
-                    now += t.ops[i].time_s;
-                    a.end[i] = now;
+                    // A concurrent operation (a collective) takes no compute time.
+                    a.end[i] = now + t.ops[i].time_s;
+                    if !t.ops[i].concurrent {
+                        now = a.end[i];
+                    }
                     let op = &t.ops[i];
                     for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
                         if a.accesses[s].last() != Some(&i) {

@@ -36,6 +36,8 @@ impl<'a> Sim<'a> {
             now: 0.0,
             d2h_free: 0.0,
             h2d_free: 0.0,
+            link_free: 0.0,
+            ready: vec![0.0; n],
             mem: 0,
             state: t
                 .storages
@@ -148,11 +150,19 @@ impl<'a> Sim<'a> {
         // The program's compute time, and the compute left from each step on (for a passive
         // run's cutoff, and the bar): the whole less what the steps before took. Summed in
         // another order than the replay's clock: the bar allows for rounding.
+        // Concurrent operations take no compute time.
+        let compute = |i: usize| {
+            if t.ops[i].concurrent {
+                0.0
+            } else {
+                t.ops[i].time_s
+            }
+        };
         let whole: f64 = t
             .steps
             .iter()
             .map(|step| match *step {
-                Step::Op(i) => t.ops[i].time_s,
+                Step::Op(i) => compute(i),
                 Step::Free(_) => 0.0,
             })
             .sum();
@@ -167,7 +177,7 @@ impl<'a> Sim<'a> {
         for step in &t.steps {
             let left = whole - before;
             if let Step::Op(i) = *step {
-                before += t.ops[i].time_s;
+                before += compute(i);
             }
             if let Some(p) = passive
                 && (sim.out.stall_s > give_up
@@ -211,6 +221,14 @@ impl<'a> Sim<'a> {
                             }
                         }
                     }
+                    // What a collective wrote is ready when it ends: the program's own wait.
+                    let ready = op
+                        .inputs
+                        .iter()
+                        .chain(&op.mutates)
+                        .map(|&s| sim.ready[s])
+                        .fold(sim.now, f64::max);
+                    sim.now = ready;
                     let bytes: u64 = op.outputs.iter().map(|&s| t.storages[s].size).sum();
                     let rebuilds = op
                         .inputs
@@ -252,13 +270,28 @@ impl<'a> Sim<'a> {
                         sim.set(new, State::Resident);
                         sim.set(old, State::Dropped);
                     }
-                    sim.now += op.time_s;
+                    // A concurrent operation holds its storages until it ends on the links;
+                    // the compute goes on.
+                    let end = if op.concurrent {
+                        let end = sim.now.max(sim.link_free) + op.time_s;
+                        sim.link_free = end;
+                        for &s in op.mutates.iter().chain(&op.outputs) {
+                            sim.ready[s] = end;
+                        }
+                        for &(_, new) in &op.inplace {
+                            sim.ready[new] = end;
+                        }
+                        end
+                    } else {
+                        sim.now += op.time_s;
+                        sim.now
+                    };
                     for &s in op.inputs.iter().chain(&op.mutates).chain(&op.outputs) {
-                        sim.last_use[s] = sim.now;
+                        sim.last_use[s] = end;
                         sim.enter(s);
                     }
                     for &(_, new) in &op.inplace {
-                        sim.last_use[new] = sim.now;
+                        sim.last_use[new] = end;
                         sim.enter(new);
                     }
                     for k in 0..sim.pins.len() {
@@ -280,7 +313,8 @@ impl<'a> Sim<'a> {
                         let size = t.storages[s].size;
                         if swap {
                             let copy = t.copy_bytes(s);
-                            let start = sim.now.max(sim.d2h_free);
+                            // Not before the collective that last used it ends.
+                            let start = sim.now.max(sim.d2h_free).max(sim.last_use[s]);
                             let end = start + copy as f64 / link.d2h;
                             sim.d2h_free = end;
                             sim.out.swapped_out += copy;
@@ -314,7 +348,7 @@ impl<'a> Sim<'a> {
         // in-trigger still spent its engine time.
         let busy = (sim.out.swapped_out as f64 / sim.link.d2h)
             .max(sim.out.swapped_in as f64 / sim.link.h2d);
-        sim.out.makespan = sim.now.max(busy);
+        sim.out.makespan = sim.now.max(busy).max(sim.link_free);
         sim.out
             .overs
             .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

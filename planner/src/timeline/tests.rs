@@ -401,3 +401,66 @@ fn an_allocation_waits_for_memory() {
     );
     assert!(o.makespan > 4.0);
 }
+
+/// a; g(a) a collective of 2 s on the links; b beside it; d(g): d waits for the collective.
+fn with_collective() -> Trace {
+    let mut t = unit_trace(
+        &[100, 100, 100, 10],
+        &[("a", &[]), ("g", &[0]), ("b", &[]), ("d", &[1, 2])],
+        vec![
+            Step::Op(0),
+            Step::Op(1),
+            Step::Op(2),
+            Step::Op(3),
+            Step::Free(0),
+            Step::Free(1),
+            Step::Free(2),
+            Step::Free(3),
+        ],
+    );
+    t.ops[1].time_s = 2.0;
+    t.ops[1].concurrent = true;
+    t
+}
+
+#[test]
+fn a_collective_runs_beside_the_compute_and_its_readers_wait_for_it() {
+    let t = with_collective();
+    // a 0-1; g 1-3 on the links while b runs 1-2; d waits for g: 3-4.
+    assert_eq!(t.compute_time(), 4.0);
+    let out = simulate(&t, u64::MAX, LINK, &Vec::new());
+    assert!(out.feasible);
+    assert_eq!(out.makespan, 4.0);
+    assert_eq!(out.stall_s, 0.0, "the program's own wait is no stall");
+    // Serial, the same operations take 5 s.
+    let mut serial = t.clone();
+    serial.ops[1].concurrent = false;
+    assert_eq!(serial.compute_time(), 5.0);
+    assert_eq!(simulate(&serial, u64::MAX, LINK, &Vec::new()).makespan, 5.0);
+}
+
+#[test]
+fn what_a_collective_reads_is_swapped_out_only_after_it_ends() {
+    let t = with_collective();
+    // a swapped out after g (issued at 1 s, it reads a until 3 s), back for nothing: its
+    // 100 bytes take 1 s at 100 B/s from 3 s, so memory is back at 4 s, not 2 s.
+    let plan = vec![(
+        0,
+        Decision::Swap {
+            after: 1,
+            trigger: 4,
+            back: 4,
+        },
+    )];
+    // d (10 bytes) finds a, g and b (300 bytes) held at 3 s within 305: it waits for a's
+    // copy to end at 4 s and runs 4-5. A copy begun at 1 s would have freed a by 2 s.
+    let out = simulate(&t, 305, LINK, &plan);
+    assert!(out.feasible, "{out:?}");
+    assert_eq!(out.swapped_out, 100);
+    assert_eq!(out.makespan, 5.0, "{out:?}");
+    let roomy = simulate(&t, 400, LINK, &plan);
+    assert_eq!(
+        roomy.makespan, 4.0,
+        "with room, d does not wait for the copy"
+    );
+}
