@@ -15,10 +15,13 @@ mod device;
 pub mod devices;
 mod fatbin;
 mod library;
+mod loaded;
 mod modules;
 mod props;
+mod ptx;
 
 use device::*;
+use loaded::*;
 use simgpu_model::CopyDir;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -1136,7 +1139,10 @@ fn error_name(e: CUresult) -> &'static CStr {
         2 => c"CUDA_ERROR_OUT_OF_MEMORY",
         3 => c"CUDA_ERROR_NOT_INITIALIZED",
         101 => c"CUDA_ERROR_INVALID_DEVICE",
+        200 => c"CUDA_ERROR_INVALID_IMAGE",
         201 => c"CUDA_ERROR_INVALID_CONTEXT",
+        209 => c"CUDA_ERROR_NO_BINARY_FOR_GPU",
+        218 => c"CUDA_ERROR_INVALID_PTX",
         400 => c"CUDA_ERROR_INVALID_HANDLE",
         500 => c"CUDA_ERROR_NOT_FOUND",
         600 => c"CUDA_ERROR_NOT_READY",
@@ -1249,6 +1255,12 @@ proc_table! {
     "cuLaunchKernel", 4000 => cuLaunchKernel,
     "cuLaunchKernelEx", 11060 => cuLaunchKernelEx,
     "cuFuncGetParamInfo", 12040 => cuFuncGetParamInfo,
+    "cuModuleLoadData", 2000 => cuModuleLoadData,
+    "cuModuleLoadDataEx", 2010 => cuModuleLoadDataEx,
+    "cuModuleLoadFatBinary", 2000 => cuModuleLoadFatBinary,
+    "cuModuleGetFunction", 2000 => cuModuleGetFunction,
+    "cuModuleGetGlobal", 3020 => cuModuleGetGlobal_v2,
+    "cuModuleUnload", 2000 => cuModuleUnload,
     "cuFuncGetName", 12030 => cuFuncGetName,
     "cuGetErrorName", 6000 => cuGetErrorName,
     "cuGetErrorString", 6000 => cuGetErrorString,

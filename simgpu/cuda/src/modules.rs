@@ -22,8 +22,11 @@ pub const NO_BINARY_FOR_GPU: CUresult = 209;
 pub const NOT_FOUND: CUresult = 500;
 
 struct Module {
-    /// Address of the fatbin container in the program (it outlives the registration).
+    /// Address of the fatbin container in the program (it outlives the registration); 0 for a
+    /// module the program loaded itself (`cuModuleLoadData`: parsed at load, nothing kept).
     data: usize,
+    /// Loaded with `cuModuleLoadData(Ex)` (a `CUmodule`), not registered by the runtime.
+    loaded: bool,
     parsed: Option<Result<Arc<Parsed>, CUresult>>,
     funcs: Vec<usize>,
 }
@@ -104,6 +107,7 @@ pub unsafe extern "C" fn simgpuRegisterFatbinary(wrapper: *const c_void) -> *mut
         id,
         Module {
             data,
+            loaded: false,
             parsed: None,
             funcs: Vec::new(),
         },
@@ -154,6 +158,94 @@ pub unsafe extern "C" fn simgpuUnregisterFatbinary(module: *mut c_void) {
             }
         }
     }
+}
+
+/// The first handle of a function of a loaded module (`cuModuleGetFunction`): a range no host
+/// stub of the program can sit at (not a canonical user-space address), 16 bytes apart.
+const LOADED_FUNC_BASE: usize = 0x5f5f_0000_0000_0000;
+
+/// Adds a module the program loaded (`cuModuleLoadData(Ex)`), already parsed; its `CUmodule`.
+pub fn add_loaded(parsed: Parsed) -> usize {
+    let mut r = registry();
+    r.next += 1;
+    let id = 0x5f00_0000 + r.next * 16;
+    r.modules.insert(
+        id,
+        Module {
+            data: 0,
+            loaded: true,
+            parsed: Some(Ok(Arc::new(parsed))),
+            funcs: Vec::new(),
+        },
+    );
+    id
+}
+
+/// The loaded module `module`'s kernels, to look one up by name.
+fn loaded_module(r: &Registry, module: usize) -> Result<Arc<Parsed>, CUresult> {
+    match r.modules.get(&module) {
+        Some(Module {
+            loaded: true,
+            parsed: Some(Ok(p)),
+            ..
+        }) => Ok(p.clone()),
+        _ => Err(crate::INVALID_HANDLE),
+    }
+}
+
+/// `cuModuleGetFunction`: the handle of kernel `name` of a loaded module (the same handle each
+/// time it is asked), or CUDA_ERROR_NOT_FOUND.
+pub fn loaded_function(module: usize, name: &str) -> Result<usize, CUresult> {
+    let mut r = registry();
+    let parsed = loaded_module(&r, module)?;
+    let Some(k) = parsed.kernels.get(name) else {
+        return Err(NOT_FOUND);
+    };
+    let known = r.modules[&module]
+        .funcs
+        .iter()
+        .copied()
+        .find(|f| r.funcs.get(f).is_some_and(|k| k.name == name));
+    if let Some(f) = known {
+        return Ok(f);
+    }
+    r.next += 1;
+    let f = LOADED_FUNC_BASE + r.next * 16;
+    r.funcs.insert(
+        f,
+        Func {
+            module,
+            name: name.to_string(),
+            params: Some(Ok(Arc::new(k.clone()))),
+            demangled: None,
+            warned: false,
+        },
+    );
+    if let Some(m) = r.modules.get_mut(&module) {
+        m.funcs.push(f);
+    }
+    Ok(f)
+}
+
+/// Whether a loaded module has a kernel or a global named `name` (for messages).
+pub fn loaded_names(module: usize) -> Result<Vec<String>, CUresult> {
+    let r = registry();
+    let p = loaded_module(&r, module)?;
+    let mut v: Vec<String> = p.kernels.keys().cloned().collect();
+    v.sort();
+    Ok(v)
+}
+
+/// `cuModuleUnload`: forgets a loaded module and its functions.
+pub fn unload(module: usize) -> Result<(), CUresult> {
+    let mut r = registry();
+    loaded_module(&r, module)?;
+    if let Some(m) = r.modules.remove(&module) {
+        for f in m.funcs {
+            r.funcs.remove(&f);
+        }
+    }
+    Ok(())
 }
 
 /// Whether `f` is a registered fatbin kernel's host stub.
@@ -442,14 +534,14 @@ fn launch_inner(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fatbin::fixture;
 
     /// The tests that launch kernels on the one simulated device take turns: its compute engine
     /// is shared, so a kernel of one test queues behind another's, and a launch timed while
     /// another test launches takes longer on the virtual clock.
-    fn launching() -> MutexGuard<'static, ()> {
+    pub(crate) fn launching() -> MutexGuard<'static, ()> {
         static LAUNCHING: Mutex<()> = Mutex::new(());
         LAUNCHING.lock().unwrap_or_else(|e| e.into_inner())
     }
