@@ -207,12 +207,30 @@ pub fn attribute(d: &Device, attr: c_int, physical: u32) -> Result<c_int, c_int>
         132 => 0,                           // MULTICAST_SUPPORTED
         133 => 0,                           // MPS_ENABLED
         134 => -1,                          // HOST_NUMA_ID
-        139 => a.pci_device as c_int,       // GPU_PCI_DEVICE_ID
-        140 => 0,                           // GPU_PCI_SUBSYSTEM_ID
-        141..=148 => 0,                     // host NUMA / host pools / DMA-BUF / atomic reduction
-        _ => return Err(INVALID_VALUE),
+        135 => 0,                           // D3D12_CIG_SUPPORTED (Windows)
+        136 | 137 => 0, // MEM_DECOMPRESS_ALGORITHM_MASK, _MAXIMUM_LENGTH: no decompression engine
+        138 => 0,       // VULKAN_CIG_SUPPORTED
+        139 => a.pci_device as c_int, // GPU_PCI_DEVICE_ID
+        140 => 0,       // GPU_PCI_SUBSYSTEM_ID
+        141..=148 => 0, // host NUMA / host pools / DMA-BUF / atomic reduction
+        _ => {
+            unknown(attr);
+            return Err(INVALID_VALUE);
+        }
     };
     Ok(v)
+}
+
+/// SIMGPU_LOG=debug: names, once each, an attribute asked for that the simulator does not know.
+fn unknown(attr: c_int) {
+    use std::collections::HashSet;
+    use std::sync::{LazyLock, Mutex};
+    static DEBUG: LazyLock<bool> =
+        LazyLock::new(|| std::env::var("SIMGPU_LOG").is_ok_and(|v| v == "debug"));
+    static SAID: LazyLock<Mutex<HashSet<c_int>>> = LazyLock::new(Default::default);
+    if *DEBUG && SAID.lock().is_ok_and(|mut s| s.insert(attr)) {
+        eprintln!("simgpu: cuDeviceGetAttribute: attribute {attr} is not simulated");
+    }
 }
 
 /// The device's UUID (16 bytes): fixed, so runs are reproducible, and marked by the profile's
@@ -229,4 +247,44 @@ pub fn uuid(d: &Device, physical: u32) -> [u8; 16] {
 /// "domain:bus:device.function", as cuDeviceGetPCIBusId writes it.
 pub fn pci_bus_id(physical: u32) -> String {
     format!("0000:{:02X}:00.0", PCI_BUS + physical as c_int)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every attribute of CUDA 12.9's `CUdevice_attribute` (1 to 143, the range TensorFlow 2.21's
+    /// CUDA 12 build can ask for) is answered on both profiles, with the published figures where
+    /// a framework reads them (H100 SXM5 and P100 SXM2 whitepapers, CUDA programming guide).
+    #[test]
+    fn every_cuda_12_attribute_is_answered_on_both_profiles() {
+        for profile in ["h100", "p100"] {
+            let d = Device::for_test(profile);
+            for a in 1..=143 {
+                assert!(attribute(&d, a, 0).is_ok(), "{profile}: attribute {a}");
+            }
+        }
+        let h = Device::for_test("h100");
+        let p = Device::for_test("p100");
+        // (attribute, H100 SXM5, P100 SXM2)
+        for (a, hv, pv) in [
+            (16, 132, 56),              // MULTIPROCESSOR_COUNT
+            (13, 1_980_000, 1_480_000), // CLOCK_RATE (kHz, boost)
+            (36, 2_619_000, 715_000),   // MEMORY_CLOCK_RATE (kHz)
+            (37, 5120, 4096),           // GLOBAL_MEMORY_BUS_WIDTH
+            (38, 50 << 20, 4 << 20),    // L2_CACHE_SIZE
+            (75, 9, 6),                 // COMPUTE_CAPABILITY_MAJOR
+            (76, 0, 0),                 // COMPUTE_CAPABILITY_MINOR
+            (39, 2048, 2048),           // MAX_THREADS_PER_MULTIPROCESSOR
+            (81, 233_472, 65_536),      // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+            (97, 232_448, 49_152),      // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+            (120, 1, 0),                // CLUSTER_LAUNCH (9.0)
+            (136, 0, 0),                // MEM_DECOMPRESS_ALGORITHM_MASK (Blackwell's engine)
+        ] {
+            assert_eq!(attribute(&h, a, 0), Ok(hv), "h100: attribute {a}");
+            assert_eq!(attribute(&p, a, 0), Ok(pv), "p100: attribute {a}");
+        }
+        assert_eq!(attribute(&h, 0, 0), Err(INVALID_VALUE));
+        assert_eq!(attribute(&h, 10_000, 0), Err(INVALID_VALUE));
+    }
 }

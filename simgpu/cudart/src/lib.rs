@@ -31,9 +31,14 @@ unsafe extern "C" {
     static SIMGPU_CUDART_MAJOR: c_int;
 }
 
-fn runtime_version() -> c_int {
+/// The runtime's major version: 12 for `libcudart.so.12`, 13 for `libcudart.so.13`.
+fn runtime_major() -> c_int {
     // SAFETY: a plain integer static defined by the wrapping cdylib.
-    match unsafe { SIMGPU_CUDART_MAJOR } {
+    unsafe { SIMGPU_CUDART_MAJOR }
+}
+
+fn runtime_version() -> c_int {
+    match runtime_major() {
         12 => 12080,
         _ => 13020,
     }
@@ -261,6 +266,7 @@ macro_rules! drv {
 mod funcs;
 mod pointers;
 mod props;
+mod props12;
 mod register;
 mod streams;
 

@@ -165,7 +165,8 @@ fn fill(p: &mut DeviceProp, dev: c_int) -> Result<(), Err> {
     Ok(())
 }
 
-/// `cudaGetDeviceProperties` (exported as `cudaGetDeviceProperties_v2` too, its CUDA 12 name).
+/// `cudaGetDeviceProperties` (exported as `cudaGetDeviceProperties_v2` too, its CUDA 12 name): the
+/// CUDA 13 layout from `libcudart.so.13`, CUDA 12's from `libcudart.so.12` (`props12`).
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaGetDeviceProperties(p: *mut DeviceProp, dev: c_int) -> Err {
     if p.is_null() {
@@ -175,6 +176,15 @@ pub extern "C" fn cudaGetDeviceProperties(p: *mut DeviceProp, dev: c_int) -> Err
     let mut prop: DeviceProp = unsafe { std::mem::zeroed() };
     if let Err(e) = fill(&mut prop, dev) {
         return ret(e);
+    }
+    if runtime_major() == 12 {
+        // libcudart.so.12: its callers were built against CUDA 12's layout.
+        match crate::props12::from13(&prop, dev) {
+            // SAFETY: non-null output pointer to a CUDA 12 cudaDeviceProp (API contract).
+            Ok(p12) => unsafe { (p as *mut crate::props12::DeviceProp12).write(p12) },
+            Err(e) => return ret(e),
+        }
+        return SUCCESS;
     }
     // SAFETY: non-null output pointer to a cudaDeviceProp (API contract).
     unsafe { p.write(prop) };

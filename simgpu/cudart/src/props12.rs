@@ -1,0 +1,257 @@
+//! `cudaDeviceProp` as CUDA 12 lays it out (driver_types.h of CUDA 12.x), for `libcudart.so.12`:
+//! CUDA 13 removed `clockRate`, `deviceOverlap`, `kernelExecTimeoutEnabled`, `computeMode`,
+//! `maxTexture1DLinear`, `memoryClockRate`, `singleToDoublePrecisionPerfRatio` and
+//! `cooperativeMultiDeviceLaunch`, so every field after the first of them sits elsewhere. A
+//! program built against CUDA 12 (TensorFlow 2.21) reads this layout from
+//! `cudaGetDeviceProperties_v2`.
+
+use crate::props::DeviceProp;
+use crate::*;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DeviceProp12 {
+    pub name: [c_char; 256],
+    pub uuid: [u8; 16],
+    pub luid: [c_char; 8],
+    pub luidDeviceNodeMask: c_uint,
+    pub totalGlobalMem: usize,
+    pub sharedMemPerBlock: usize,
+    pub regsPerBlock: c_int,
+    pub warpSize: c_int,
+    pub memPitch: usize,
+    pub maxThreadsPerBlock: c_int,
+    pub maxThreadsDim: [c_int; 3],
+    pub maxGridSize: [c_int; 3],
+    pub clockRate: c_int,
+    pub totalConstMem: usize,
+    pub major: c_int,
+    pub minor: c_int,
+    pub textureAlignment: usize,
+    pub texturePitchAlignment: usize,
+    pub deviceOverlap: c_int,
+    pub multiProcessorCount: c_int,
+    pub kernelExecTimeoutEnabled: c_int,
+    pub integrated: c_int,
+    pub canMapHostMemory: c_int,
+    pub computeMode: c_int,
+    pub maxTexture1D: c_int,
+    pub maxTexture1DMipmap: c_int,
+    pub maxTexture1DLinear: c_int,
+    pub maxTexture2D: [c_int; 2],
+    pub maxTexture2DMipmap: [c_int; 2],
+    pub maxTexture2DLinear: [c_int; 3],
+    pub maxTexture2DGather: [c_int; 2],
+    pub maxTexture3D: [c_int; 3],
+    pub maxTexture3DAlt: [c_int; 3],
+    pub maxTextureCubemap: c_int,
+    pub maxTexture1DLayered: [c_int; 2],
+    pub maxTexture2DLayered: [c_int; 3],
+    pub maxTextureCubemapLayered: [c_int; 2],
+    pub maxSurface1D: c_int,
+    pub maxSurface2D: [c_int; 2],
+    pub maxSurface3D: [c_int; 3],
+    pub maxSurface1DLayered: [c_int; 2],
+    pub maxSurface2DLayered: [c_int; 3],
+    pub maxSurfaceCubemap: c_int,
+    pub maxSurfaceCubemapLayered: [c_int; 2],
+    pub surfaceAlignment: usize,
+    pub concurrentKernels: c_int,
+    pub ECCEnabled: c_int,
+    pub pciBusID: c_int,
+    pub pciDeviceID: c_int,
+    pub pciDomainID: c_int,
+    pub tccDriver: c_int,
+    pub asyncEngineCount: c_int,
+    pub unifiedAddressing: c_int,
+    pub memoryClockRate: c_int,
+    pub memoryBusWidth: c_int,
+    pub l2CacheSize: c_int,
+    pub persistingL2CacheMaxSize: c_int,
+    pub maxThreadsPerMultiProcessor: c_int,
+    pub streamPrioritiesSupported: c_int,
+    pub globalL1CacheSupported: c_int,
+    pub localL1CacheSupported: c_int,
+    pub sharedMemPerMultiprocessor: usize,
+    pub regsPerMultiprocessor: c_int,
+    pub managedMemory: c_int,
+    pub isMultiGpuBoard: c_int,
+    pub multiGpuBoardGroupID: c_int,
+    pub hostNativeAtomicSupported: c_int,
+    pub singleToDoublePrecisionPerfRatio: c_int,
+    pub pageableMemoryAccess: c_int,
+    pub concurrentManagedAccess: c_int,
+    pub computePreemptionSupported: c_int,
+    pub canUseHostPointerForRegisteredMem: c_int,
+    pub cooperativeLaunch: c_int,
+    pub cooperativeMultiDeviceLaunch: c_int,
+    pub sharedMemPerBlockOptin: usize,
+    pub pageableMemoryAccessUsesHostPageTables: c_int,
+    pub directManagedMemAccessFromHost: c_int,
+    pub maxBlocksPerMultiProcessor: c_int,
+    pub accessPolicyMaxWindowSize: c_int,
+    pub reservedSharedMemPerBlock: usize,
+    pub hostRegisterSupported: c_int,
+    pub sparseCudaArraySupported: c_int,
+    pub hostRegisterReadOnlySupported: c_int,
+    pub timelineSemaphoreInteropSupported: c_int,
+    pub memoryPoolsSupported: c_int,
+    pub gpuDirectRDMASupported: c_int,
+    pub gpuDirectRDMAFlushWritesOptions: c_uint,
+    pub gpuDirectRDMAWritesOrdering: c_int,
+    pub memoryPoolSupportedHandleTypes: c_uint,
+    pub deferredMappingCudaArraySupported: c_int,
+    pub ipcEventSupported: c_int,
+    pub clusterLaunch: c_int,
+    pub unifiedFunctionPointers: c_int,
+    pub reserved: [c_int; 63],
+}
+
+/// The CUDA 12 properties: the fields CUDA 13 kept, copied from its layout (filled from the
+/// driver's attributes), and the ones it dropped, from their attributes.
+pub fn from13(p: &DeviceProp, dev: c_int) -> Result<DeviceProp12, Err> {
+    let get = |a: c_int| -> Result<c_int, Err> {
+        let mut v = 0;
+        match cudaDeviceGetAttribute(&mut v, a, dev) {
+            SUCCESS => Ok(v),
+            e => Err(e),
+        }
+    };
+    macro_rules! same {
+        ($($f:ident),* $(,)?) => {
+            DeviceProp12 {
+                $( $f: p.$f, )*
+                clockRate: get(13)?,
+                deviceOverlap: get(15)?,
+                kernelExecTimeoutEnabled: get(17)?,
+                computeMode: get(20)?,
+                maxTexture1DLinear: get(69)?,
+                memoryClockRate: get(36)?,
+                singleToDoublePrecisionPerfRatio: get(87)?,
+                cooperativeMultiDeviceLaunch: get(96)?,
+                reserved: [0; 63],
+            }
+        };
+    }
+    Ok(same!(
+        name,
+        uuid,
+        luid,
+        luidDeviceNodeMask,
+        totalGlobalMem,
+        sharedMemPerBlock,
+        regsPerBlock,
+        warpSize,
+        memPitch,
+        maxThreadsPerBlock,
+        maxThreadsDim,
+        maxGridSize,
+        totalConstMem,
+        major,
+        minor,
+        textureAlignment,
+        texturePitchAlignment,
+        multiProcessorCount,
+        integrated,
+        canMapHostMemory,
+        maxTexture1D,
+        maxTexture1DMipmap,
+        maxTexture2D,
+        maxTexture2DMipmap,
+        maxTexture2DLinear,
+        maxTexture2DGather,
+        maxTexture3D,
+        maxTexture3DAlt,
+        maxTextureCubemap,
+        maxTexture1DLayered,
+        maxTexture2DLayered,
+        maxTextureCubemapLayered,
+        maxSurface1D,
+        maxSurface2D,
+        maxSurface3D,
+        maxSurface1DLayered,
+        maxSurface2DLayered,
+        maxSurfaceCubemap,
+        maxSurfaceCubemapLayered,
+        surfaceAlignment,
+        concurrentKernels,
+        ECCEnabled,
+        pciBusID,
+        pciDeviceID,
+        pciDomainID,
+        tccDriver,
+        asyncEngineCount,
+        unifiedAddressing,
+        memoryBusWidth,
+        l2CacheSize,
+        persistingL2CacheMaxSize,
+        maxThreadsPerMultiProcessor,
+        streamPrioritiesSupported,
+        globalL1CacheSupported,
+        localL1CacheSupported,
+        sharedMemPerMultiprocessor,
+        regsPerMultiprocessor,
+        managedMemory,
+        isMultiGpuBoard,
+        multiGpuBoardGroupID,
+        hostNativeAtomicSupported,
+        pageableMemoryAccess,
+        concurrentManagedAccess,
+        computePreemptionSupported,
+        canUseHostPointerForRegisteredMem,
+        cooperativeLaunch,
+        sharedMemPerBlockOptin,
+        pageableMemoryAccessUsesHostPageTables,
+        directManagedMemAccessFromHost,
+        maxBlocksPerMultiProcessor,
+        accessPolicyMaxWindowSize,
+        reservedSharedMemPerBlock,
+        hostRegisterSupported,
+        sparseCudaArraySupported,
+        hostRegisterReadOnlySupported,
+        timelineSemaphoreInteropSupported,
+        memoryPoolsSupported,
+        gpuDirectRDMASupported,
+        gpuDirectRDMAFlushWritesOptions,
+        gpuDirectRDMAWritesOrdering,
+        memoryPoolSupportedHandleTypes,
+        deferredMappingCudaArraySupported,
+        ipcEventSupported,
+        clusterLaunch,
+        unifiedFunctionPointers,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// Offsets and size as `offsetof` gives them for CUDA 12.9's driver_types.h (the
+    /// nvidia-cuda-runtime-cu12 12.9.79 wheel's header, compiled with gcc on x86-64).
+    #[test]
+    fn layout_is_cuda_12s() {
+        for (off, want) in [
+            (offset_of!(DeviceProp12, totalGlobalMem), 288),
+            (offset_of!(DeviceProp12, maxGridSize), 336),
+            (offset_of!(DeviceProp12, clockRate), 348),
+            (offset_of!(DeviceProp12, totalConstMem), 352),
+            (offset_of!(DeviceProp12, major), 360),
+            (offset_of!(DeviceProp12, deviceOverlap), 384),
+            (offset_of!(DeviceProp12, multiProcessorCount), 388),
+            (offset_of!(DeviceProp12, computeMode), 404),
+            (offset_of!(DeviceProp12, surfaceAlignment), 568),
+            (offset_of!(DeviceProp12, memoryClockRate), 608),
+            (offset_of!(DeviceProp12, sharedMemPerMultiprocessor), 640),
+            (
+                offset_of!(DeviceProp12, singleToDoublePrecisionPerfRatio),
+                668,
+            ),
+            (offset_of!(DeviceProp12, sharedMemPerBlockOptin), 696),
+            (offset_of!(DeviceProp12, unifiedFunctionPointers), 776),
+        ] {
+            assert_eq!(off, want);
+        }
+        assert_eq!(size_of::<DeviceProp12>(), 1032);
+    }
+}
