@@ -9,6 +9,8 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 # PyTorch for the e2e tests that train on the simulated GPU (tests/e2e/tests/torch.rs).
 scripts/setup-torch.sh
+# TensorFlow for the e2e test that runs it on the simulated GPU (tests/e2e/tests/tensorflow.rs).
+scripts/setup-tf.sh
 scripts/setup-chromium.sh   # the report test renders a page in headless Chromium
 # The comparisons with DTR's simulator need DTR's logs, which the repository cannot carry.
 data=${MARMOSET_DATA:-${XDG_CACHE_HOME:-$HOME/.cache}/marmoset/data}
