@@ -26,7 +26,14 @@ pub struct NcclModel {
     /// Bus bandwidth of every collective but all-reduce, GB/s; `busbw_gbs` when absent.
     #[serde(default)]
     pub ring_busbw_gbs: Option<f64>,
+    /// The channels NCCL opens between the devices (each with its own buffers); none when
+    /// absent (then a communicator maps no buffers).
+    #[serde(default)]
+    pub channels: Option<u32>,
 }
+
+/// NCCL_BUFFSIZE's documented default: the buffer of one channel's connection, 4 MiB.
+pub const DEFAULT_BUFFSIZE: u64 = 4 << 20;
 
 /// The collectives the model times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +64,16 @@ impl Collective {
 }
 
 impl NcclModel {
+    /// The device memory one rank of a communicator of `nranks` maps for its connections: per
+    /// channel, a ring's connection and a tree's, each `buffsize` bytes (NCCL_BUFFSIZE); none
+    /// for a communicator of one rank.
+    pub fn buffer_bytes(&self, nranks: u32, buffsize: u64) -> u64 {
+        if nranks < 2 {
+            return 0;
+        }
+        2 * u64::from(self.channels.unwrap_or(0)) * buffsize
+    }
+
     /// Checks that every figure is positive and finite.
     pub fn validate(&self) -> Result<(), String> {
         let mut figures = vec![("busbw_gbs", self.busbw_gbs)];
@@ -154,6 +171,7 @@ mod tests {
             busbw_gbs: 100.0,
             latency_us: 10.0,
             ring_busbw_gbs: Some(50.0),
+            channels: None,
         };
         // 1 GB all-reduce on 2 ranks: factor 1, 10 ms + 10 us.
         let t = m.time(Collective::AllReduce, 1_000_000_000, 2);
@@ -175,5 +193,23 @@ mod tests {
             .validate()
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_communicator_maps_two_buffers_per_channel() {
+        let m = NcclModel {
+            busbw_gbs: 1.0,
+            latency_us: 0.0,
+            ring_busbw_gbs: None,
+            channels: Some(16),
+        };
+        assert_eq!(m.buffer_bytes(2, DEFAULT_BUFFSIZE), 128 << 20);
+        assert_eq!(m.buffer_bytes(8, 1 << 20), 32 << 20);
+        assert_eq!(m.buffer_bytes(1, DEFAULT_BUFFSIZE), 0);
+        let none = NcclModel {
+            channels: None,
+            ..m
+        };
+        assert_eq!(none.buffer_bytes(4, DEFAULT_BUFFSIZE), 0);
     }
 }

@@ -72,6 +72,8 @@ pub struct Comm {
     pub state: Mutex<State>,
     /// The first asynchronous error (a peer that died, a timeout), for ncclCommGetAsyncError.
     pub error: Mutex<Option<(NcclResult, String)>>,
+    /// The physical memory of its connections' buffers (cuMemCreate's handle), released with it.
+    pub buffers: Option<u64>,
 }
 
 impl Comm {
@@ -330,6 +332,20 @@ fn rendezvous(dir: PathBuf, rank: usize, nranks: usize) -> Result<Comm, Fail> {
             }
         }
     }
+    // The connections' buffers, mapped as NCCL maps them (cuMemCreate), on this rank's device.
+    let buffsize = buffsize_from_env().map_err(|e| Fail::usage("NCCL_BUFFSIZE", e))?;
+    let bytes = s.model.buffer_bytes(nranks as u32, buffsize);
+    let buffers = if bytes > 0 {
+        Some(s.mem_create(bytes as usize, device).map_err(|r| {
+            finish(&dir, rank, &pids);
+            cu(
+                &format!("cuMemCreate of the {bytes} B of the connections' buffers"),
+                r,
+            )
+        })?)
+    } else {
+        None
+    };
     Ok(Comm {
         dir,
         rank,
@@ -337,6 +353,7 @@ fn rendezvous(dir: PathBuf, rank: usize, nranks: usize) -> Result<Comm, Fail> {
         device,
         pids,
         timeout,
+        buffers,
         state: Mutex::new(State {
             coll_seq: 0,
             done_through: 0,
@@ -400,7 +417,24 @@ fn release(h: CommHandle) -> Result<(), Fail> {
         m.remove(&(h as usize));
     }
     finish(&c.dir, c.rank, &c.pids);
+    if let (Some(b), Ok(s)) = (c.buffers, sim()) {
+        let _ = s.mem_release(b);
+    }
     Ok(())
+}
+
+/// NCCL_BUFFSIZE: the bytes of one connection's buffer (its documented default 4 MiB).
+fn buffsize_from_env() -> Result<u64, String> {
+    match std::env::var("NCCL_BUFFSIZE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        None => Ok(simgpu_model::nccl::DEFAULT_BUFFSIZE),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(b) if b > 0 => Ok(b),
+            _ => Err(format!("NCCL_BUFFSIZE={v:?}: a size in bytes above 0")),
+        },
+    }
 }
 
 #[unsafe(no_mangle)]

@@ -2,7 +2,7 @@
 
 use simgpu_model::Profile;
 use simgpu_model::nccl::NcclModel;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 pub type Handle = *mut c_void;
@@ -17,6 +17,20 @@ type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 type PciBusIdFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
 type MemAllocFn = unsafe extern "C" fn(*mut u64, usize) -> c_int;
 type MemFreeFn = unsafe extern "C" fn(u64) -> c_int;
+type MemCreateFn = unsafe extern "C" fn(*mut u64, usize, *const MemAllocationProp, u64) -> c_int;
+type MemReleaseFn = unsafe extern "C" fn(u64) -> c_int;
+
+/// CUmemAllocationProp (cuda.h): type, requested handle types, location {type, id}, win32
+/// metadata pointer, allocation flags.
+#[repr(C)]
+struct MemAllocationProp {
+    type_: c_uint,
+    requested_handle_types: c_uint,
+    location_type: c_uint,
+    location_id: c_int,
+    win32_metadata: *mut c_void,
+    alloc_flags: [u8; 8],
+}
 
 /// The simulated driver's calls, and the device profile's NCCL figures.
 pub struct Sim {
@@ -31,6 +45,8 @@ pub struct Sim {
     pci_bus_id: PciBusIdFn,
     mem_alloc: MemAllocFn,
     mem_free: MemFreeFn,
+    mem_create: MemCreateFn,
+    mem_release: MemReleaseFn,
     pub model: NcclModel,
 }
 
@@ -90,6 +106,8 @@ fn load() -> Result<Sim, &'static str> {
             )?),
             mem_alloc: std::mem::transmute::<*mut c_void, MemAllocFn>(sym(c"cuMemAlloc_v2")?),
             mem_free: std::mem::transmute::<*mut c_void, MemFreeFn>(sym(c"cuMemFree_v2")?),
+            mem_create: std::mem::transmute::<*mut c_void, MemCreateFn>(sym(c"cuMemCreate")?),
+            mem_release: std::mem::transmute::<*mut c_void, MemReleaseFn>(sym(c"cuMemRelease")?),
             model,
         })
     }
@@ -106,6 +124,7 @@ fn default_model(p: &Profile) -> NcclModel {
                 busbw_gbs: 480.0,
                 latency_us: 10.0,
                 ring_busbw_gbs: Some(370.0),
+                channels: Some(16),
             })
     })
 }
@@ -171,6 +190,28 @@ impl Sim {
         Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()
             .into_owned())
+    }
+
+    /// Physical memory of `size` bytes on device `dev` (cuMemCreate, as NCCL maps its buffers):
+    /// its handle.
+    pub fn mem_create(&self, size: usize, dev: c_int) -> Result<u64, Cu> {
+        let prop = MemAllocationProp {
+            type_: 1,                  // CU_MEM_ALLOCATION_TYPE_PINNED
+            requested_handle_types: 0, // CU_MEM_HANDLE_TYPE_NONE
+            location_type: 1,          // CU_MEM_LOCATION_TYPE_DEVICE
+            location_id: dev,
+            win32_metadata: std::ptr::null_mut(),
+            alloc_flags: [0; 8],
+        };
+        let mut h = 0u64;
+        // SAFETY: valid out-pointer and properties for the call's duration.
+        let r = unsafe { (self.mem_create)(&mut h, size, &prop, 0) };
+        if r == 0 { Ok(h) } else { Err(r) }
+    }
+
+    pub fn mem_release(&self, handle: u64) -> Cu {
+        // SAFETY: a handle cuMemCreate gave.
+        unsafe { (self.mem_release)(handle) }
     }
 
     pub fn mem_alloc(&self, size: usize) -> Result<u64, Cu> {
