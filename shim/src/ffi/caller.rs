@@ -39,6 +39,8 @@ pub fn is_family_file(path: &[u8]) -> bool {
 struct Search {
     addr: usize,
     family: Option<bool>,
+    /// Whether the object holding `addr` is NCCL's (the real one, or the simulated GPU's).
+    nccl: bool,
 }
 
 unsafe extern "C" fn visit(
@@ -64,6 +66,8 @@ unsafe extern "C" fn visit(
                 unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
             };
             s.family = Some(is_family_file(name));
+            let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+            s.nccl = base.starts_with(b"libnccl") || base.starts_with(b"libsimgpu_nccl");
             return 1;
         }
     }
@@ -73,13 +77,32 @@ unsafe extern "C" fn visit(
 /// Whether `addr` (a return address, or a function pointer) lies in a CUDA-family library.
 /// Unknown addresses (0, or outside every loaded object) are not.
 pub fn in_family(addr: usize) -> bool {
-    if addr == 0 {
-        return false;
+    search(addr).family.unwrap_or(false)
+}
+
+fn search(addr: usize) -> Search {
+    let mut s = Search {
+        addr,
+        family: None,
+        nccl: false,
+    };
+    if addr != 0 {
+        // SAFETY: visit only reads the loader's structures during the walk and writes into `s`.
+        unsafe { libc::dl_iterate_phdr(Some(visit), &mut s as *mut Search as *mut c_void) };
     }
-    let mut s = Search { addr, family: None };
-    // SAFETY: visit only reads the loader's structures during the walk and writes into `s`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut s as *mut Search as *mut c_void) };
-    s.family.unwrap_or(false)
+    s
+}
+
+/// The driver functions NCCL gets Marmoset's wrappers of, though it is a CUDA-family library:
+/// the VMM calls it maps its buffers with. They forward to the real function and only count
+/// what NCCL maps against the budget (crate::virt::memory::foreign), so they cannot recurse.
+const COUNTED_FOR_NCCL: &[&[u8]] = &[b"cuMemCreate", b"cuMemRelease"];
+
+/// Whether a caller at `caller` keeps the real function `name`: a caller inside a CUDA-family
+/// library does, except NCCL for the functions Marmoset counts.
+pub fn keeps_real(caller: usize, name: &[u8]) -> bool {
+    let s = search(caller);
+    s.family.unwrap_or(false) && !(s.nccl && COUNTED_FOR_NCCL.contains(&name))
 }
 
 #[cfg(test)]

@@ -48,7 +48,11 @@ pub static TABLE: [Entry; 4] = [
 /// anything we do not hook (or an unknown variant) is returned unchanged. Callers inside the
 /// CUDA-family libraries keep the real function (see [`crate::ffi::caller`]).
 fn swap_driver_pointer(symbol: *const c_char, pfn: *mut *mut c_void, caller: usize) {
-    if symbol.is_null() || pfn.is_null() || state::config().disable || caller::in_family(caller) {
+    if symbol.is_null() || pfn.is_null() || state::config().disable {
+        return;
+    }
+    // SAFETY: symbol is a NUL-terminated name (API contract).
+    if caller::keeps_real(caller, unsafe { CStr::from_ptr(symbol) }.to_bytes()) {
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -293,7 +297,7 @@ extern "C" fn dlsym_from(handle: *mut c_void, symbol: *const c_char, caller: usi
         if p as usize == (e.hook)() {
             return p;
         }
-        if caller::in_family(caller) || !caller::in_family(p as usize) {
+        if caller::keeps_real(caller, name.to_bytes()) || !caller::in_family(p as usize) {
             return p;
         }
         e.learn(p as usize);

@@ -26,6 +26,26 @@ pub struct LaunchConfig {
     pub num_attrs: c_uint,
 }
 
+/// A library's own `cuMemCreate` (Marmoset's allocator calls the real one directly): counted
+/// against the budget once made (crate::virt::memory::foreign).
+fn vmm_create(real: impl FnOnce() -> c_int, h: *mut u64, size: usize) -> c_int {
+    let r = real();
+    if r == 0 && !h.is_null() {
+        // SAFETY: the call succeeded, so it wrote the new handle through `h`.
+        let handle = unsafe { *h };
+        crate::virt::memory::foreign::created(handle, size as u64);
+    }
+    r
+}
+
+fn vmm_release(real: impl FnOnce() -> c_int, h: u64) -> c_int {
+    let r = real();
+    if r == 0 {
+        crate::virt::memory::foreign::released(h);
+    }
+    r
+}
+
 fn kernel(
     api: &str,
     f: P,
@@ -67,6 +87,10 @@ hooks! {
         call = pool_get(entry, pool as u64, attr, v).unwrap_or_else(|| unsafe { real(pool, attr, v) });
     ["cuMemPoolSetAttribute"] fn cuMemPoolSetAttribute(pool: P, attr: c_int, v: P) => None,
         call = pool_set(entry, pool as u64, attr, v).unwrap_or_else(|| unsafe { real(pool, attr, v) });
+    ["cuMemCreate"] fn cuMemCreate(h: *mut u64, size: usize, prop: *const c_void, flags: u64) => None,
+        call = vmm_create(|| unsafe { real(h, size, prop, flags) }, h, size);
+    ["cuMemRelease"] fn cuMemRelease(h: u64) => None,
+        call = vmm_release(|| unsafe { real(h) }, h);
     ["cuMemGetInfo"] fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => None,
         call = managed_info(entry, free, total).unwrap_or_else(|| unsafe { real(free, total) });
     ["cuMemcpy"] fn cuMemcpy(dst: D, src: D, n: usize) => copy("cuMemcpy", dst, src, n, None, None);

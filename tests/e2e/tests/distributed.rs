@@ -139,7 +139,7 @@ fn ddp_trains_on_two_simulated_devices_within_a_budget_on_each() {
         .iter()
         .map(|r| r["peak_bytes"].as_u64().unwrap())
         .collect();
-    let budget = peaks.iter().max().unwrap() * 7 / 10;
+    let budget = peaks.iter().max().unwrap() * 8 / 10;
     let trace = temp_path("ddp.jsonl");
     let o = torchrun(
         &[
@@ -220,11 +220,11 @@ fn fsdp_gathers_and_scatters_as_accesses_on_every_rank() {
         &["--policy", "none", "--trace", trace.to_str().unwrap()],
         &[
             "--model",
-            "llama",
+            "gpt",
             "--parallel",
             "fsdp",
             "--layers",
-            "1",
+            "2",
             "--seq",
             "64",
             "--batch",
@@ -262,4 +262,58 @@ fn fsdp_gathers_and_scatters_as_accesses_on_every_rank() {
             }
         }
     }
+}
+
+/// A communicator made after the program's first tensor (no `device_id` at
+/// `init_process_group`: NCCL starts at the first collective): the buffers NCCL maps then with
+/// the driver's VMM calls (the simulated NCCL: 128 MiB, as the profile's channels make it) are
+/// counted against the budget, and the program sees that much less free memory.
+#[test]
+fn nccl_buffers_mapped_after_the_first_tensor_count_against_the_budget() {
+    let script = temp_path("lazy_nccl.py");
+    std::fs::write(
+        &script,
+        "import os, torch, torch.distributed as dist\n\
+         torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n\
+         x = torch.ones(1 << 22, device='cuda')\n\
+         dist.init_process_group('nccl')\n\
+         dist.all_reduce(x)\n\
+         torch.cuda.synchronize()\n\
+         print('rank', dist.get_rank(), 'free MiB', torch.cuda.mem_get_info()[0] >> 20, flush=True)\n\
+         dist.destroy_process_group()\n",
+    )
+    .unwrap();
+    let torchrun = venv_python().with_file_name("torchrun");
+    let mut c = Command::new(marmoset());
+    c.args(["run", "--sim=h100x2", "--memory-limit", "600MiB", "--"])
+        .arg(&torchrun)
+        .args(["--standalone", "--nproc-per-node", "2"])
+        .arg(&script);
+    for (k, _) in std::env::vars() {
+        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_", "NCCL_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("SIMGPU_MODE", "shape").env("MARMOSET_LOG", "info");
+    let o = torch_output(&mut c);
+    std::fs::remove_file(&script).ok();
+    ok(&o);
+    let err = stderr(&o);
+    assert!(
+        err.matches("134217728 B mapped by a library with the driver's VMM calls")
+            .count()
+            >= 2,
+        "each rank counts NCCL's buffers: {err}"
+    );
+    let free: Vec<u64> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.split("free MiB ").nth(1))
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    assert_eq!(free.len(), 2, "{}", stdout(&o));
+    // 600 MiB less NCCL's 128 MiB and the 16 MiB tensor (and what the process held first).
+    assert!(free.iter().all(|&f| f <= 600 - 128 - 16), "{free:?}");
 }

@@ -34,6 +34,7 @@
 //! synchronisation).
 
 mod driver;
+pub mod foreign;
 mod guided;
 mod hold;
 mod lent;
@@ -147,6 +148,10 @@ struct Manager {
     oom: Option<(Level, String)>,
     /// Whether the link was measured, or tried (see `link`).
     link_tried: bool,
+    /// Memory libraries mapped themselves since Marmoset took over (see `foreign`): handle ->
+    /// bytes, and their sum, in `used` while they live.
+    foreign: HashMap<u64, u64>,
+    foreign_bytes: u64,
 }
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
@@ -257,6 +262,8 @@ impl Manager {
             cramped: HashSet::new(),
             oom: None,
             link_tried: false,
+            foreign: HashMap::new(),
+            foreign_bytes: 0,
         })
     }
 
@@ -700,7 +707,7 @@ pub fn budget() -> Option<u64> {
     if !active() {
         return None;
     }
-    with(|m| m.budget.saturating_sub(m.preexisting))
+    with(|m| m.budget.saturating_sub(m.preexisting + m.foreign_bytes))
 }
 
 /// How the allocator holds what the program allocates now, as the planner's model must see it
@@ -717,7 +724,8 @@ pub fn holding() -> Option<planner::trace::Held> {
                 .iter()
                 .map(|(class, v)| class * v.len() as u64)
                 .sum::<u64>(),
-        preexisting: m.preexisting,
+        // What libraries mapped themselves since moves no more than what was there before.
+        preexisting: m.preexisting + m.foreign_bytes,
     })
 }
 
@@ -750,6 +758,7 @@ pub fn room_for(sizes: &[u64]) -> bool {
     }
     with(|m| {
         let fixed: u64 = m.preexisting
+            + m.foreign_bytes
             + m.tensors
                 .values()
                 .filter(|t| t.internal && matches!(t.place, Place::Resident(_)))
