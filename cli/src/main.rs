@@ -437,11 +437,55 @@ pub(crate) fn note_siblings(path: &Path) {
     }
 }
 
+/// The rank a trace's header names (torchrun's RANK), if any.
+fn rank_of(records: &[planner::trace::Record]) -> Option<u32> {
+    match records.first().map(|r| &r.event) {
+        Some(planner::trace::Event::Header { rank, .. }) => *rank,
+        _ => None,
+    }
+}
+
+/// The summaries of every rank of the run `path` belongs to (this trace's among them), in rank
+/// order; empty when the trace is no rank's, or its run has no other rank's trace.
+fn rank_summaries(
+    path: &Path,
+    records: &[planner::trace::Record],
+) -> Vec<(u32, PathBuf, planner::inspect::Summary)> {
+    let (Some(own), Some(run)) = (rank_of(records), planner::trace::run_of(path)) else {
+        return Vec::new();
+    };
+    let mut out = vec![(
+        own,
+        path.to_path_buf(),
+        planner::inspect::summarize(records),
+    )];
+    for p in planner::trace::traces_of_run(path, &run) {
+        if p == path {
+            continue;
+        }
+        let Ok(t) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let Ok(recs) = read_trace(&p, &t) else {
+            continue;
+        };
+        if let Some(r) = rank_of(&recs) {
+            out.push((r, p, planner::inspect::summarize(&recs)));
+        }
+    }
+    if out.len() < 2 {
+        return Vec::new();
+    }
+    out.sort_by_key(|x| x.0);
+    out
+}
+
 fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let records = read_trace(path, &text)?;
     note_siblings(path);
+    let ranks = rank_summaries(path, &records);
     let blocks = planner::blocks::allocator_blocks(&records);
     if let Some(b) = &blocks {
         eprintln!("marmoset: {}: {b}", path.display());
@@ -475,9 +519,36 @@ fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
                 "advice": b.to_string(),
             })),
         });
+        let mut v = v;
+        if !ranks.is_empty() {
+            v["ranks"] = serde_json::json!(
+                ranks
+                    .iter()
+                    .map(|(r, p, s)| serde_json::json!({
+                        "rank": r,
+                        "trace": p.display().to_string(),
+                        "records": s.records,
+                        "device_ms": s.device_ms.values().sum::<f64>(),
+                        "peak_load_bytes": s.peak_load,
+                    }))
+                    .collect::<Vec<_>>()
+            );
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{s}");
+        if !ranks.is_empty() {
+            println!("ranks of this run ({}):", ranks.len());
+            for (r, p, s) in &ranks {
+                println!(
+                    "  rank {r}: {} records, {:.3} ms device time, peak load {} B ({})",
+                    s.records,
+                    s.device_ms.values().sum::<f64>(),
+                    s.peak_load,
+                    p.display()
+                );
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -193,6 +193,21 @@ fn ddp_trains_on_two_simulated_devices_within_a_budget_on_each() {
         "{}",
         stderr(&rep)
     );
+    // inspect reads every rank's trace of the run too.
+    let ins = Command::new(marmoset())
+        .args(["inspect", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    ok(&ins);
+    let v: serde_json::Value = serde_json::from_slice(&ins.stdout).unwrap();
+    let inspected: Vec<u64> = v["ranks"]
+        .as_array()
+        .expect("a ranks list")
+        .iter()
+        .map(|r| r["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(inspected, vec![0, 1], "{}", v["ranks"]);
     for (r, records) in rank_traces(&trace).iter().enumerate() {
         let reduces = collectives(records, "ncclAllReduce");
         assert!(
