@@ -39,6 +39,9 @@ fn ranks(
             c.env("SIMGPU_MODE", "data")
                 .env("SIMGPU_REPORT", &report)
                 .env("SIMGPU_NCCL_TIMEOUT", "300")
+                // NCCL's buffers small (2 MiB per rank, not 128): the trainer's own peak is
+                // about 60 MiB, and half of a peak NCCL's buffers dwarf would leave no room.
+                .env("NCCL_BUFFSIZE", "65536")
                 .env("RANK", r.to_string())
                 .env("TRAINER_RANKS", RANKS.to_string())
                 .env("TRAINER_RANK", r.to_string())
