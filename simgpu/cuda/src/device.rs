@@ -207,6 +207,9 @@ pub struct Device {
     /// SIMGPU_TIMELINE: one JSON line per piece of work issued to an engine (where its stream
     /// and the host stood, when it ran), to find what a stream waited for.
     pub timeline: Option<std::io::BufWriter<std::fs::File>>,
+    /// SIMGPU_TIMELINE on a machine of several devices: opened at the first work issued, named
+    /// by the device the process works on, as its report is (`devices::report_path`).
+    timeline_pending: Option<String>,
     pub pools: Vec<u64>,
     /// Each pool's figures, and the allocations made from a pool (address -> pool, bytes).
     pool_use: HashMap<u64, PoolUse>,
@@ -255,16 +258,23 @@ impl Device {
             Some(v) => parse_fail(&v)?,
             None => FailSpec::default(),
         };
-        let timeline = match env("SIMGPU_TIMELINE") {
-            Some(path) => Some(std::io::BufWriter::new(
-                std::fs::File::create(&path)
-                    .map_err(|e| format!("SIMGPU_TIMELINE={path:?}: {e}"))?,
-            )),
-            None => None,
-        };
         let mut d = Device::new(profile, json, capacity, mode, fail, env("SIMGPU_REPORT"));
-        d.timeline = timeline;
+        match env("SIMGPU_TIMELINE") {
+            Some(path) if crate::devices::several() => d.timeline_pending = Some(path),
+            Some(path) => {
+                d.timeline = Some(std::io::BufWriter::new(
+                    std::fs::File::create(&path)
+                        .map_err(|e| format!("SIMGPU_TIMELINE={path:?}: {e}"))?,
+                ))
+            }
+            None => {}
+        }
         Ok(d)
+    }
+
+    /// Whether SIMGPU_TIMELINE is written (now, or from the first work issued).
+    pub fn keeps_timeline(&self) -> bool {
+        self.timeline.is_some() || self.timeline_pending.is_some()
     }
 
     fn new(
@@ -316,6 +326,7 @@ impl Device {
             kernels: HashMap::new(),
             report,
             timeline: None,
+            timeline_pending: None,
             pools: Vec::new(),
             pool_use: HashMap::new(),
             pool_allocs: HashMap::new(),
@@ -969,6 +980,13 @@ impl Device {
         let stream_ready = self.stream_ready(h)?;
         let ready = stream_ready.max(self.host_now).max(not_before);
         let (s, e) = self.engines[engine].schedule(ready, dur);
+        if let Some(base) = self.timeline_pending.take() {
+            let path = crate::devices::report_path(&base).unwrap_or(base);
+            match std::fs::File::create(&path) {
+                Ok(f) => self.timeline = Some(std::io::BufWriter::new(f)),
+                Err(e) => eprintln!("simgpu: SIMGPU_TIMELINE={path:?}: {e} (no timeline written)"),
+            }
+        }
         if let Some(w) = self.timeline.as_mut() {
             use std::io::Write;
             let name = ["compute", "h2d", "d2h", "link"]

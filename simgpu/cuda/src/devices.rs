@@ -81,6 +81,11 @@ thread_local! {
     static CURRENT: Cell<Option<c_int>> = const { Cell::new(None) };
 }
 
+/// Whether the machine has several devices (its files are then named per device).
+pub fn several() -> bool {
+    MACHINE.0 > 1
+}
+
 /// Where the process's report (SIMGPU_REPORT) goes: the path as given on a machine of one
 /// device; on a machine of several, one report per device, named by the working device's index
 /// in the machine (`report.json` -> `report.dev1.json`), and none before the process works on a

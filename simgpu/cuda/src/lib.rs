@@ -37,7 +37,7 @@ static DEVICE: LazyLock<Result<Mutex<Device>, String>> = LazyLock::new(|| {
         e
     })?;
     Device::guard_address_space();
-    if d.report.is_some() || d.timeline.is_some() {
+    if d.report.is_some() || d.keeps_timeline() {
         // SAFETY: registering a plain extern "C" function with atexit.
         unsafe { libc::atexit(write_report) };
     }
