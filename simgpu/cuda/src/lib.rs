@@ -14,6 +14,7 @@ mod context;
 mod device;
 pub mod devices;
 mod fatbin;
+mod host_kernels;
 mod library;
 mod loaded;
 mod modules;

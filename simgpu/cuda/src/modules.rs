@@ -7,6 +7,7 @@
 //! read and decompressed only when one of its kernels is first launched or asked about.
 
 use crate::fatbin::{self, FatbinError, KernelParams, Parsed};
+use crate::host_kernels::{self, Skip};
 use crate::{CUresult, Handle, lock};
 use simgpu_model::kernels::{self, KernelCost, KernelLaunch};
 use std::collections::{HashMap, HashSet};
@@ -36,7 +37,6 @@ pub struct Func {
     pub name: String,
     params: Option<Result<Arc<KernelParams>, CUresult>>,
     demangled: Option<Arc<str>>,
-    warned: bool,
 }
 
 #[derive(Default)]
@@ -142,7 +142,6 @@ pub unsafe extern "C" fn simgpuRegisterFunction(
             name,
             params: None,
             demangled: None,
-            warned: false,
         },
     );
     crate::SUCCESS
@@ -218,7 +217,6 @@ pub fn loaded_function(module: usize, name: &str) -> Result<usize, CUresult> {
             name: name.to_string(),
             params: Some(Ok(Arc::new(k.clone()))),
             demangled: None,
-            warned: false,
         },
     );
     if let Some(m) = r.modules.get_mut(&module) {
@@ -366,18 +364,6 @@ pub fn demangled(f: usize) -> Option<Arc<str>> {
     k.demangled.clone()
 }
 
-/// True the first time it is asked for `f` (for once-per-kernel warnings).
-pub fn first_warning(f: usize) -> bool {
-    let mut r = registry();
-    match r.funcs.get_mut(&f) {
-        Some(k) if !k.warned => {
-            k.warned = true;
-            true
-        }
-        _ => false,
-    }
-}
-
 /// The parameter block of one launch, packed at the cubin's offsets, from either `kernelParams`
 /// (one pointer per parameter) or the `extra` buffer.
 fn gather(
@@ -499,18 +485,33 @@ fn launch_inner(
         Err(e) => return e,
     };
     let name = demangled(f).unwrap_or_else(|| "?".into());
-    let warn = first_warning(f);
     crate::with(|d| {
         if !d.valid_stream(stream as u64) {
             return Err(crate::INVALID_HANDLE);
         }
         d.count_launch()?;
         d.counters.kernels += 1;
-        if warn && d.mode == crate::Mode::Data {
-            eprintln!(
-                "simgpu: kernel {name} has no host implementation: launched for its time only, \
-                 its results are not computed (run such programs with SIMGPU_MODE=shape)"
-            );
+        // Kernels are computed at launch: execution is eager (see docs/simgpu.md).
+        let not_computed = match host_kernels::run(&name, &k, &pblock, grid, d) {
+            Some(Ok(())) | Some(Err(Skip::NoBytes)) => None,
+            Some(Err(Skip::Layout(why))) => {
+                // The block, to extend the host kernel from.
+                let hex: String = pblock.iter().map(|b| format!("{b:02x}")).collect();
+                Some(format!("{why}; parameter block {hex}"))
+            }
+            None => Some("no host implementation".to_string()),
+        };
+        if let Some(why) = not_computed
+            && host_kernels::first_skip(&name)
+        {
+            if d.mode == crate::Mode::Data {
+                eprintln!(
+                    "simgpu: kernel {name} is not computed ({why}): launched for its time only, \
+                     its results are not computed (run such programs with SIMGPU_MODE=shape)"
+                );
+            } else if *DEBUG {
+                eprintln!("simgpu: kernel {name} is not computed ({why}): its time only");
+            }
         }
         let c = estimate(d, &k, &pblock, &name, grid, block, shared);
         if *DEBUG {

@@ -1,0 +1,283 @@
+//! TensorFlow's hand-written CUDA kernels, by their C++ signatures (tensorflow/core/kernels:
+//! bias_op_gpu.cu.cc, reduction_gpu_kernels.cu.h).
+//!
+//! Sums are taken in f64 and rounded once to f32: the GPU adds in f32 in its own tree order,
+//! so a sum can differ from the GPU's in its last bits, never by more than the GPU's own
+//! rounding error.
+
+use super::{Launch, Mem, Skip, f32_bytes, f32s, load_checked};
+
+fn grid_one(l: &Launch, dim: usize) -> Result<(), Skip> {
+    if l.grid[dim] == 1 {
+        Ok(())
+    } else {
+        // More blocks along the reduced dimension write partial results to a temporary that a
+        // second kernel reduces: not computed here.
+        Err(Skip::Layout(format!("grid {:?}: partial results", l.grid)))
+    }
+}
+
+fn load_f32(mem: &mut dyn Mem, addr: u64, n: usize) -> Result<Vec<f32>, Skip> {
+    Ok(f32s(&load_checked(mem, addr, n * 4)?))
+}
+
+fn store_f32(mem: &mut dyn Mem, addr: u64, v: &[f32]) -> Result<(), Skip> {
+    if !mem.holds(addr, v.len() as u64 * 4) {
+        return Err(Skip::NoBytes);
+    }
+    mem.store(addr, &f32_bytes(v));
+    Ok(())
+}
+
+fn count(v: i32) -> Result<usize, Skip> {
+    usize::try_from(v).map_err(|_| Skip::Layout(format!("negative count {v}")))
+}
+
+/// `BiasNHWCKernel<float>(int nthreads, const float* input, const float* bias, float* output,
+/// int bias_size)`: `output[i] = input[i] + bias[i % bias_size]`.
+pub fn bias_nhwc_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
+    l.expect_sizes(&[4, 8, 8, 8, 4])?;
+    let n = count(l.i32_at(0)?)?;
+    let c = count(l.i32_at(4)?)?;
+    if c == 0 {
+        return Err(Skip::Layout("bias_size 0".into()));
+    }
+    let input = load_f32(mem, l.u64_at(1)?, n)?;
+    let bias = load_f32(mem, l.u64_at(2)?, c)?;
+    let out: Vec<f32> = input
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x + bias[i % c])
+        .collect();
+    store_f32(mem, l.u64_at(3)?, &out)
+}
+
+/// `BiasGradNHWC_SharedAtomics<float>(int nthreads, const float* output_backprop,
+/// float* bias_backprop, int bias_size)`: adds (atomically, onto what the buffer holds: TF
+/// zeroes it first) the sum of `output_backprop[i]` over every `i` with `i % bias_size == c`
+/// to `bias_backprop[c]`.
+pub fn bias_grad_nhwc_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
+    l.expect_sizes(&[4, 8, 8, 4])?;
+    let n = count(l.i32_at(0)?)?;
+    let c = count(l.i32_at(3)?)?;
+    if c == 0 {
+        return Err(Skip::Layout("bias_size 0".into()));
+    }
+    let g = load_f32(mem, l.u64_at(1)?, n)?;
+    let out_at = l.u64_at(2)?;
+    let prior = load_f32(mem, out_at, c)?;
+    let mut sums = vec![0f64; c];
+    for (i, x) in g.iter().enumerate() {
+        sums[i % c] += *x as f64;
+    }
+    let out: Vec<f32> = prior
+        .iter()
+        .zip(&sums)
+        .map(|(p, s)| (*p as f64 + s) as f32)
+        .collect();
+    store_f32(mem, out_at, &out)
+}
+
+/// The arguments of the reduction kernels `(T in, OUT_T out, int num_rows, int num_cols, Op op,
+/// T initVal)`, with an empty functor (one byte).
+fn reduce_args(l: &Launch) -> Result<(u64, u64, usize, usize, f32), Skip> {
+    l.expect_sizes(&[8, 8, 4, 4, 1, 4])?;
+    let init = f32::from_le_bytes(l.param(5, 4)?.try_into().unwrap_or_default());
+    Ok((
+        l.u64_at(0)?,
+        l.u64_at(1)?,
+        count(l.i32_at(2)?)?,
+        count(l.i32_at(3)?)?,
+        init,
+    ))
+}
+
+/// `ColumnReduceKernel` / `ColumnReduceMax16ColumnsKernel` with `plus` over a row-major
+/// `num_rows x num_cols` input: `out[col] = initVal + sum over rows` when one block row covers
+/// the rows (`gridDim.y == 1`).
+pub fn column_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
+    let (inp, out, rows, cols, init) = reduce_args(l)?;
+    grid_one(l, 1)?;
+    let x = load_f32(mem, inp, rows * cols)?;
+    let mut sums = vec![init as f64; cols];
+    for r in 0..rows {
+        for (c, s) in sums.iter_mut().enumerate() {
+            *s += x[r * cols + c] as f64;
+        }
+    }
+    let v: Vec<f32> = sums.iter().map(|s| *s as f32).collect();
+    store_f32(mem, out, &v)
+}
+
+/// `RowReduceKernel` with `maximum`: `out[row] = max(initVal, the row's elements)`.
+pub fn row_max_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
+    let (inp, out, rows, cols, init) = reduce_args(l)?;
+    let x = load_f32(mem, inp, rows * cols)?;
+    let v: Vec<f32> = (0..rows)
+        .map(|r| {
+            x[r * cols..(r + 1) * cols]
+                .iter()
+                .fold(init, |m, &e| if e > m || e.is_nan() { e } else { m })
+        })
+        .collect();
+    store_f32(mem, out, &v)
+}
+
+/// `BlockReduceKernel<float*, float*, 256, Sum<float>>(in, out, int num_elems, Op op, T initVal)`
+/// with one block: `out[0] = initVal + the sum of num_elems elements`.
+pub fn block_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
+    l.expect_sizes(&[8, 8, 4, 1, 4])?;
+    grid_one(l, 0)?;
+    let n = count(l.i32_at(2)?)?;
+    let init = f32::from_le_bytes(l.param(4, 4)?.try_into().unwrap_or_default());
+    let x = load_f32(mem, l.u64_at(0)?, n)?;
+    let s = x.iter().fold(init as f64, |s, &e| s + e as f64);
+    store_f32(mem, l.u64_at(1)?, &[s as f32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testmem::TestMem;
+    use super::*;
+    use crate::fatbin::KernelParams;
+
+    /// Packs parameters at their natural alignment, as the C++ compiler lays out a kernel's
+    /// parameter block.
+    fn pack(vals: &[&[u8]]) -> (KernelParams, Vec<u8>) {
+        let mut b = Vec::new();
+        let mut params = Vec::new();
+        for v in vals {
+            let align = v.len().clamp(1, 8);
+            while b.len() % align != 0 {
+                b.push(0);
+            }
+            params.push((b.len(), v.len()));
+            b.extend_from_slice(v);
+        }
+        (
+            KernelParams {
+                params,
+                cbank_size: None,
+            },
+            b,
+        )
+    }
+
+    fn launch(name: &str, grid: [u32; 3], vals: &[&[u8]], m: &mut TestMem) -> Result<(), Skip> {
+        let (p, b) = pack(vals);
+        super::super::run(name, &p, &b, grid, m).expect("a host kernel")
+    }
+
+    fn f(v: &[f32]) -> Vec<u8> {
+        f32_bytes(v)
+    }
+
+    const BIAS: &str =
+        "void tensorflow::BiasNHWCKernel<float>(int, float const*, float const*, float*, int)";
+    const BIAS_GRAD: &str =
+        "void tensorflow::BiasGradNHWC_SharedAtomics<float>(int, float const*, float*, int)";
+    const COLS: &str = "void tensorflow::functor::ColumnReduceKernel<float const*, float*, cuda::std::__4::plus<void> >(float const*, float*, int, int, cuda::std::__4::plus<void>, std::iterator_traits<float const*>::value_type)";
+    const ROWMAX: &str = "void tensorflow::functor::RowReduceKernel<float const*, float*, cuda::__4::maximum<void> >(float const*, float*, int, int, cuda::__4::maximum<void>, std::iterator_traits<float const*>::value_type)";
+    const BLOCK: &str = "void tensorflow::functor::BlockReduceKernel<float*, float*, 256, tensorflow::functor::Sum<float> >(float*, float*, int, tensorflow::functor::Sum<float>, std::iterator_traits<float*>::value_type)";
+
+    #[test]
+    fn bias_add_and_its_gradient() {
+        let mut m = TestMem::default();
+        // A 2 x 3 input, a bias of 3.
+        m.add(0x1000, f(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        m.add(0x2000, f(&[0.5, -1.0, 10.0]));
+        m.add(0x3000, vec![0; 24]);
+        let p = |a: u64| a.to_le_bytes();
+        launch(
+            BIAS,
+            [1, 1, 1],
+            &[
+                &6i32.to_le_bytes(),
+                &p(0x1000),
+                &p(0x2000),
+                &p(0x3000),
+                &3i32.to_le_bytes(),
+            ],
+            &mut m,
+        )
+        .unwrap();
+        assert_eq!(m.bufs[&0x3000], f(&[1.5, 1.0, 13.0, 4.5, 4.0, 16.0]));
+        // The gradient adds column sums onto what the buffer holds.
+        m.add(0x4000, f(&[100.0, 0.0, 0.0]));
+        launch(
+            BIAS_GRAD,
+            [1, 1, 1],
+            &[
+                &6i32.to_le_bytes(),
+                &p(0x1000),
+                &p(0x4000),
+                &3i32.to_le_bytes(),
+            ],
+            &mut m,
+        )
+        .unwrap();
+        assert_eq!(m.bufs[&0x4000], f(&[105.0, 7.0, 9.0]));
+    }
+
+    #[test]
+    fn reductions_over_rows_columns_and_all() {
+        let mut m = TestMem::default();
+        m.add(0x1000, f(&[1.0, -2.0, 3.0, 4.0, 5.0, -6.0]));
+        m.add(0x2000, vec![0; 12]);
+        let p = |a: u64| a.to_le_bytes();
+        let (two, three) = (2i32.to_le_bytes(), 3i32.to_le_bytes());
+        launch(
+            COLS,
+            [1, 1, 1],
+            &[
+                &p(0x1000),
+                &p(0x2000),
+                &two,
+                &three,
+                &[0],
+                &0f32.to_le_bytes(),
+            ],
+            &mut m,
+        )
+        .unwrap();
+        assert_eq!(m.bufs[&0x2000], f(&[5.0, 3.0, -3.0]));
+        m.add(0x3000, vec![0; 8]);
+        let lowest = f32::MIN.to_le_bytes();
+        launch(
+            ROWMAX,
+            [1, 1, 1],
+            &[&p(0x1000), &p(0x3000), &two, &three, &[0], &lowest],
+            &mut m,
+        )
+        .unwrap();
+        assert_eq!(m.bufs[&0x3000], f(&[3.0, 5.0]));
+        m.add(0x4000, vec![0; 4]);
+        let six = 6i32.to_le_bytes();
+        launch(
+            BLOCK,
+            [1, 1, 1],
+            &[&p(0x1000), &p(0x4000), &six, &[0], &0f32.to_le_bytes()],
+            &mut m,
+        )
+        .unwrap();
+        assert_eq!(m.bufs[&0x4000], f(&[5.0]));
+        // Several blocks write partial sums: left alone.
+        m.add(0x5000, vec![7; 4]);
+        let r = launch(
+            BLOCK,
+            [2, 1, 1],
+            &[&p(0x1000), &p(0x5000), &six, &[0], &0f32.to_le_bytes()],
+            &mut m,
+        );
+        assert!(matches!(r, Err(Skip::Layout(_))));
+        assert_eq!(m.bufs[&0x5000], vec![7; 4]);
+        // An input that holds no bytes.
+        let r = launch(
+            BLOCK,
+            [1, 1, 1],
+            &[&p(0x9000), &p(0x4000), &six, &[0], &0f32.to_le_bytes()],
+            &mut m,
+        );
+        assert_eq!(r, Err(Skip::NoBytes));
+    }
+}
