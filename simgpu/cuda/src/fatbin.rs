@@ -265,6 +265,15 @@ pub struct Parsed {
     pub arch: u32,
     pub fallback: bool,
     pub kernels: HashMap<String, KernelParams>,
+    /// A PTX module's kernels as text (what the host can interpret); empty for cubins.
+    pub ptx: HashMap<String, std::sync::Arc<PtxEntry>>,
+}
+
+/// One PTX `.entry`: its parameters' names by ordinal and its body (between the braces).
+#[derive(Debug, Default)]
+pub struct PtxEntry {
+    pub params: Vec<String>,
+    pub body: String,
 }
 
 /// Reads a whole container for a device of compute capability `cc` (major * 10 + minor).
@@ -286,6 +295,7 @@ pub fn parse(data: &[u8], cc: u32) -> Result<Parsed, FatbinError> {
         arch,
         fallback,
         kernels,
+        ptx: HashMap::new(),
     })
 }
 

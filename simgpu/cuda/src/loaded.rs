@@ -160,6 +160,7 @@ pub fn load(img: &Image, cc: u32) -> Result<(Parsed, HashMap<String, usize>), (C
                     arch: cc,
                     fallback: false,
                     kernels,
+                    ptx: HashMap::new(),
                 },
                 cubin_globals(elf),
             ))

@@ -6,7 +6,7 @@
 //! Registration stays cheap (torch registers 477 fatbins and 24k kernels at import): a fatbin is
 //! read and decompressed only when one of its kernels is first launched or asked about.
 
-use crate::fatbin::{self, FatbinError, KernelParams, Parsed};
+use crate::fatbin::{self, FatbinError, KernelParams, Parsed, PtxEntry};
 use crate::host_kernels::{self, Skip};
 use crate::{CUresult, Handle, lock};
 use simgpu_model::kernels::{self, KernelCost, KernelLaunch};
@@ -37,6 +37,8 @@ pub struct Func {
     pub name: String,
     params: Option<Result<Arc<KernelParams>, CUresult>>,
     demangled: Option<Arc<str>>,
+    /// The kernel's PTX, when its module was PTX text (interpreted on the host).
+    ptx: Option<Arc<PtxEntry>>,
 }
 
 #[derive(Default)]
@@ -142,6 +144,7 @@ pub unsafe extern "C" fn simgpuRegisterFunction(
             name,
             params: None,
             demangled: None,
+            ptx: None,
         },
     );
     crate::SUCCESS
@@ -217,6 +220,7 @@ pub fn loaded_function(module: usize, name: &str) -> Result<usize, CUresult> {
             name: name.to_string(),
             params: Some(Ok(Arc::new(k.clone()))),
             demangled: None,
+            ptx: parsed.ptx.get(name).cloned(),
         },
     );
     if let Some(m) = r.modules.get_mut(&module) {
@@ -343,6 +347,11 @@ pub fn cubin_arch(f: usize) -> Option<u32> {
     let mut r = registry();
     let module = r.funcs.get(&f)?.module;
     parse_module(&mut r, module, cc).ok().map(|p| p.arch)
+}
+
+/// The PTX of a kernel loaded from PTX text.
+pub fn ptx(f: usize) -> Option<Arc<PtxEntry>> {
+    registry().funcs.get(&f).and_then(|k| k.ptx.clone())
 }
 
 /// The mangled name of a registered kernel.
@@ -485,6 +494,7 @@ fn launch_inner(
         Err(e) => return e,
     };
     let name = demangled(f).unwrap_or_else(|| "?".into());
+    let ptx = ptx(f);
     crate::with(|d| {
         if !d.valid_stream(stream as u64) {
             return Err(crate::INVALID_HANDLE);
@@ -492,7 +502,11 @@ fn launch_inner(
         d.count_launch()?;
         d.counters.kernels += 1;
         // Kernels are computed at launch: execution is eager (see docs/simgpu.md).
-        let not_computed = match host_kernels::run(&name, &k, &pblock, grid, d) {
+        let computed = host_kernels::run(&name, &k, &pblock, grid, d).or_else(|| {
+            let e = ptx.as_ref()?;
+            Some(host_kernels::ptx_exec::run(e, &k, &pblock, grid, block, d))
+        });
+        let not_computed = match computed {
             Some(Ok(())) | Some(Err(Skip::NoBytes)) => None,
             Some(Err(Skip::Layout(why))) => {
                 // The block, to extend the host kernel from.

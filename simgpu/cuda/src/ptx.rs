@@ -5,7 +5,7 @@
 //! simulator times kernels, it does not run them. Pure: works on text; the FFI edge is
 //! `loaded.rs`.
 
-use crate::fatbin::{FatbinError, KernelParams, Parsed};
+use crate::fatbin::{FatbinError, KernelParams, Parsed, PtxEntry};
 use std::collections::HashMap;
 
 fn bad(s: impl Into<String>) -> FatbinError {
@@ -117,7 +117,7 @@ fn declaration(tokens: &[&str]) -> Result<(String, usize, usize), FatbinError> {
 
 /// One `.entry` header (`.visible .entry name(.param ..., .param ...)` and performance
 /// directives): the kernel's name and parameters.
-fn entry(header: &str) -> Result<(String, KernelParams), FatbinError> {
+fn entry(header: &str) -> Result<(String, KernelParams, Vec<String>), FatbinError> {
     let at = header.find(".entry").unwrap_or(0) + ".entry".len();
     let rest = header[at..].trim_start();
     let name_end = rest
@@ -128,6 +128,7 @@ fn entry(header: &str) -> Result<(String, KernelParams), FatbinError> {
         return Err(bad("an .entry without a name"));
     }
     let mut params = Vec::new();
+    let mut names = Vec::new();
     let after = rest[name_end..].trim_start();
     if let Some(list) = after.strip_prefix('(') {
         let close = list
@@ -149,11 +150,12 @@ fn entry(header: &str) -> Result<(String, KernelParams), FatbinError> {
                 return Err(bad(format!(".entry {name}: {pname} of {size} bytes")));
             }
             params.push((offset, size));
+            names.push(pname);
             offset += size;
         }
     }
     let cbank_size = params.iter().map(|(o, s)| o + s).max();
-    Ok((name, KernelParams { params, cbank_size }))
+    Ok((name, KernelParams { params, cbank_size }, names))
 }
 
 /// The target architecture (`.target sm_90a` -> 90, `sm_80` -> 80).
@@ -171,6 +173,7 @@ fn target(stmt: &str) -> Option<u32> {
 pub fn parse(text: &str) -> Result<(Parsed, HashMap<String, usize>), FatbinError> {
     let text = strip_comments(text);
     let mut kernels = HashMap::new();
+    let mut bodies = HashMap::new();
     let mut globals = HashMap::new();
     let mut arch = None;
     let mut version = false;
@@ -211,7 +214,9 @@ pub fn parse(text: &str) -> Result<(Parsed, HashMap<String, usize>), FatbinError
             '{' => {
                 let init = stmt.contains('=');
                 let mut depth = 1;
+                let mut inner = String::new();
                 for (_, c) in chars.by_ref() {
+                    inner.push(c);
                     match c {
                         '{' => depth += 1,
                         '}' => {
@@ -231,7 +236,13 @@ pub fn parse(text: &str) -> Result<(Parsed, HashMap<String, usize>), FatbinError
                     continue;
                 }
                 if stmt.split_whitespace().any(|t| t == ".entry") {
-                    let (name, p) = entry(&stmt)?;
+                    let (name, p, params) = entry(&stmt)?;
+                    inner.pop();
+                    let body = PtxEntry {
+                        params,
+                        body: inner,
+                    };
+                    bodies.insert(name.clone(), std::sync::Arc::new(body));
                     kernels.insert(name, p);
                 }
                 stmt.clear();
@@ -248,6 +259,7 @@ pub fn parse(text: &str) -> Result<(Parsed, HashMap<String, usize>), FatbinError
             arch,
             fallback: false,
             kernels,
+            ptx: bodies,
         },
         globals,
     ))

@@ -123,6 +123,7 @@ pub enum Op {
     Sub,
     Mul,
     RealDiv,
+    Div,
     DivNoNan,
     Maximum,
     Minimum,
@@ -147,6 +148,7 @@ impl Op {
             "Sub" => Op::Sub,
             "Mul" => Op::Mul,
             "RealDiv" => Op::RealDiv,
+            "Div" => Op::Div,
             "DivNoNan" => Op::DivNoNan,
             "Maximum" => Op::Maximum,
             "Minimum" => Op::Minimum,
@@ -171,11 +173,21 @@ impl Op {
     fn supports(self, t: Ty) -> bool {
         match self {
             Op::RealDiv | Op::DivNoNan => t.is_float(),
-            Op::FloorMod | Op::FloorDiv => !t.is_float() && t != Ty::Bool,
+            Op::FloorMod => !t.is_float() && t != Ty::Bool,
+            Op::FloorDiv => t != Ty::Bool,
+            Op::Div => t != Ty::Bool,
             Op::Cast | Op::Equal | Op::NotEqual => true,
             _ => t != Ty::Bool,
         }
     }
+    /// Whether the kernel takes its operands in reverse: the generated kernels take their
+    /// operands' descriptors in the order their body first reads them, and DivNoNan's reads its
+    /// divisor first (`y == 0 ? 0 : x / y`). Checked against TensorFlow's CPU for every op here
+    /// by examples/tf/op_check.py.
+    fn reversed(self) -> bool {
+        self == Op::DivNoNan
+    }
+
     fn unary(self, a: Val) -> Val {
         match (self, a) {
             (Op::Cast, v) => v,
@@ -188,16 +200,21 @@ impl Op {
             (_, v) => v,
         }
     }
-    fn binary(self, a: Val, b: Val, t: Ty) -> Val {
+    /// `None` for an integer division by zero (an error on TensorFlow's CPU; what the GPU
+    /// kernel writes then is not known here).
+    fn binary(self, a: Val, b: Val, t: Ty) -> Option<Val> {
         if t.is_float() {
             let (x, y) = (a.f(), b.f());
             // f32 operands: the f64 result of +, -, *, / rounds to the f32 one (stored as f32).
-            return match self {
+            return Some(match self {
                 Op::AddV2 => Val::F(x + y),
                 Op::Sub => Val::F(x - y),
                 Op::Mul => Val::F(x * y),
-                Op::RealDiv => Val::F(x / y),
+                Op::RealDiv | Op::Div => Val::F(x / y),
                 Op::DivNoNan => Val::F(if y == 0.0 { 0.0 } else { x / y }),
+                // floor of the quotient rounded to the operands' type.
+                Op::FloorDiv if t == Ty::F32 => Val::F(((x / y) as f32).floor() as f64),
+                Op::FloorDiv => Val::F((x / y).floor()),
                 Op::Maximum => Val::F(if x.is_nan() || y.is_nan() {
                     f64::NAN
                 } else {
@@ -215,25 +232,24 @@ impl Op {
                 Op::Greater => Val::B(x > y),
                 Op::GreaterEqual => Val::B(x >= y),
                 _ => Val::F(f64::NAN),
-            };
+            });
         }
         let (x, y) = match (a, b) {
             (Val::I(x), Val::I(y)) => (x, y),
             (Val::B(x), Val::B(y)) => (x as i128, y as i128),
             _ => (0, 0),
         };
-        match self {
+        if y == 0 && matches!(self, Op::FloorMod | Op::FloorDiv | Op::Div) {
+            return None;
+        }
+        Some(match self {
             Op::AddV2 => Val::I(x + y),
             Op::Sub => Val::I(x - y),
             Op::Mul => Val::I(x.wrapping_mul(y)),
             Op::Maximum => Val::I(x.max(y)),
             Op::Minimum => Val::I(x.min(y)),
-            // Python's floor semantics; a zero divisor gives the dividend (the generated code's
-            // guard: the divisor becomes 1).
+            // Python's floor semantics.
             Op::FloorMod => {
-                if y == 0 {
-                    return Val::I(x);
-                }
                 let r = x % y;
                 Val::I(if r != 0 && ((r < 0) != (y < 0)) {
                     r + y
@@ -242,9 +258,6 @@ impl Op {
                 })
             }
             Op::FloorDiv => {
-                if y == 0 {
-                    return Val::I(x);
-                }
                 let q = x / y;
                 Val::I(if (x % y != 0) && ((x < 0) != (y < 0)) {
                     q - 1
@@ -258,8 +271,9 @@ impl Op {
             Op::LessEqual => Val::B(x <= y),
             Op::Greater => Val::B(x > y),
             Op::GreaterEqual => Val::B(x >= y),
+            Op::Div => Val::I(x / y),
             _ => Val::I(0),
-        }
+        })
     }
 }
 
@@ -413,9 +427,11 @@ pub fn elementwise(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
             })
             .collect();
         let v = match op.arity() {
-            1 => op.unary(vals[0]),
+            1 => Some(op.unary(vals[0])),
+            _ if op.reversed() => op.binary(vals[1], vals[0], tin),
             _ => op.binary(vals[0], vals[1], tin),
-        };
+        }
+        .ok_or_else(|| Skip::Layout("integer division by zero".into()))?;
         let at = (out.at(&idx) - obase) as usize * tout.size();
         tout.store(v, &mut obytes[at..at + tout.size()]);
         // Row-major order over the result's index space.
@@ -588,7 +604,7 @@ mod tests {
                 .collect();
             assert_eq!(m.bufs[&0x3000], want, "{name}");
         }
-        // DivNoNan: 0 where the divisor is 0.
+        // DivNoNan: 0 where the divisor is 0; the divisor's descriptor comes first.
         m.add(
             0x4000,
             [6f32, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -602,8 +618,8 @@ mod tests {
             "DivNoNan_GPU_DT_FLOAT_DT_FLOAT_kernel",
             2,
             &[
-                (0x4000, 0, &[2], &[1]),
                 (0x5000, 0, &[2], &[1]),
+                (0x4000, 0, &[2], &[1]),
                 (0x6000, 0, &[2], &[1]),
             ],
             &mut m,

@@ -15,6 +15,7 @@
 mod eigen;
 mod mlir;
 mod philox;
+pub mod ptx_exec;
 mod tf;
 
 use crate::fatbin::KernelParams;

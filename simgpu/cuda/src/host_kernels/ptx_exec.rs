@@ -1,0 +1,733 @@
+//! Kernels a program hands the driver as PTX text, computed by interpreting their PTX.
+//!
+//! TensorFlow compiles some element-wise kernels at run time (all named `main_kernel`) and
+//! loads them as PTX: their name does not say what they compute, their instructions do. The
+//! interpreter runs every thread of the grid one after another over the launch's parameter
+//! block. It knows the integer, bitwise, comparison, conversion and IEEE float instructions such
+//! kernels use, with PTX's semantics (`.ftz` flushes subnormals, 32-bit operations act on the
+//! register's low half); anything else (shared memory, barriers, atomics, approximate math,
+//! calls) leaves the kernel uncomputed, as does a load from memory that holds no bytes. Stores
+//! are kept aside and written only once every thread has finished, so a kernel is computed
+//! whole or not at all. Threads run in sequence, which is exact for kernels whose threads do
+//! not communicate (none of the instructions that would let them is known here).
+
+use super::{Mem, Skip};
+use crate::fatbin::{KernelParams, PtxEntry};
+use std::collections::{BTreeMap, HashMap};
+
+/// More steps than this (all threads together) and the kernel is left uncomputed.
+const MAX_STEPS: u64 = 50_000_000;
+
+fn layout(s: impl Into<String>) -> Skip {
+    Skip::Layout(s.into())
+}
+
+#[derive(Debug, Clone)]
+enum Opd {
+    Reg(usize),
+    Imm(u64),
+    /// `%tid.x` and friends: (which, axis).
+    Special(u8, usize),
+    /// `[reg + off]` or `[param + off]`.
+    Addr(Base, i64),
+    Vector(Vec<usize>),
+    Label(usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Base {
+    Reg(usize),
+    Param(usize),
+}
+
+#[derive(Debug)]
+struct Inst {
+    guard: Option<(usize, bool)>,
+    op: String,
+    mods: Vec<String>,
+    opds: Vec<Opd>,
+}
+
+/// An instruction as written: its guard (register, negated), opcode and operands.
+type RawInst = (Option<(String, bool)>, String, Vec<String>);
+
+/// A parsed kernel.
+struct Program {
+    insts: Vec<Inst>,
+    nregs: usize,
+}
+
+fn parse_imm(t: &str) -> Option<u64> {
+    if let Some(h) = t.strip_prefix("0f").or_else(|| t.strip_prefix("0F")) {
+        return u32::from_str_radix(h, 16).ok().map(|v| v as u64);
+    }
+    if let Some(h) = t.strip_prefix("0d").or_else(|| t.strip_prefix("0D")) {
+        return u64::from_str_radix(h, 16).ok();
+    }
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(h.trim_end_matches('U'), 16).ok()?
+    } else {
+        t.trim_end_matches('U').parse::<u64>().ok()?
+    };
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+/// Splits at commas outside brackets and braces.
+fn split_operands(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
+    for c in s.chars() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if c == ',' && depth == 0 {
+            out.push(cur.trim().to_string());
+            cur.clear();
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+impl Program {
+    fn parse(e: &PtxEntry) -> Result<Program, Skip> {
+        let mut regs: HashMap<String, usize> = HashMap::new();
+        let mut labels: HashMap<String, usize> = HashMap::new();
+        let mut raw: Vec<RawInst> = Vec::new();
+        for chunk in e.body.split(';') {
+            let mut s = chunk.trim();
+            loop {
+                s = s.trim_start_matches(['{', '}']).trim();
+                // A label: `$L__BB0_5:` before the statement.
+                match s.split_once(':') {
+                    Some((l, rest))
+                        if !l.is_empty()
+                            && l.chars().all(|c| c.is_alphanumeric() || "_$.".contains(c)) =>
+                    {
+                        labels.insert(l.to_string(), raw.len());
+                        s = rest.trim();
+                    }
+                    _ => break,
+                }
+            }
+            if s.is_empty() {
+                continue;
+            }
+            if s.starts_with('.') {
+                let d = s.split_whitespace().next().unwrap_or("");
+                if d != ".reg" {
+                    return Err(layout(format!("PTX directive {d}")));
+                }
+                continue;
+            }
+            let (guard, s) = match s.strip_prefix('@') {
+                Some(r) => {
+                    let (g, rest) = r
+                        .split_once(char::is_whitespace)
+                        .ok_or_else(|| layout("a guard alone"))?;
+                    let (neg, g) = match g.strip_prefix('!') {
+                        Some(g) => (true, g),
+                        None => (false, g),
+                    };
+                    (Some((g.to_string(), neg)), rest.trim())
+                }
+                None => (None, s),
+            };
+            let (op, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
+            raw.push((guard, op.to_string(), split_operands(rest)));
+        }
+        let mut reg = |name: &str| -> usize {
+            let n = regs.len();
+            *regs.entry(name.to_string()).or_insert(n)
+        };
+        let mut insts = Vec::with_capacity(raw.len());
+        for (guard, op, ops) in raw {
+            let mut parts = op.split('.');
+            let base = parts.next().unwrap_or("").to_string();
+            let mods: Vec<String> = parts.map(str::to_string).collect();
+            let mut opds = Vec::new();
+            for o in &ops {
+                let opd = if let Some(inner) = o.strip_prefix('[').and_then(|r| r.strip_suffix(']'))
+                {
+                    let (b, off) = match inner.split_once('+') {
+                        Some((b, off)) => (
+                            b.trim(),
+                            parse_imm(off.trim()).ok_or_else(|| layout(format!("address {o}")))?
+                                as i64,
+                        ),
+                        None => (inner.trim(), 0),
+                    };
+                    let base = if b.starts_with('%') {
+                        Base::Reg(reg(b))
+                    } else if let Some(i) = e.params.iter().position(|p| p == b) {
+                        Base::Param(i)
+                    } else {
+                        return Err(layout(format!("address {o}")));
+                    };
+                    Opd::Addr(base, off)
+                } else if let Some(inner) = o.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+                    Opd::Vector(inner.split(',').map(|r| reg(r.trim())).collect())
+                } else if let Some(sp) = o.strip_prefix('%').and_then(|r| {
+                    let (w, axis) = r.split_once('.')?;
+                    let which = ["tid", "ntid", "ctaid", "nctaid"]
+                        .iter()
+                        .position(|s| *s == w)?;
+                    Some((which as u8, "xyz".find(axis)?))
+                }) {
+                    Opd::Special(sp.0, sp.1)
+                } else if o.starts_with('%') {
+                    Opd::Reg(reg(o))
+                } else if let Some(v) = parse_imm(o) {
+                    Opd::Imm(v)
+                } else if let Some(&l) = labels.get(o.as_str()) {
+                    Opd::Label(l)
+                } else {
+                    return Err(layout(format!("operand {o} of {op}")));
+                };
+                opds.push(opd);
+            }
+            let guard = guard.map(|(g, neg)| (reg(&g), neg));
+            insts.push(Inst {
+                guard,
+                op: base,
+                mods,
+                opds,
+            });
+        }
+        Ok(Program {
+            insts,
+            nregs: regs.len(),
+        })
+    }
+}
+
+/// The width and kind of an instruction's type suffix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ty {
+    S(u32),
+    U(u32),
+    F(u32),
+    Pred,
+}
+
+fn ty_of(m: &str) -> Option<Ty> {
+    if m == "pred" {
+        return Some(Ty::Pred);
+    }
+    if m.is_empty() {
+        return None;
+    }
+    let (k, w) = m.split_at(1);
+    let w: u32 = w.parse().ok()?;
+    Some(match k {
+        "s" => Ty::S(w),
+        "u" | "b" => Ty::U(w),
+        "f" if w == 32 || w == 64 => Ty::F(w),
+        _ => return None,
+    })
+}
+
+fn bits(t: Ty) -> u32 {
+    match t {
+        Ty::S(w) | Ty::U(w) | Ty::F(w) => w,
+        Ty::Pred => 1,
+    }
+}
+
+fn mask(v: u64, w: u32) -> u64 {
+    if w >= 64 { v } else { v & ((1u64 << w) - 1) }
+}
+
+fn sext(v: u64, w: u32) -> i64 {
+    if w >= 64 {
+        v as i64
+    } else {
+        ((v << (64 - w)) as i64) >> (64 - w)
+    }
+}
+
+fn as_f(v: u64, w: u32, ftz: bool) -> f64 {
+    let x = if w == 32 {
+        f32::from_bits(v as u32) as f64
+    } else {
+        f64::from_bits(v)
+    };
+    if ftz && w == 32 && x != 0.0 && x.abs() < f32::MIN_POSITIVE as f64 {
+        0.0f64.copysign(x)
+    } else {
+        x
+    }
+}
+
+fn from_f(x: f64, w: u32, ftz: bool) -> u64 {
+    if w == 32 {
+        let mut y = x as f32;
+        if ftz && y != 0.0 && y.abs() < f32::MIN_POSITIVE {
+            y = 0.0f32.copysign(y);
+        }
+        y.to_bits() as u64
+    } else {
+        x.to_bits()
+    }
+}
+
+/// One thread's state.
+struct Thread<'a> {
+    regs: Vec<u64>,
+    tid: [u32; 3],
+    ntid: [u32; 3],
+    ctaid: [u32; 3],
+    nctaid: [u32; 3],
+    params: &'a KernelParams,
+    pblock: &'a [u8],
+}
+
+/// Memory as the launch sees it: the device's bytes under the stores made so far.
+struct Overlay<'a> {
+    mem: &'a mut dyn Mem,
+    stores: BTreeMap<u64, u8>,
+}
+
+impl Overlay<'_> {
+    fn load(&mut self, addr: u64, n: usize) -> Result<u64, Skip> {
+        let mut b = [0u8; 8];
+        let base = if self.mem.holds(addr, n as u64) {
+            self.mem.load(addr, n)
+        } else if (0..n as u64).all(|i| self.stores.contains_key(&(addr + i))) {
+            vec![0; n]
+        } else {
+            return Err(Skip::NoBytes);
+        };
+        for i in 0..n {
+            b[i] = *self.stores.get(&(addr + i as u64)).unwrap_or(&base[i]);
+        }
+        Ok(u64::from_le_bytes(b))
+    }
+    fn store(&mut self, addr: u64, v: u64, n: usize) {
+        for (i, byte) in v.to_le_bytes().iter().take(n).enumerate() {
+            self.stores.insert(addr + i as u64, *byte);
+        }
+    }
+    /// Writes the stores, in runs, if every run holds bytes.
+    fn commit(self) -> Result<(), Skip> {
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (&a, &b) in &self.stores {
+            match runs.last_mut() {
+                Some((s, v)) if *s + v.len() as u64 == a => v.push(b),
+                _ => runs.push((a, vec![b])),
+            }
+        }
+        if !runs.iter().all(|(a, v)| self.mem.holds(*a, v.len() as u64)) {
+            return Err(Skip::NoBytes);
+        }
+        for (a, v) in runs {
+            self.mem.store(a, &v);
+        }
+        Ok(())
+    }
+}
+
+impl Thread<'_> {
+    fn get(&self, o: &Opd) -> Result<u64, Skip> {
+        Ok(match o {
+            Opd::Reg(r) => self.regs[*r],
+            Opd::Imm(v) => *v,
+            Opd::Special(w, a) => {
+                [self.tid, self.ntid, self.ctaid, self.nctaid][*w as usize][*a] as u64
+            }
+            _ => return Err(layout(format!("operand {o:?} as a value"))),
+        })
+    }
+    fn set(&mut self, o: &Opd, v: u64) -> Result<(), Skip> {
+        match o {
+            Opd::Reg(r) => {
+                self.regs[*r] = v;
+                Ok(())
+            }
+            _ => Err(layout(format!("destination {o:?}"))),
+        }
+    }
+    fn addr(&self, o: &Opd) -> Result<(Base, u64), Skip> {
+        match o {
+            Opd::Addr(b @ Base::Reg(r), off) => Ok((*b, self.regs[*r].wrapping_add(*off as u64))),
+            Opd::Addr(b @ Base::Param(_), off) => Ok((*b, *off as u64)),
+            _ => Err(layout(format!("address {o:?}"))),
+        }
+    }
+    fn param(&self, i: usize, off: u64, n: usize) -> Result<u64, Skip> {
+        let (start, size) = *self
+            .params
+            .params
+            .get(i)
+            .ok_or_else(|| layout("parameter ordinal"))?;
+        let at = start + off as usize;
+        if off as usize + n > size || at + n > self.pblock.len() {
+            return Err(layout("load past a parameter"));
+        }
+        let mut b = [0u8; 8];
+        b[..n].copy_from_slice(&self.pblock[at..at + n]);
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Runs one thread to its end; the number of instructions it took.
+fn run_thread(p: &Program, t: &mut Thread, mem: &mut Overlay, budget: u64) -> Result<u64, Skip> {
+    let mut pc = 0usize;
+    let mut steps = 0u64;
+    while pc < p.insts.len() {
+        steps += 1;
+        if steps > budget {
+            return Err(layout("too many steps for the host"));
+        }
+        let i = &p.insts[pc];
+        pc += 1;
+        if let Some((g, neg)) = i.guard
+            && ((t.regs[g] != 0) == neg)
+        {
+            continue;
+        }
+        let ty = i.mods.iter().rev().find_map(|m| ty_of(m));
+        let has = |m: &str| i.mods.iter().any(|x| x == m);
+        let ftz = has("ftz");
+        let o = &i.opds;
+        let need = |n: usize| -> Result<(), Skip> {
+            if o.len() == n {
+                Ok(())
+            } else {
+                Err(layout(format!("{} with {} operands", i.op, o.len())))
+            }
+        };
+        let unsupported = || layout(format!("PTX instruction {}.{}", i.op, i.mods.join(".")));
+        match i.op.as_str() {
+            "ret" | "exit" => break,
+            "bra" => match o.first() {
+                Some(Opd::Label(l)) => pc = *l,
+                _ => return Err(unsupported()),
+            },
+            "ld" | "st" => {
+                let ty = ty.ok_or_else(unsupported)?;
+                let w = (bits(ty) / 8) as usize;
+                let space_ok = i
+                    .mods
+                    .first()
+                    .is_some_and(|s| s == "global" || s == "param");
+                if !space_ok || w == 0 || i.mods.iter().any(|m| m == "volatile" || m == "shared") {
+                    return Err(unsupported());
+                }
+                need(2)?;
+                let (data, at) = if i.op == "ld" {
+                    (&o[0], &o[1])
+                } else {
+                    (&o[1], &o[0])
+                };
+                let regs: Vec<Opd> = match data {
+                    Opd::Vector(v) => v.iter().map(|r| Opd::Reg(*r)).collect(),
+                    d => vec![d.clone()],
+                };
+                let (base, a) = t.addr(at)?;
+                for (k, r) in regs.iter().enumerate() {
+                    let a = a + (k * w) as u64;
+                    if i.op == "ld" {
+                        let v = match base {
+                            Base::Param(pi) => t.param(pi, a, w)?,
+                            Base::Reg(_) if i.mods[0] == "global" => mem.load(a, w)?,
+                            _ => return Err(unsupported()),
+                        };
+                        let v = match ty {
+                            Ty::S(bw) => sext(v, bw) as u64,
+                            _ => v,
+                        };
+                        t.set(r, v)?;
+                    } else {
+                        if i.mods[0] != "global" {
+                            return Err(unsupported());
+                        }
+                        let v = t.get(r)?;
+                        mem.store(a, v, w);
+                    }
+                }
+            }
+            "mov" | "cvta" => {
+                need(2)?;
+                let v = t.get(&o[1])?;
+                t.set(&o[0], v)?;
+            }
+            "setp" => {
+                need(3)?;
+                let ty = ty.ok_or_else(unsupported)?;
+                let cmp = i.mods.first().map(String::as_str).unwrap_or("");
+                let (a, b) = (t.get(&o[1])?, t.get(&o[2])?);
+                let r = compare(cmp, ty, a, b, ftz).ok_or_else(unsupported)?;
+                t.set(&o[0], r as u64)?;
+            }
+            "selp" => {
+                need(4)?;
+                let c = t.get(&o[3])? != 0;
+                let v = if c { t.get(&o[1])? } else { t.get(&o[2])? };
+                t.set(&o[0], v)?;
+            }
+            "cvt" => {
+                need(2)?;
+                let tys: Vec<Ty> = i.mods.iter().filter_map(|m| ty_of(m)).collect();
+                let [dt, st] = tys[..] else {
+                    return Err(unsupported());
+                };
+                let rnd = i.mods.first().map(String::as_str).unwrap_or("");
+                let v = convert(t.get(&o[1])?, dt, st, rnd, ftz).ok_or_else(unsupported)?;
+                t.set(&o[0], v)?;
+            }
+            _ => {
+                let ty = ty.ok_or_else(unsupported)?;
+                let v = arith(i, ty, t, ftz).ok_or_else(unsupported)?;
+                t.set(&o[0], v)?;
+            }
+        }
+    }
+    Ok(steps)
+}
+
+fn compare(cmp: &str, ty: Ty, a: u64, b: u64, ftz: bool) -> Option<bool> {
+    use std::cmp::Ordering::*;
+    let ord = match ty {
+        Ty::S(w) => Some(sext(a, w).cmp(&sext(b, w))),
+        Ty::U(w) => Some(mask(a, w).cmp(&mask(b, w))),
+        Ty::Pred => Some((a != 0).cmp(&(b != 0))),
+        Ty::F(w) => as_f(a, w, ftz).partial_cmp(&as_f(b, w, ftz)),
+    };
+    let float = matches!(ty, Ty::F(_));
+    // Float comparisons are ordered (false on NaN) unless suffixed `u` (true on NaN).
+    let (base, unordered_true) = match cmp {
+        "equ" | "neu" | "ltu" | "leu" | "gtu" | "geu" if float => (&cmp[..2], true),
+        _ => (cmp, false),
+    };
+    let Some(o) = ord else {
+        return Some(match cmp {
+            "nan" => true,
+            "num" => false,
+            _ => unordered_true,
+        });
+    };
+    Some(match (base, float) {
+        ("eq", _) => o == Equal,
+        ("ne", _) => o != Equal,
+        ("lt", _) | ("lo", false) => o == Less,
+        ("le", _) | ("ls", false) => o != Greater,
+        ("gt", _) | ("hi", false) => o == Greater,
+        ("ge", _) | ("hs", false) => o != Less,
+        ("num", true) => true,
+        ("nan", true) => false,
+        _ => return None,
+    })
+}
+
+fn convert(v: u64, dt: Ty, st: Ty, rnd: &str, ftz: bool) -> Option<u64> {
+    Some(match (dt, st) {
+        (Ty::F(dw), Ty::F(sw)) => from_f(as_f(v, sw, ftz), dw, ftz),
+        (Ty::F(dw), Ty::S(sw)) => {
+            let x = sext(v, sw);
+            if dw == 32 {
+                (x as f32).to_bits() as u64
+            } else {
+                (x as f64).to_bits()
+            }
+        }
+        (Ty::F(dw), Ty::U(sw)) => {
+            let x = mask(v, sw);
+            if dw == 32 {
+                (x as f32).to_bits() as u64
+            } else {
+                (x as f64).to_bits()
+            }
+        }
+        (Ty::S(dw) | Ty::U(dw), Ty::F(sw)) => {
+            let x = as_f(v, sw, ftz);
+            let r = match rnd {
+                "rzi" => x.trunc(),
+                "rni" => x.round_ties_even(),
+                "rmi" => x.floor(),
+                "rpi" => x.ceil(),
+                _ => return None,
+            };
+            // Out of range saturates, NaN is 0 (PTX's rule, Rust's `as` too).
+            let i = match dt {
+                Ty::S(64) => r as i64 as u64,
+                Ty::S(32) => r as i32 as u32 as u64,
+                Ty::U(64) => r as u64,
+                Ty::U(32) => r as u32 as u64,
+                _ => return None,
+            };
+            mask(i, dw)
+        }
+        (Ty::S(dw) | Ty::U(dw), Ty::S(sw)) => mask(sext(v, sw) as u64, dw),
+        (Ty::S(dw) | Ty::U(dw), Ty::U(sw)) => mask(mask(v, sw), dw),
+        _ => return None,
+    })
+}
+
+fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
+    let o = &i.opds;
+    let val = |k: usize| o.get(k).and_then(|x| t.get(x).ok());
+    let has = |m: &str| i.mods.iter().any(|x| x == m);
+    if let Ty::F(w) = ty {
+        // Only correctly rounded operations: approximate ones differ on the GPU.
+        if has("approx") || has("full") || has("sat") {
+            return None;
+        }
+        let f = |k: usize| val(k).map(|v| as_f(v, w, ftz));
+        let r = match (i.op.as_str(), o.len()) {
+            ("add", 3) => f(1)? + f(2)?,
+            ("sub", 3) => f(1)? - f(2)?,
+            ("mul", 3) => f(1)? * f(2)?,
+            ("div", 3) if has("rn") => f(1)? / f(2)?,
+            ("fma", 4) if w == 32 => (f(1)? as f32).mul_add(f(2)? as f32, f(3)? as f32) as f64,
+            ("fma", 4) => f(1)?.mul_add(f(2)?, f(3)?),
+            ("neg", 2) => -f(1)?,
+            ("abs", 2) => f(1)?.abs(),
+            ("min", 3) | ("max", 3) => {
+                let (a, b) = (f(1)?, f(2)?);
+                match (a.is_nan(), b.is_nan()) {
+                    (true, true) => f64::NAN,
+                    (true, false) => b,
+                    (false, true) => a,
+                    _ if i.op == "min" => a.min(b),
+                    _ => a.max(b),
+                }
+            }
+            _ => return None,
+        };
+        return Some(from_f(r, w, ftz));
+    }
+    let w = bits(ty);
+    let signed = matches!(ty, Ty::S(_));
+    let a = val(1)?;
+    let pred = ty == Ty::Pred;
+    let r: u64 = match (i.op.as_str(), o.len()) {
+        ("and", 3) if pred => ((a != 0) && (val(2)? != 0)) as u64,
+        ("or", 3) if pred => ((a != 0) || (val(2)? != 0)) as u64,
+        ("xor", 3) if pred => ((a != 0) ^ (val(2)? != 0)) as u64,
+        ("not", 2) if pred => (a == 0) as u64,
+        _ if pred => return None,
+        ("add", 3) => a.wrapping_add(val(2)?),
+        ("sub", 3) => a.wrapping_sub(val(2)?),
+        ("and", 3) => a & val(2)?,
+        ("or", 3) => a | val(2)?,
+        ("xor", 3) => a ^ val(2)?,
+        ("not", 2) => !a,
+        ("neg", 2) => a.wrapping_neg(),
+        ("abs", 2) => sext(a, w).unsigned_abs(),
+        ("shl", 3) => {
+            let s = mask(val(2)?, 32);
+            if s >= w as u64 { 0 } else { a << s }
+        }
+        ("shr", 3) => {
+            let s = mask(val(2)?, 32).min(w as u64 - 1 + (!signed) as u64);
+            if signed {
+                (sext(a, w) >> s.min(63)) as u64
+            } else if s >= w as u64 {
+                0
+            } else {
+                mask(a, w) >> s
+            }
+        }
+        ("min", 3) | ("max", 3) => {
+            let b = val(2)?;
+            let less = if signed {
+                sext(a, w) < sext(b, w)
+            } else {
+                mask(a, w) < mask(b, w)
+            };
+            if (i.op == "min") == less { a } else { b }
+        }
+        ("mul", 3) | ("mad", 4) => {
+            let b = val(2)?;
+            let (x, y) = if signed {
+                (sext(a, w) as i128, sext(b, w) as i128)
+            } else {
+                (mask(a, w) as i128, mask(b, w) as i128)
+            };
+            let p = x.wrapping_mul(y);
+            let r = if has("wide") {
+                p as u64
+            } else if has("hi") {
+                (p >> w) as u64
+            } else if has("lo") || w == 64 {
+                p as u64
+            } else {
+                return None;
+            };
+            match i.op.as_str() {
+                "mad" => r.wrapping_add(val(3)?),
+                _ => r,
+            }
+        }
+        ("div", 3) | ("rem", 3) => {
+            let b = val(2)?;
+            if mask(b, w) == 0 {
+                return None;
+            }
+            if signed {
+                let (x, y) = (sext(a, w) as i128, sext(b, w) as i128);
+                (if i.op == "div" { x / y } else { x % y }) as u64
+            } else {
+                let (x, y) = (mask(a, w), mask(b, w));
+                if i.op == "div" { x / y } else { x % y }
+            }
+        }
+        _ => return None,
+    };
+    // `.wide` doubles the destination's width.
+    let dw = if has("wide") { w * 2 } else { w };
+    Some(mask(r, dw))
+}
+
+/// Computes one launch of a PTX kernel over its whole grid.
+pub fn run(
+    e: &PtxEntry,
+    params: &KernelParams,
+    pblock: &[u8],
+    grid: [u32; 3],
+    block: [u32; 3],
+    mem: &mut dyn Mem,
+) -> Result<(), Skip> {
+    let p = Program::parse(e)?;
+    let mut overlay = Overlay {
+        mem,
+        stores: BTreeMap::new(),
+    };
+    let mut budget = MAX_STEPS;
+    for cz in 0..grid[2] {
+        for cy in 0..grid[1] {
+            for cx in 0..grid[0] {
+                for tz in 0..block[2] {
+                    for ty in 0..block[1] {
+                        for tx in 0..block[0] {
+                            let mut t = Thread {
+                                regs: vec![0; p.nregs],
+                                tid: [tx, ty, tz],
+                                ntid: block,
+                                ctaid: [cx, cy, cz],
+                                nctaid: grid,
+                                params,
+                                pblock,
+                            };
+                            budget -= run_thread(&p, &mut t, &mut overlay, budget)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    overlay.commit()
+}
+
+#[cfg(test)]
+mod tests;

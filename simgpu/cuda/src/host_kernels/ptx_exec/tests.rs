@@ -1,0 +1,134 @@
+//! The PTX of two kernels TensorFlow 2.21 compiled at run time in a Keras fit (FloorMod over
+//! int64 with a scalar divisor, and ReLU over float), interpreted over buffers, against the
+//! operations' definitions.
+
+use super::super::testmem::TestMem;
+use super::super::{Skip, f32_bytes, f32s};
+use crate::fatbin::KernelParams;
+use std::sync::Arc;
+
+fn entry(ptx: &str) -> (Arc<crate::fatbin::PtxEntry>, KernelParams) {
+    let (parsed, _) = crate::ptx::parse(ptx).unwrap();
+    (
+        parsed.ptx["main_kernel"].clone(),
+        parsed.kernels["main_kernel"].clone(),
+    )
+}
+
+/// A parameter block: each (ordinal's) value little-endian at the entry's offsets.
+fn block(k: &KernelParams, vals: &[u64]) -> Vec<u8> {
+    let mut b = vec![0u8; k.block_len()];
+    for (&(off, size), v) in k.params.iter().zip(vals) {
+        b[off..off + size].copy_from_slice(&v.to_le_bytes()[..size]);
+    }
+    b
+}
+
+#[test]
+fn relu_over_a_tail_and_vectors() {
+    let (e, k) = entry(include_str!("relu_f32.ptx"));
+    // n, then the input memref {alloc, aligned, offset, size, stride}, then the output's.
+    let n = 11u64;
+    let x: Vec<f32> = vec![
+        -1.0,
+        2.0,
+        0.0,
+        -0.0,
+        3.5,
+        f32::NAN,
+        -1e-40,
+        1e-40,
+        7.0,
+        -8.0,
+        0.25,
+    ];
+    let mut m = TestMem::default();
+    m.add(0x1000, f32_bytes(&x));
+    m.add(0x2000, vec![0xee; 44 + 4]);
+    let b = block(&k, &[n, 0x1000, 0x1000, 0, n, 1, 0x2000, 0x2000, 0, n, 1]);
+    super::run(&e, &k, &b, [1, 1, 1], [256, 1, 1], &mut m).unwrap();
+    let y = f32s(&m.bufs[&0x2000][..44]);
+    for (xi, yi) in x.iter().zip(&y) {
+        // max(x, 0) with NaN kept, as TensorFlow's Relu; the kernel compares with .ftz, so a
+        // subnormal input counts as 0 (and is written as it was, or 0).
+        let flushed = if xi.abs() < f32::MIN_POSITIVE {
+            0.0
+        } else {
+            *xi
+        };
+        if xi.is_nan() {
+            assert!(yi.is_nan());
+        } else if flushed <= 0.0 {
+            assert_eq!(*yi, 0.0, "relu({xi})");
+        } else {
+            assert_eq!(yi, xi);
+        }
+    }
+    // Past n nothing is written.
+    assert_eq!(m.bufs[&0x2000][44..], [0xee; 4]);
+}
+
+#[test]
+fn floor_mod_int64_by_a_scalar() {
+    let (e, k) = entry(include_str!("floormod_i64.ptx"));
+    let a: Vec<i64> = vec![7, -7, 0, i64::MIN, 5, -1];
+    for d in [3i64, -3, -1, 0] {
+        let mut m = TestMem::default();
+        m.add(0x1000, a.iter().flat_map(|v| v.to_le_bytes()).collect());
+        m.add(0x2000, d.to_le_bytes().to_vec());
+        m.add(0x3000, vec![0; 48]);
+        let n = a.len() as u64;
+        // {n, a[n], d (rank 0), out[n]}
+        let b = block(
+            &k,
+            &[
+                n, 0x1000, 0x1000, 0, n, 1, 0x2000, 0x2000, 0, 0x3000, 0x3000, 0, n, 1,
+            ],
+        );
+        super::run(&e, &k, &b, [1, 1, 1], [1024, 1, 1], &mut m).unwrap();
+        let got: Vec<i64> = m.bufs[&0x3000]
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let want: Vec<i64> = a
+            .iter()
+            .map(|&x| match d {
+                0 => x,
+                -1 => 0,
+                _ => x.rem_euclid(d) + if x.rem_euclid(d) != 0 && d < 0 { d } else { 0 },
+            })
+            .collect();
+        assert_eq!(got, want, "divisor {d}");
+    }
+}
+
+#[test]
+fn a_load_from_memory_without_bytes_writes_nothing() {
+    let (e, k) = entry(include_str!("relu_f32.ptx"));
+    let mut m = TestMem::default();
+    m.add(0x2000, vec![0xee; 8]);
+    let b = block(&k, &[2, 0x1000, 0x1000, 0, 2, 1, 0x2000, 0x2000, 0, 2, 1]);
+    let r = super::run(&e, &k, &b, [1, 1, 1], [256, 1, 1], &mut m);
+    assert_eq!(r, Err(Skip::NoBytes));
+    assert_eq!(m.bufs[&0x2000], vec![0xee; 8]);
+}
+
+#[test]
+fn unknown_instructions_are_not_guessed() {
+    let ptx = ".version 8.5\n.target sm_90\n.address_size 64\n\
+               .visible .entry main_kernel(.param .u64 p0)\n{\n\
+               .reg .b32 %r<3>;\n.reg .b64 %rd<3>;\n\
+               ld.param.b64 %rd1, [p0];\n\
+               ex2.approx.f32 %r1, %r2;\n\
+               st.global.b32 [%rd1], %r1;\nret;\n}\n";
+    let (e, k) = entry(ptx);
+    let mut m = TestMem::default();
+    m.add(0x1000, vec![1; 4]);
+    let b = block(&k, &[0x1000]);
+    let r = super::run(&e, &k, &b, [1, 1, 1], [1, 1, 1], &mut m);
+    assert!(
+        matches!(r, Err(Skip::Layout(ref s)) if s.contains("ex2")),
+        "{r:?}"
+    );
+    assert_eq!(m.bufs[&0x1000], vec![1; 4]);
+}
