@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_abi.h"
 
@@ -39,8 +40,16 @@ static cudnnBackendDescriptor_t tensor(int64_t uid, const int64_t dims[4], int i
   return t;
 }
 
+static cudnnBackendDescriptor_t pointwise2(int mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                           cudnnBackendDescriptor_t y, float alpha2);
 static cudnnBackendDescriptor_t pointwise(int mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
                                           cudnnBackendDescriptor_t y) {
+  return pointwise2(mode, x, b, y, 1.0f);
+}
+
+/* A pointwise operation whose second operand is scaled by alpha2. */
+static cudnnBackendDescriptor_t pointwise2(int mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                           cudnnBackendDescriptor_t y, float alpha2) {
   cudnnBackendDescriptor_t pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR), op;
   int prec = CUDNN_DATA_FLOAT;
   CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
@@ -50,12 +59,17 @@ static cudnnBackendDescriptor_t pointwise(int mode, cudnnBackendDescriptor_t x, 
   CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
   CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
   if (b) CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+  if (alpha2 != 1.0f)
+    CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2));
   CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
   CHECK(cudnnBackendFinalize(op));
   return op;
 }
 
-int main(void) {
+/* With `side_input`: TensorFlow's form, act(conv + 0 * z + bias), its absent side input z
+ * given as NULL in the variant pack. */
+int main(int argc, char **argv) {
+  int side = argc > 1 && !strcmp(argv[1], "side_input");
   int64_t xd[4] = {N, C, H, W}, wd[4] = {K, C, R, R}, yd[4] = {N, K, H, W}, bd[4] = {1, K, 1, 1};
   size_t xn = N * C * H * W, wn = K * C * R * R, yn = N * K * H * W;
   float *hx = malloc(xn * 4), *hw = malloc(wn * 4), hb[K], *got = malloc(yn * 4), *conv = malloc(yn * 4);
@@ -94,11 +108,18 @@ int main(void) {
   CHECK(cudnnBackendSetAttribute(cop, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
   CHECK(cudnnBackendFinalize(cop));
   /* Listed out of data-flow order on purpose: cuDNN follows the tensors. */
-  cudnnBackendDescriptor_t ops[3] = {pointwise(CUDNN_POINTWISE_RELU_FWD, tsum, NULL, ty), cop,
-                                     pointwise(CUDNN_POINTWISE_ADD, tc, tb, tsum)};
+  cudnnBackendDescriptor_t ops[4] = {pointwise(CUDNN_POINTWISE_RELU_FWD, tsum, NULL, ty), cop,
+                                     pointwise(CUDNN_POINTWISE_ADD, tc, tb, tsum), NULL};
+  int64_t nops = 3;
+  if (side) {
+    cudnnBackendDescriptor_t tz = tensor('z', yd, 0), tadd = tensor('A', yd, 1);
+    ops[2] = pointwise2(CUDNN_POINTWISE_ADD, tc, tz, tadd, 0.0f);
+    ops[3] = pointwise(CUDNN_POINTWISE_ADD, tadd, tb, tsum);
+    nops = 4;
+  }
   cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-  CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 3, ops));
+  CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops));
   CHECK(cudnnBackendFinalize(graph));
   int64_t engines = -1, n = 0;
   CHECK(cudnnBackendGetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n, &engines));
@@ -122,10 +143,11 @@ int main(void) {
   CHECK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws_size));
   void *ws = NULL;
   if (ws_size > 0) CHECK(cudaMalloc(&ws, (size_t)ws_size));
-  void *ptrs[4] = {x, w, b, y};
-  int64_t uids[4] = {'x', 'w', 'b', 'y'};
-  CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 4, ptrs));
-  CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 4, uids));
+  void *ptrs[5] = {x, w, b, y, NULL};
+  int64_t uids[5] = {'x', 'w', 'b', 'y', 'z'};
+  int64_t nptrs = side ? 5 : 4;
+  CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nptrs, ptrs));
+  CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nptrs, uids));
   CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
   CHECK(cudnnBackendFinalize(pack));
   CHECK(cudnnBackendExecute(h, plan, pack));
@@ -153,6 +175,6 @@ int main(void) {
   }
   printf("engines=%lld\nresults=%lld\nengine=%lld\nworkspace_bytes=%lld\n", (long long)engines, (long long)results,
          (long long)index, (long long)ws_size);
-  printf("max_err=%g\nnonzero=%d\nzeros=%d\n", max_err, nonzero, zeros);
+  printf("max_err=%g\nnonzero=%d\nzeros=%d\nside_input=%d\n", max_err, nonzero, zeros, side);
   return 0;
 }

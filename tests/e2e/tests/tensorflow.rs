@@ -228,3 +228,35 @@ fn elementwise_ops_on_the_gpu_agree_with_the_cpu() {
         .unwrap_or_else(|| panic!("no summary:\n{out}"));
     assert!(passed >= 190, "{out}");
 }
+
+/// TensorFlow's fused convolution graph, `relu(conv + 0 * z + bias)`, whose absent side input
+/// `z` comes as NULL in the variant pack (the real cuDNN 9 runs it; a pointwise operand scaled
+/// by 0 is not read), gives the convolution + bias + ReLU of the legacy API.
+#[test]
+fn tensorflows_fused_convolution_graph_runs_with_a_null_side_input() {
+    let o = run_sim("h100", &[], "backend_fused", &["side_input"]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["side_input"], "1", "{v:?}");
+    let err: f64 = v["max_err"].parse().unwrap();
+    assert!(err < 1e-5, "{err}");
+    assert!(v["nonzero"].parse::<u32>().unwrap() > 50, "{v:?}");
+    assert!(v["zeros"].parse::<u32>().unwrap() > 50, "{v:?}");
+}
+
+/// A Keras stack of Conv2D (with bias) + ReLU + max pooling blocks, global average pooling and a
+/// Dense head fits five steps in shape mode: TensorFlow's fused convolution graphs forward and
+/// its backward convolutions run on the simulated cuDNN backend.
+#[test]
+fn keras_conv_fit_completes_in_shape_mode() {
+    let env = [
+        ("SIMGPU_MODE", "shape"),
+        ("TF_GPU_ALLOCATOR", "cuda_malloc_async"),
+        ("BN", "0"),
+        ("STEPS", "5"),
+    ];
+    let out = run_script(Some(&["--no-shim"]), "conv_fit.py", &env);
+    let (losses, steps) = losses_and_steps(&out);
+    assert_eq!(steps, 5, "{out}");
+    assert!(losses.iter().all(|l| l.is_finite()), "{out}");
+}

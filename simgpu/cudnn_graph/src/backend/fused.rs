@@ -154,13 +154,17 @@ fn broadcast(b: &[f32], bt: &Tensor, y: &Tensor) -> Vec<f32> {
     out
 }
 
-/// Runs a convolution + pointwise chain; `ptr(uid, align)` finds a tensor's device pointer.
+/// Runs a convolution + pointwise chain; `ptr(uid, align)` finds a tensor's device pointer,
+/// `is_null(uid)` whether the variant pack gives it NULL. A second operand scaled by 0 may be
+/// NULL: it is not read (TensorFlow's fused convolution `act(conv + 0 * z + bias)` passes its
+/// absent side input `z` so, and runs on the real cuDNN 9).
 pub fn execute(
     s: &Sim,
     h: Handle,
     op: &ops::ConvOp,
     ws: (*mut c_void, usize),
     ptr: impl Fn(i64, usize) -> Result<*const c_void, Status>,
+    is_null: impl Fn(i64) -> bool,
 ) -> Result<(), Status> {
     let what = c"cudnnBackendExecute";
     let call = &op.call;
@@ -198,6 +202,13 @@ pub fn execute(
     let mut seconds = conv_time(s, Dir::Fwd, op.algo as usize, call);
     for p in &op.pointwise {
         let bv = match &p.b {
+            Some((_, uid, _)) if p.alpha.1 == 0.0 && is_null(*uid) => {
+                if data {
+                    vec![0.0; count(&call.y)]
+                } else {
+                    Vec::new()
+                }
+            }
             Some((bt, uid, align)) => {
                 let b = load(s, bt, ptr(*uid, *align)?, what)?;
                 if data { broadcast(&b, bt, &call.y) } else { b }

@@ -375,7 +375,12 @@ pub extern "C" fn cudnnBackendExecute(h: Handle, plan: Handle, pack: Handle) -> 
             .unwrap_or(0);
         if !op.pointwise.is_empty() {
             let ws = (ws as usize as *mut c_void, op.workspace);
-            return fused::execute(s, h, &op, ws, by_uid);
+            let is_null = |uid: i64| {
+                ids.iter()
+                    .position(|&u| u == uid)
+                    .is_some_and(|k| ptrs[k] == 0)
+            };
+            return fused::execute(s, h, &op, ws, by_uid, is_null);
         }
         let ptr = |i: usize| by_uid(op.uids[i], op.aligns[i]);
         let bufs = [ptr(0)?, ptr(1)?, ptr(2)?];
