@@ -1,7 +1,8 @@
 //! The registry of fatbin kernels: what the runtime's `__cudaRegisterFatBinary` /
 //! `__cudaRegisterFunction` hand the driver (through `simgpuRegisterFatbinary` /
 //! `simgpuRegisterFunction`), their parameter layouts read lazily from the fatbins, and their
-//! launches, timed by the cost model (no host code exists for them: nothing is computed).
+//! launches, timed by the cost model. Their results are computed only for the kernels
+//! [`crate::host_kernels`] knows (by name, or by their PTX), where their buffers hold bytes.
 //!
 //! Registration stays cheap (torch registers 477 fatbins and 24k kernels at import): a fatbin is
 //! read and decompressed only when one of its kernels is first launched or asked about.
@@ -450,8 +451,8 @@ fn estimate(
     kernels::cost(&d.profile, &d.profile.torch_kernels, &launch)
 }
 
-/// Launches a registered fatbin kernel: no host code exists for it, so nothing is computed; the
-/// stream's clock advances by the cost model. `None` when `f` is not a fatbin kernel.
+/// Launches a registered fatbin kernel: computed on the host when [`crate::host_kernels`] knows
+/// it, else only timed; the stream's clock advances by the cost model. `None` when `f` is not a fatbin kernel.
 pub fn launch(
     f: usize,
     grid: [u32; 3],
@@ -520,8 +521,8 @@ fn launch_inner(
         {
             if d.mode == crate::Mode::Data {
                 eprintln!(
-                    "simgpu: kernel {name} is not computed ({why}): launched for its time only, \
-                     its results are not computed (run such programs with SIMGPU_MODE=shape)"
+                    "simgpu: kernel {name} is not computed ({why}): launched for its time only \
+                     (run such programs with SIMGPU_MODE=shape)"
                 );
             } else if *DEBUG {
                 eprintln!("simgpu: kernel {name} is not computed ({why}): its time only");
