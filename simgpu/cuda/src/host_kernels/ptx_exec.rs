@@ -531,7 +531,18 @@ fn compare(cmp: &str, ty: Ty, a: u64, b: u64, ftz: bool) -> Option<bool> {
 
 fn convert(v: u64, dt: Ty, st: Ty, rnd: &str, ftz: bool) -> Option<u64> {
     Some(match (dt, st) {
-        (Ty::F(dw), Ty::F(sw)) => from_f(as_f(v, sw, ftz), dw, ftz),
+        (Ty::F(dw), Ty::F(sw)) => {
+            let x = as_f(v, sw, ftz);
+            // The integer roundings keep the type: round to an integral value.
+            let x = match rnd {
+                "rzi" => x.trunc(),
+                "rni" => x.round_ties_even(),
+                "rmi" => x.floor(),
+                "rpi" => x.ceil(),
+                _ => x,
+            };
+            from_f(x, dw, ftz)
+        }
         (Ty::F(dw), Ty::S(sw)) => {
             let x = sext(v, sw);
             if dw == 32 {
@@ -591,6 +602,9 @@ fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
             ("fma", 4) if w == 32 => (f(1)? as f32).mul_add(f(2)? as f32, f(3)? as f32) as f64,
             ("fma", 4) => f(1)?.mul_add(f(2)?, f(3)?),
             ("neg", 2) => -f(1)?,
+            // Correctly rounded in f64, then rounded once to f32: f32's own correct rounding.
+            ("sqrt", 2) if has("rn") => f(1)?.sqrt(),
+            ("rcp", 2) if has("rn") => 1.0 / f(1)?,
             ("abs", 2) => f(1)?.abs(),
             ("min", 3) | ("max", 3) => {
                 let (a, b) = (f(1)?, f(2)?);

@@ -132,3 +132,31 @@ fn unknown_instructions_are_not_guessed() {
     );
     assert_eq!(m.bufs[&0x1000], vec![1; 4]);
 }
+
+#[test]
+fn float_roundings_conversions_and_square_roots() {
+    // y[i] = {cvt.rni.f32.f32 x, cvt.rzi.s32.f32 x, sqrt.rn.f32 |x|, rcp.rn.f32 x} for one x.
+    let ptx = ".version 8.5\n.target sm_90\n.address_size 64\n\
+               .visible .entry main_kernel(.param .u64 p0, .param .u64 p1)\n{\n\
+               .reg .b32 %r<8>;\n.reg .b64 %rd<3>;\n\
+               ld.param.b64 %rd1, [p0];\nld.param.b64 %rd2, [p1];\n\
+               ld.global.f32 %r1, [%rd1];\n\
+               cvt.rni.f32.f32 %r2, %r1;\ncvt.rzi.s32.f32 %r3, %r1;\n\
+               abs.f32 %r4, %r1;\nsqrt.rn.f32 %r5, %r4;\nrcp.rn.f32 %r6, %r1;\n\
+               st.global.v4.b32 [%rd2], {%r2, %r3, %r5, %r6};\nret;\n}\n";
+    let (e, k) = entry(ptx);
+    for x in [2.5f32, -3.7, 0.1, 1e10] {
+        let mut m = TestMem::default();
+        m.add(0x1000, x.to_le_bytes().to_vec());
+        m.add(0x2000, vec![0; 16]);
+        let b = block(&k, &[0x1000, 0x2000]);
+        super::run(&e, &k, &b, [1, 1, 1], [1, 1, 1], &mut m).unwrap();
+        let o = &m.bufs[&0x2000];
+        let f = |i: usize| f32::from_le_bytes(o[i * 4..i * 4 + 4].try_into().unwrap());
+        assert_eq!(f(0), x.round_ties_even(), "rni {x}");
+        let i = i32::from_le_bytes(o[4..8].try_into().unwrap());
+        assert_eq!(i, x as i32, "rzi {x}");
+        assert_eq!(f(2), x.abs().sqrt(), "sqrt {x}");
+        assert_eq!(f(3), 1.0 / x, "rcp {x}");
+    }
+}
