@@ -509,13 +509,18 @@ fn launch_inner(
         });
         let not_computed = match computed {
             Some(Ok(())) | Some(Err(Skip::NoBytes)) => None,
-            Some(Err(Skip::Layout(why))) => {
-                // The block, to extend the host kernel from.
-                let hex: String = pblock.iter().map(|b| format!("{b:02x}")).collect();
-                Some(format!("{why}; parameter block {hex}"))
-            }
+            Some(Err(Skip::Layout(why))) => Some(why),
             None => Some("no host implementation".to_string()),
         };
+        // At debug, the launch's parameter layout and block: what a host kernel is written from.
+        let not_computed = not_computed.map(|why| {
+            if *DEBUG {
+                let hex: String = pblock.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{why}; parameters {:?}, block {hex}", k.params)
+            } else {
+                why
+            }
+        });
         if let Some(why) = not_computed
             && host_kernels::first_skip(&name)
         {

@@ -260,3 +260,26 @@ fn keras_conv_fit_completes_in_shape_mode() {
     assert_eq!(steps, 5, "{out}");
     assert!(losses.iter().all(|l| l.is_finite()), "{out}");
 }
+
+/// The same convolutional stack in data mode ends five steps at TensorFlow's CPU loss (TF32
+/// off; within 1e-4 as the Dense fit): cuDNN's convolutions and pooling are the simulated
+/// library's, TensorFlow's layout transposes, bias gradients, pooling reductions and CUB's
+/// segmented sums computed on the host.
+#[test]
+fn keras_conv_fit_in_data_mode_matches_the_cpu() {
+    let env = [("BN", "0"), ("STEPS", "5"), ("TF32", "0")];
+    let mut gpu_env = env.to_vec();
+    gpu_env.push(("SIMGPU_MODE", "data"));
+    let gpu = run_script(Some(&["--no-shim"]), "conv_fit.py", &gpu_env);
+    let cpu = run_script(None, "conv_fit.py", &env);
+    let (g, gs) = losses_and_steps(&gpu);
+    let (c, cs) = losses_and_steps(&cpu);
+    assert_eq!((gs, cs), (5, 5), "{gpu}\n{cpu}");
+    assert_eq!((g.len(), c.len()), (1, 1), "{gpu}\n{cpu}");
+    assert!(
+        ((g[0] - c[0]) / c[0]).abs() < 1e-4,
+        "GPU loss {} vs CPU {}",
+        g[0],
+        c[0]
+    );
+}

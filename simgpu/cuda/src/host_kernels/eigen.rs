@@ -43,7 +43,10 @@ const SUB_ROW_BCAST: &str = "TensorMap<Tensor<float, 2, 1, int>>, TensorCwiseBin
 const EXP_2D: &str = "TensorMap<Tensor<float, 2, 1, int>>, TensorCwiseUnaryOp<scalar_exp_op<float>, TensorMap<Tensor<float, 2, 1, int>> const> const @int";
 const XENT_GRAD: &str = "TensorMap<Tensor<float, 2, 1, int>>, TensorGeneratorOp<tensorflow::generator::SparseXentGradGenerator<float, long>, TensorMap<Tensor<float, 2, 1, int>> const> const @int";
 
+const BROADCAST_4D: &str = "TensorMap<Tensor<float, 4, 1, int>>, TensorBroadcastingOp<array<int, (unsigned long)4> const, TensorMap<Tensor<float const, 4, 1, int>> const> const @int";
+
 const TABLE: &[(&str, HostFn)] = &[
+    (BROADCAST_4D, broadcast_4d),
     (FILL, fill),
     (SUM_EXP, sum_exp_rows),
     (XENT_LOSS, xent_loss),
@@ -335,6 +338,39 @@ fn relu_grad(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
         .iter()
         .zip(&f)
         .map(|(g, f)| g * if *f > k { 1.0 } else { 0.0 })
+        .collect();
+    store_f32(mem, e.u64(0), &y)
+}
+
+/// `out = broadcast(x, factors)`, 4-D: element `o` of the output is the input's at `o[d] mod
+/// x_dims[d]` in each dimension. out {data, int dims[4], device} at 0; the broadcast evaluator
+/// at 32 {isCopy, nByOne, oneByN, device at 40, factors[4] at 48, dimensions[4] at 64, output
+/// strides at 80, input strides at 96, x {data at 112, dims[4] at 120, device}}.
+fn broadcast_4d(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
+    let e = Eval::new(l, 144, 4)?;
+    let od: Vec<i64> = (0..4).map(|d| e.i32(8 + 4 * d)).collect();
+    let xd: Vec<i64> = (0..4).map(|d| e.i32(120 + 4 * d)).collect();
+    let mut pairs = vec![(e.size, od.iter().product())];
+    for d in 0..4 {
+        pairs.push((e.i32(64 + 4 * d), od[d]));
+        pairs.push((xd[d] * e.i32(48 + 4 * d), od[d]));
+    }
+    agree(&pairs)?;
+    let od: Vec<usize> = od.into_iter().map(count).collect::<Result<_, _>>()?;
+    let xd: Vec<usize> = xd.into_iter().map(count).collect::<Result<_, _>>()?;
+    let x = load_f32(mem, e.u64(112), xd.iter().product())?;
+    let n = count(e.size)?;
+    let y: Vec<f32> = (0..n)
+        .map(|o| {
+            let mut rest = o;
+            let mut idx = [0usize; 4];
+            for d in (0..4).rev() {
+                idx[d] = rest % od[d];
+                rest /= od[d];
+            }
+            let i = (0..4).fold(0, |acc, d| acc * xd[d] + idx[d] % xd[d]);
+            x[i]
+        })
         .collect();
     store_f32(mem, e.u64(0), &y)
 }

@@ -17,6 +17,7 @@ mod mlir;
 mod philox;
 pub mod ptx_exec;
 mod tf;
+mod tf_layout;
 
 use crate::fatbin::KernelParams;
 use std::collections::HashSet;
@@ -132,6 +133,34 @@ const TABLE: &[(&str, HostFn)] = &[
     (
         "void tensorflow::functor::BlockReduceKernel<float*, float*, 256, tensorflow::functor::Sum<float> >(",
         tf::block_sum_f32,
+    ),
+    (
+        "void tensorflow::functor::RowReduceKernel<float const*, float*, cuda::std::__4::plus<void> >(",
+        tf::row_sum_f32,
+    ),
+    (
+        "void tensorflow::functor::RowReduceKernel<float*, tensorflow::TransformOutputIterator<float, float, tensorflow::functor::DividesBy<float, float>, long>, tensorflow::functor::Sum<float> >(",
+        tf::row_mean_f32,
+    ),
+    (
+        "void cub::CUB_200805_SM___CUDA_ARCH_LIST__::DeviceSegmentedReduceKernel<cub::CUB_200805_SM___CUDA_ARCH_LIST__::detail::reduce::policy_hub<float, int, cuda::std::__4::plus<void> >::Policy1000, float const*, float*, cub::CUB_200805_SM___CUDA_ARCH_LIST__::TransformInputIterator<int, tensorflow::functor::RowOffset, cub::CUB_200805_SM___CUDA_ARCH_LIST__::CountingInputIterator<int, long>, long>, cub::CUB_200805_SM___CUDA_ARCH_LIST__::TransformInputIterator<int, tensorflow::functor::RowOffset, cub::CUB_200805_SM___CUDA_ARCH_LIST__::CountingInputIterator<int, long>, long>, int, cuda::std::__4::plus<void>, float, float>(",
+        tf::segmented_sum_f32,
+    ),
+    (
+        "void tensorflow::BiasGradNCHW_SharedAtomics<float>(",
+        tf::bias_grad_nchw_f32,
+    ),
+    (
+        "stream_executor::gpu::RedzoneAllocatorKernelImpl(unsigned char*, unsigned char, unsigned long, unsigned int*)",
+        tf::redzone_check,
+    ),
+    (
+        "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<",
+        tf_layout::swap_dims_1_2,
+    ),
+    (
+        "void tensorflow::functor::ShuffleInTensor3Simple<",
+        tf_layout::shuffle_3,
     ),
 ];
 

@@ -182,3 +182,25 @@ fn only_the_exact_templates_match() {
     assert!(super::find(&exp.replace("float", "double")).is_none());
     assert!(super::find(&exp.replace("int>", "long>")).is_none());
 }
+
+#[test]
+fn broadcast_in_four_dimensions() {
+    // The evaluator of a [8, 1, 1, 32] -> [8, 8, 8, 32] broadcast (a gradient of global average
+    // pooling), with the output's and input's buffers at the addresses it holds.
+    let block = "00795900005000000800000008000000080000002000000070160020117f000000000086117f000070160020117f00000100000008000000080000000100000008000000080000000800000020000000000800000001000020000000010000002000000020000000200000000100000000324000005000000800000001000000010000002000000070160020117f000000400000";
+    let x: Vec<f32> = (0..256).map(|v| v as f32 * 0.5).collect();
+    let mut m = TestMem::default();
+    m.add(0x5000_0040_3200, f32_bytes(&x));
+    m.add(0x5000_0059_7900, vec![0; 16384 * 4]);
+    run(super::BROADCAST_4D, block, &mut m).unwrap();
+    let y = f32s(&m.bufs[&0x5000_0059_7900]);
+    for n in 0..8 {
+        for h in 0..8 {
+            for w in 0..8 {
+                for c in 0..32 {
+                    assert_eq!(y[((n * 8 + h) * 8 + w) * 32 + c], x[n * 32 + c]);
+                }
+            }
+        }
+    }
+}
