@@ -46,6 +46,9 @@ struct Inst {
     op: String,
     mods: Vec<String>,
     opds: Vec<Opd>,
+    /// The type suffix (the last one) and `.ftz`, read once.
+    ty: Option<Ty>,
+    ftz: bool,
 }
 
 /// An instruction as written: its guard (register, negated), opcode and operands.
@@ -196,11 +199,15 @@ impl Program {
                 opds.push(opd);
             }
             let guard = guard.map(|(g, neg)| (reg(&g), neg));
+            let ty = mods.iter().rev().find_map(|m| ty_of(m));
+            let ftz = mods.iter().any(|m| m == "ftz");
             insts.push(Inst {
                 guard,
                 op: base,
                 mods,
                 opds,
+                ty,
+                ftz,
             });
         }
         Ok(Program {
@@ -291,39 +298,94 @@ struct Thread<'a> {
     pblock: &'a [u8],
 }
 
-/// Memory as the launch sees it: the device's bytes under the stores made so far.
+/// Memory as the launch sees it: the device's bytes under the stores made so far. Reads go
+/// through a cache of 4 KiB pages that hold bytes whole (other reads ask the memory directly).
 struct Overlay<'a> {
     mem: &'a mut dyn Mem,
-    stores: BTreeMap<u64, u8>,
+    /// (address, value, bytes), in program order.
+    stores: Vec<(u64, u64, usize)>,
+    /// The span the stores cover, to skip looking through them.
+    stored: (u64, u64),
+    pages: HashMap<u64, Option<Vec<u8>>>,
 }
 
+const PAGE: u64 = 4096;
+
 impl Overlay<'_> {
-    fn load(&mut self, addr: u64, n: usize) -> Result<u64, Skip> {
+    fn device(&mut self, addr: u64, n: usize) -> Result<[u8; 8], Skip> {
         let mut b = [0u8; 8];
-        let base = if self.mem.holds(addr, n as u64) {
-            self.mem.load(addr, n)
-        } else if (0..n as u64).all(|i| self.stores.contains_key(&(addr + i))) {
-            vec![0; n]
-        } else {
-            return Err(Skip::NoBytes);
-        };
-        for i in 0..n {
-            b[i] = *self.stores.get(&(addr + i as u64)).unwrap_or(&base[i]);
+        let page = addr / PAGE;
+        if page == (addr + n as u64 - 1) / PAGE {
+            let mem = &mut *self.mem;
+            let cached = self.pages.entry(page).or_insert_with(|| {
+                mem.holds(page * PAGE, PAGE)
+                    .then(|| mem.load(page * PAGE, PAGE as usize))
+            });
+            if let Some(bytes) = cached {
+                let at = (addr - page * PAGE) as usize;
+                b[..n].copy_from_slice(&bytes[at..at + n]);
+                return Ok(b);
+            }
+        }
+        if self.mem.holds(addr, n as u64) {
+            b[..n].copy_from_slice(&self.mem.load(addr, n));
+            return Ok(b);
+        }
+        Err(Skip::NoBytes)
+    }
+
+    fn load(&mut self, addr: u64, n: usize) -> Result<u64, Skip> {
+        let end = addr + n as u64;
+        if self.stores.is_empty() || end <= self.stored.0 || addr >= self.stored.1 {
+            return Ok(u64::from_le_bytes(self.device(addr, n)?));
+        }
+        // Bytes stored by this launch win over the device's, the latest store first.
+        let mut b = [0u8; 8];
+        let mut have = [false; 8];
+        for &(a, v, len) in self.stores.iter().rev() {
+            for k in 0..len as u64 {
+                let at = a + k;
+                if at >= addr && at < end && !have[(at - addr) as usize] {
+                    have[(at - addr) as usize] = true;
+                    b[(at - addr) as usize] = v.to_le_bytes()[k as usize];
+                }
+            }
+            if have[..n].iter().all(|h| *h) {
+                return Ok(u64::from_le_bytes(b));
+            }
+        }
+        let dev = self.device(addr, n)?;
+        for k in 0..n {
+            if !have[k] {
+                b[k] = dev[k];
+            }
         }
         Ok(u64::from_le_bytes(b))
     }
+
     fn store(&mut self, addr: u64, v: u64, n: usize) {
-        for (i, byte) in v.to_le_bytes().iter().take(n).enumerate() {
-            self.stores.insert(addr + i as u64, *byte);
+        if self.stores.is_empty() {
+            self.stored = (addr, addr + n as u64);
         }
+        self.stored = (self.stored.0.min(addr), self.stored.1.max(addr + n as u64));
+        self.stores.push((addr, v, n));
     }
-    /// Writes the stores, in runs, if every run holds bytes.
+
+    /// Writes the stores, in runs of contiguous bytes, if every run holds bytes.
     fn commit(self) -> Result<(), Skip> {
+        let mut order: Vec<usize> = (0..self.stores.len()).collect();
+        order.sort_by_key(|&k| (self.stores[k].0, k));
         let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
-        for (&a, &b) in &self.stores {
+        for k in order {
+            let (a, v, n) = self.stores[k];
+            let bytes = &v.to_le_bytes()[..n];
             match runs.last_mut() {
-                Some((s, v)) if *s + v.len() as u64 == a => v.push(b),
-                _ => runs.push((a, vec![b])),
+                Some((s, run)) if *s + run.len() as u64 == a => run.extend_from_slice(bytes),
+                Some((s, run)) if a < *s + run.len() as u64 => {
+                    // Overlapping stores: the bytes in program order.
+                    return Self::commit_bytes(self.mem, &self.stores);
+                }
+                _ => runs.push((a, bytes.to_vec())),
             }
         }
         if !runs.iter().all(|(a, v)| self.mem.holds(*a, v.len() as u64)) {
@@ -331,6 +393,30 @@ impl Overlay<'_> {
         }
         for (a, v) in runs {
             self.mem.store(a, &v);
+        }
+        Ok(())
+    }
+
+    /// The general case: byte by byte, the last store of each byte winning.
+    fn commit_bytes(mem: &mut dyn Mem, stores: &[(u64, u64, usize)]) -> Result<(), Skip> {
+        let mut bytes: BTreeMap<u64, u8> = BTreeMap::new();
+        for &(a, v, n) in stores {
+            for (k, b) in v.to_le_bytes().iter().take(n).enumerate() {
+                bytes.insert(a + k as u64, *b);
+            }
+        }
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (&a, &b) in &bytes {
+            match runs.last_mut() {
+                Some((s, v)) if *s + v.len() as u64 == a => v.push(b),
+                _ => runs.push((a, vec![b])),
+            }
+        }
+        if !runs.iter().all(|(a, v)| mem.holds(*a, v.len() as u64)) {
+            return Err(Skip::NoBytes);
+        }
+        for (a, v) in runs {
+            mem.store(a, &v);
         }
         Ok(())
     }
@@ -395,9 +481,7 @@ fn run_thread(p: &Program, t: &mut Thread, mem: &mut Overlay, budget: u64) -> Re
         {
             continue;
         }
-        let ty = i.mods.iter().rev().find_map(|m| ty_of(m));
-        let has = |m: &str| i.mods.iter().any(|x| x == m);
-        let ftz = has("ftz");
+        let (ty, ftz) = (i.ty, i.ftz);
         let o = &i.opds;
         let need = |n: usize| -> Result<(), Skip> {
             if o.len() == n {
@@ -429,9 +513,14 @@ fn run_thread(p: &Program, t: &mut Thread, mem: &mut Overlay, budget: u64) -> Re
                 } else {
                     (&o[1], &o[0])
                 };
-                let regs: Vec<Opd> = match data {
-                    Opd::Vector(v) => v.iter().map(|r| Opd::Reg(*r)).collect(),
-                    d => vec![d.clone()],
+                let one = [data.clone()];
+                let vector: Vec<Opd>;
+                let regs: &[Opd] = match data {
+                    Opd::Vector(v) => {
+                        vector = v.iter().map(|r| Opd::Reg(*r)).collect();
+                        &vector
+                    }
+                    _ => &one,
                 };
                 let (base, a) = t.addr(at)?;
                 for (k, r) in regs.iter().enumerate() {
@@ -715,7 +804,9 @@ pub fn run(
     let p = Program::parse(e)?;
     let mut overlay = Overlay {
         mem,
-        stores: BTreeMap::new(),
+        stores: Vec::new(),
+        stored: (0, 0),
+        pages: HashMap::new(),
     };
     let mut budget = MAX_STEPS;
     for cz in 0..grid[2] {

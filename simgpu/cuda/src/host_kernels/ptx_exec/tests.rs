@@ -160,3 +160,23 @@ fn float_roundings_conversions_and_square_roots() {
         assert_eq!(f(3), 1.0 / x, "rcp {x}");
     }
 }
+
+#[test]
+fn a_thread_reads_its_own_stores_and_the_last_store_of_a_byte_wins() {
+    let ptx = ".version 8.5\n.target sm_90\n.address_size 64\n\
+               .visible .entry main_kernel(.param .u64 p0)\n{\n\
+               .reg .b32 %r<3>;\n.reg .b64 %rd<2>;\n\
+               ld.param.b64 %rd1, [p0];\n\
+               st.global.b32 [%rd1], 7;\n\
+               ld.global.b32 %r1, [%rd1];\n\
+               add.s32 %r2, %r1, 1;\n\
+               st.global.b32 [%rd1+4], %r2;\n\
+               st.global.b8 [%rd1+1], 9;\n\
+               ret;\n}\n";
+    let (e, k) = entry(ptx);
+    let mut m = TestMem::default();
+    m.add(0x1000, vec![0xff; 8]);
+    let b = block(&k, &[0x1000]);
+    super::run(&e, &k, &b, [1, 1, 1], [1, 1, 1], &mut m).unwrap();
+    assert_eq!(m.bufs[&0x1000], vec![7, 9, 0, 0, 8, 0, 0, 0]);
+}
