@@ -3,9 +3,11 @@
 //! The simulator has no code for a framework's own kernels (a fatbin's or a loaded module's): a
 //! launch only takes time. Frameworks compute small values on the GPU that they read back to
 //! decide what to do next (TensorFlow's shapes, step counters and loop bounds), so some kernels
-//! are computed here: each entry of [`TABLE`] names a kernel (its demangled name, or a loaded
-//! module's entry name) and a host function that reads the launch's parameter block, as the
-//! kernel's own C++ or MLIR signature lays it out, and computes what the kernel writes.
+//! are computed here: each entry of [`TABLE`] names a kernel by a prefix of its demangled name
+//! (MLIR kernels are matched by [`mlir::parse_name`], Eigen's by their template in
+//! [`eigen::find`]) with a host function that reads the launch's parameter block, as the
+//! kernel's own C++ or MLIR signature lays it out, and computes what the kernel writes. A kernel
+//! loaded as PTX text that no entry names is interpreted ([`ptx_exec`]).
 //!
 //! A host kernel computes only where every buffer it reads and writes holds bytes (data mode;
 //! in shape mode, small allocations): otherwise it writes nothing and the launch keeps its time
@@ -54,7 +56,8 @@ impl Mem for crate::Device {
 pub enum Skip {
     /// A buffer it reads or writes holds no bytes (shape mode, large allocations).
     NoBytes,
-    /// The parameter block is not laid out as the host function expects (said once at debug).
+    /// The parameter block is not laid out as the host function expects, or the kernel does
+    /// something the host does not compute (named once: in data mode always, else at debug).
     Layout(String),
 }
 
@@ -68,7 +71,7 @@ pub struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    /// The parameter at ordinal `i` as (offset, bytes), when it has `size` bytes.
+    /// The bytes of the parameter at ordinal `i`, when it has `size` bytes.
     pub fn param(&self, i: usize, size: usize) -> Result<&[u8], Skip> {
         match self.params.params.get(i) {
             Some(&(off, s)) if s == size && off + s <= self.block.len() => {

@@ -17,6 +17,19 @@ fn grid_one(l: &Launch, dim: usize) -> Result<(), Skip> {
     }
 }
 
+/// TensorFlow's reduction kernels start some partial results from `initVal` and others from
+/// an element, so only an identity is computed here (TensorFlow passes one: 0 for sums, the
+/// lowest float for maxima).
+fn identity(init: f32, id: &[f32]) -> Result<(), Skip> {
+    if id.contains(&init) {
+        Ok(())
+    } else {
+        Err(Skip::Layout(format!(
+            "initial value {init} is not the identity"
+        )))
+    }
+}
+
 fn load_f32(mem: &mut dyn Mem, addr: u64, n: usize) -> Result<Vec<f32>, Skip> {
     Ok(f32s(&load_checked(mem, addr, n * 4)?))
 }
@@ -97,6 +110,7 @@ fn reduce_args(l: &Launch) -> Result<(u64, u64, usize, usize, f32), Skip> {
 /// the rows (`gridDim.y == 1`).
 pub fn column_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
     let (inp, out, rows, cols, init) = reduce_args(l)?;
+    identity(init, &[0.0])?;
     grid_one(l, 1)?;
     let x = load_f32(mem, inp, rows * cols)?;
     let mut sums = vec![init as f64; cols];
@@ -112,6 +126,7 @@ pub fn column_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
 /// `RowReduceKernel` with `plus`: `out[row] = initVal + the row's sum`.
 pub fn row_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
     let (inp, out, rows, cols, init) = reduce_args(l)?;
+    identity(init, &[0.0])?;
     let x = load_f32(mem, inp, rows * cols)?;
     let v: Vec<f32> = (0..rows)
         .map(|r| {
@@ -133,6 +148,7 @@ pub fn row_mean_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
     let divisor = f32::from_le_bytes(it[8..12].try_into().unwrap_or_default());
     let (rows, cols) = (count(l.i32_at(2)?)?, count(l.i32_at(3)?)?);
     let init = f32::from_le_bytes(l.param(5, 4)?.try_into().unwrap_or_default());
+    identity(init, &[0.0])?;
     let x = load_f32(mem, l.u64_at(0)?, rows * cols)?;
     let v: Vec<f32> = (0..rows)
         .map(|r| {
@@ -229,12 +245,17 @@ pub fn segmented_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
 /// `RowReduceKernel` with `maximum`: `out[row] = max(initVal, the row's elements)`.
 pub fn row_max_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
     let (inp, out, rows, cols, init) = reduce_args(l)?;
+    identity(init, &[f32::MIN, f32::NEG_INFINITY])?;
     let x = load_f32(mem, inp, rows * cols)?;
     let v: Vec<f32> = (0..rows)
         .map(|r| {
-            x[r * cols..(r + 1) * cols]
-                .iter()
-                .fold(init, |m, &e| if e > m || e.is_nan() { e } else { m })
+            let row = &x[r * cols..(r + 1) * cols];
+            match row.split_first() {
+                Some((&first, rest)) => rest
+                    .iter()
+                    .fold(first, |m, &e| if e > m || e.is_nan() { e } else { m }),
+                None => init,
+            }
         })
         .collect();
     store_f32(mem, out, &v)
@@ -247,6 +268,7 @@ pub fn block_sum_f32(l: &Launch, mem: &mut dyn Mem) -> Result<(), Skip> {
     grid_one(l, 0)?;
     let n = count(l.i32_at(2)?)?;
     let init = f32::from_le_bytes(l.param(4, 4)?.try_into().unwrap_or_default());
+    identity(init, &[0.0])?;
     let x = load_f32(mem, l.u64_at(0)?, n)?;
     let s = x.iter().fold(init as f64, |s, &e| s + e as f64);
     store_f32(mem, l.u64_at(1)?, &[s as f32])
