@@ -13,6 +13,14 @@
 # TF_VERSION=X.Y.Z to ask for one version). Offline or from a local mirror: pip's own
 # PIP_FIND_LINKS / PIP_INDEX_URL apply.
 #
+# It also puts libdevice (NVIDIA's bitcode maths library, libdevice.10.bc, from the
+# nvidia-cuda-nvcc-cu12 wheel, downloaded --no-deps) at .venv-tf/cuda-data/nvvm/libdevice/ and no
+# other file of that wheel: TensorFlow compiles some kernels at run time (BatchNormalization's
+# Rsqrt) and needs libdevice for that; were ptxas or nvvm beside it, TensorFlow would load
+# machine code the simulated GPU cannot run instead of PTX. `marmoset run --sim` passes the
+# directory to TensorFlow (XLA_FLAGS=--xla_gpu_cuda_data_dir=...) when the program is this
+# venv's python. Set LIBDEVICE_WHEEL=path/to/nvidia_cuda_nvcc_cu12-*.whl to use a wheel on disk.
+#
 # Then: SIMGPU_MODE=shape target/release/marmoset run --sim --no-shim -- .venv-tf/bin/python -c \
 #         "import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))"
 set -euo pipefail
@@ -36,6 +44,40 @@ VENV=.venv-tf
 PY="$VENV/bin/python"
 
 say() { echo "setup-tf: $*" >&2; }
+
+# The nvcc wheel libdevice is taken from (any 12.x carries the same libdevice.10.bc).
+NVCC_WHEEL=${NVCC_WHEEL:-nvidia-cuda-nvcc-cu12==12.5.82}
+LIBDEVICE="$VENV/cuda-data/nvvm/libdevice/libdevice.10.bc"
+
+# libdevice alone into $VENV/cuda-data (see the header); nothing else of the wheel is kept.
+fetch_libdevice() {
+    [[ -s "$LIBDEVICE" ]] && return 0
+    local tmp wheel
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' RETURN
+    if [[ -n "${LIBDEVICE_WHEEL:-}" ]]; then
+        wheel=$LIBDEVICE_WHEEL
+    else
+        say "downloading $NVCC_WHEEL (about 22 MB) for libdevice.10.bc only"
+        "$PY" -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: -d "$tmp" "$NVCC_WHEEL"
+        wheel=$(ls "$tmp"/nvidia_cuda_nvcc_cu12-*.whl)
+    fi
+    "$PY" - "$wheel" "$LIBDEVICE" <<'EOF'
+import os, sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.endswith("/nvvm/libdevice/libdevice.10.bc")]
+    if not names:
+        sys.exit(f"setup-tf: {wheel} has no nvvm/libdevice/libdevice.10.bc")
+    data = z.read(names[0])
+os.makedirs(os.path.dirname(out), exist_ok=True)
+with open(out + ".part", "wb") as f:
+    f.write(data)
+os.replace(out + ".part", out)
+EOF
+    say "libdevice at $LIBDEVICE"
+}
 
 # The refusal of setup-torch.sh: no nvidia-* package, no site-packages/nvidia.
 check_nvidia() {
@@ -79,6 +121,7 @@ EOF
 
 if complete; then
     check_nvidia
+    fetch_libdevice
     exit 0
 fi
 
@@ -106,4 +149,5 @@ complete || {
     say "tensorflow or a dependency is still missing in $VENV"
     exit 1
 }
+fetch_libdevice
 say "done: $("$PY" -c 'import importlib.metadata as m; print("tensorflow", m.version("tensorflow"), "keras", m.version("keras"))') in $VENV"

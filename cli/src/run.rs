@@ -218,6 +218,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
         cmd.env("LD_LIBRARY_PATH", path)
             .env("SIMGPU_PROFILE", profile);
+        let virtual_env = std::env::var_os("VIRTUAL_ENV").map(PathBuf::from);
+        let old = std::env::var("XLA_FLAGS").ok();
+        if let Some(flags) = xla_flags(&a.cmd[0], virtual_env.as_deref(), old.as_deref()) {
+            cmd.env("XLA_FLAGS", flags);
+        }
         // On the simulated GPU a step takes far less host time than planning, so a program
         // that did not wait would end before its plan could guide it (on a real GPU the plan is
         // ready by the next step): under a planner policy it waits, unless the user said
@@ -252,6 +257,41 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
     }
     Ok(signals::end_as(status))
+}
+
+/// The directory `scripts/setup-tf.sh` puts libdevice in, relative to a virtual environment.
+const CUDA_DATA: &str = "cuda-data";
+
+/// XLA_FLAGS for a TensorFlow program on the simulated GPU: TensorFlow compiles some kernels at
+/// run time and reads libdevice from `<dir>/nvvm/libdevice/libdevice.10.bc`, `dir` given by
+/// `--xla_gpu_cuda_data_dir`. When the program is a virtual environment's executable (its
+/// `bin/` directory, the program named with a path) or `VIRTUAL_ENV` names one, and that
+/// environment has `cuda-data/` with libdevice, the flag names it, added to the user's flags;
+/// flags that already name a data directory are left as they are (None).
+fn xla_flags(
+    program: &str,
+    virtual_env: Option<&std::path::Path>,
+    old: Option<&str>,
+) -> Option<String> {
+    if old.is_some_and(|f| f.contains("--xla_gpu_cuda_data_dir")) {
+        return None;
+    }
+    let program = std::path::Path::new(program);
+    let from_program = program
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && d.file_name().is_some_and(|n| n == "bin"))
+        .and_then(|bin| bin.parent())
+        .map(|venv| venv.join(CUDA_DATA));
+    let dir = from_program
+        .into_iter()
+        .chain(virtual_env.map(|v| v.join(CUDA_DATA)))
+        .find(|d| d.join("nvvm/libdevice/libdevice.10.bc").is_file())?;
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let flag = format!("--xla_gpu_cuda_data_dir={}", dir.display());
+    Some(match old.filter(|f| !f.trim().is_empty()) {
+        Some(f) => format!("{f} {flag}"),
+        None => flag,
+    })
 }
 
 /// A `--sim` value: the profile, and the machine's device count when it names one (`h100x4`).
@@ -534,7 +574,34 @@ mod signals {
 
 #[cfg(test)]
 mod tests {
-    use super::machine;
+    use super::{machine, xla_flags};
+
+    #[test]
+    fn xla_flags_name_a_venvs_libdevice_unless_the_user_named_a_data_dir() {
+        let venv = std::env::temp_dir().join(format!("marmoset-xla-{}", std::process::id()));
+        let lib = venv.join("cuda-data/nvvm/libdevice");
+        std::fs::create_dir_all(&lib).unwrap();
+        let python = venv.join("bin/python");
+        let python = python.to_str().unwrap();
+        // No libdevice yet: nothing to say.
+        assert_eq!(xla_flags(python, None, None), None);
+        std::fs::write(lib.join("libdevice.10.bc"), b"bc").unwrap();
+        let dir = venv.join("cuda-data").canonicalize().unwrap();
+        let flag = format!("--xla_gpu_cuda_data_dir={}", dir.display());
+        assert_eq!(xla_flags(python, None, None), Some(flag.clone()));
+        assert_eq!(
+            xla_flags(python, None, Some("--xla_dump_to=/d")),
+            Some(format!("--xla_dump_to=/d {flag}"))
+        );
+        assert_eq!(
+            xla_flags(python, None, Some("--xla_gpu_cuda_data_dir=/x")),
+            None
+        );
+        // A bare name: the activated environment's.
+        assert_eq!(xla_flags("python", Some(&venv), None), Some(flag));
+        assert_eq!(xla_flags("python", None, None), None);
+        std::fs::remove_dir_all(&venv).unwrap();
+    }
 
     #[test]
     fn a_sim_value_names_a_profile_and_maybe_a_device_count() {
