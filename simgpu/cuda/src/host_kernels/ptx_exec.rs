@@ -5,8 +5,9 @@
 //! interpreter runs every thread of the grid one after another over the launch's parameter
 //! block. It knows the integer, bitwise, comparison, conversion and IEEE float instructions such
 //! kernels use, with PTX's semantics (`.ftz` flushes subnormals, 32-bit operations act on the
-//! register's low half); anything else (shared memory, barriers, atomics, approximate math,
-//! calls) leaves the kernel uncomputed, as does a load from memory that holds no bytes. Stores
+//! register's low half); `.approx` maths (rsqrt, rcp, sqrt, div, ex2, lg2, sin, cos, tanh) is
+//! computed correctly rounded, which the GPU's approximations may miss by a few ulp; anything
+//! else (shared memory, barriers, atomics, calls) leaves the kernel uncomputed, as does a load from memory that holds no bytes. Stores
 //! are kept aside and written only once every thread has finished, so a kernel is computed
 //! whole or not at all. Threads run in sequence, which is exact for kernels whose threads do
 //! not communicate (none of the instructions that would let them is known here).
@@ -678,12 +679,22 @@ fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
     let val = |k: usize| o.get(k).and_then(|x| t.get(x).ok());
     let has = |m: &str| i.mods.iter().any(|x| x == m);
     if let Ty::F(w) = ty {
-        // Only correctly rounded operations: approximate ones differ on the GPU.
-        if has("approx") || has("full") || has("sat") {
-            return None;
-        }
+        // `.approx` and `.full` results are computed correctly rounded (in f64, rounded once
+        // to the type): the GPU's approximations may differ from them by a few ulp, so results
+        // of such kernels agree with a CPU's within a tolerance, not bit for bit.
+        let approx = has("approx") || has("full");
         let f = |k: usize| val(k).map(|v| as_f(v, w, ftz));
         let r = match (i.op.as_str(), o.len()) {
+            ("rsqrt", 2) if approx => 1.0 / f(1)?.sqrt(),
+            ("rcp", 2) if approx => 1.0 / f(1)?,
+            ("sqrt", 2) if approx => f(1)?.sqrt(),
+            ("div", 3) if approx => f(1)? / f(2)?,
+            ("ex2", 2) if approx => f(1)?.exp2(),
+            ("lg2", 2) if approx => f(1)?.log2(),
+            ("sin", 2) if approx => f(1)?.sin(),
+            ("cos", 2) if approx => f(1)?.cos(),
+            ("tanh", 2) if approx => f(1)?.tanh(),
+            _ if approx => return None,
             ("add", 3) => f(1)? + f(2)?,
             ("sub", 3) => f(1)? - f(2)?,
             ("mul", 3) => f(1)? * f(2)?,
@@ -706,6 +717,12 @@ fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
                 }
             }
             _ => return None,
+        };
+        // `.sat` clamps to [0, 1], NaN to 0.
+        let r = if has("sat") {
+            if r.is_nan() { 0.0 } else { r.clamp(0.0, 1.0) }
+        } else {
+            r
         };
         return Some(from_f(r, w, ftz));
     }
