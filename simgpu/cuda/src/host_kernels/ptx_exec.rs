@@ -16,239 +16,14 @@ use super::{Mem, Skip};
 use crate::fatbin::{KernelParams, PtxEntry};
 use std::collections::{BTreeMap, HashMap};
 
+mod decode;
+use decode::*;
+
 /// More steps than this (all threads together) and the kernel is left uncomputed.
 const MAX_STEPS: u64 = 50_000_000;
 
 fn layout(s: impl Into<String>) -> Skip {
     Skip::Layout(s.into())
-}
-
-#[derive(Debug, Clone)]
-enum Opd {
-    Reg(usize),
-    Imm(u64),
-    /// `%tid.x` and friends: (which, axis).
-    Special(u8, usize),
-    /// `[reg + off]` or `[param + off]`.
-    Addr(Base, i64),
-    Vector(Vec<usize>),
-    Label(usize),
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Base {
-    Reg(usize),
-    Param(usize),
-}
-
-#[derive(Debug)]
-struct Inst {
-    guard: Option<(usize, bool)>,
-    op: String,
-    mods: Vec<String>,
-    opds: Vec<Opd>,
-    /// The type suffix (the last one) and `.ftz`, read once.
-    ty: Option<Ty>,
-    ftz: bool,
-}
-
-/// An instruction as written: its guard (register, negated), opcode and operands.
-type RawInst = (Option<(String, bool)>, String, Vec<String>);
-
-/// A parsed kernel.
-struct Program {
-    insts: Vec<Inst>,
-    nregs: usize,
-}
-
-fn parse_imm(t: &str) -> Option<u64> {
-    if let Some(h) = t.strip_prefix("0f").or_else(|| t.strip_prefix("0F")) {
-        return u32::from_str_radix(h, 16).ok().map(|v| v as u64);
-    }
-    if let Some(h) = t.strip_prefix("0d").or_else(|| t.strip_prefix("0D")) {
-        return u64::from_str_radix(h, 16).ok();
-    }
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, t),
-    };
-    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u64::from_str_radix(h.trim_end_matches('U'), 16).ok()?
-    } else {
-        t.trim_end_matches('U').parse::<u64>().ok()?
-    };
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
-/// Splits at commas outside brackets and braces.
-fn split_operands(s: &str) -> Vec<String> {
-    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
-    for c in s.chars() {
-        match c {
-            '[' | '{' => depth += 1,
-            ']' | '}' => depth -= 1,
-            _ => {}
-        }
-        if c == ',' && depth == 0 {
-            out.push(cur.trim().to_string());
-            cur.clear();
-        } else {
-            cur.push(c);
-        }
-    }
-    if !cur.trim().is_empty() {
-        out.push(cur.trim().to_string());
-    }
-    out
-}
-
-impl Program {
-    fn parse(e: &PtxEntry) -> Result<Program, Skip> {
-        let mut regs: HashMap<String, usize> = HashMap::new();
-        let mut labels: HashMap<String, usize> = HashMap::new();
-        let mut raw: Vec<RawInst> = Vec::new();
-        for chunk in e.body.split(';') {
-            let mut s = chunk.trim();
-            loop {
-                s = s.trim_start_matches(['{', '}']).trim();
-                // A label: `$L__BB0_5:` before the statement.
-                match s.split_once(':') {
-                    Some((l, rest))
-                        if !l.is_empty()
-                            && l.chars().all(|c| c.is_alphanumeric() || "_$.".contains(c)) =>
-                    {
-                        labels.insert(l.to_string(), raw.len());
-                        s = rest.trim();
-                    }
-                    _ => break,
-                }
-            }
-            if s.is_empty() {
-                continue;
-            }
-            if s.starts_with('.') {
-                let d = s.split_whitespace().next().unwrap_or("");
-                if d != ".reg" {
-                    return Err(layout(format!("PTX directive {d}")));
-                }
-                continue;
-            }
-            let (guard, s) = match s.strip_prefix('@') {
-                Some(r) => {
-                    let (g, rest) = r
-                        .split_once(char::is_whitespace)
-                        .ok_or_else(|| layout("a guard alone"))?;
-                    let (neg, g) = match g.strip_prefix('!') {
-                        Some(g) => (true, g),
-                        None => (false, g),
-                    };
-                    (Some((g.to_string(), neg)), rest.trim())
-                }
-                None => (None, s),
-            };
-            let (op, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
-            raw.push((guard, op.to_string(), split_operands(rest)));
-        }
-        let mut reg = |name: &str| -> usize {
-            let n = regs.len();
-            *regs.entry(name.to_string()).or_insert(n)
-        };
-        let mut insts = Vec::with_capacity(raw.len());
-        for (guard, op, ops) in raw {
-            let mut parts = op.split('.');
-            let base = parts.next().unwrap_or("").to_string();
-            let mods: Vec<String> = parts.map(str::to_string).collect();
-            let mut opds = Vec::new();
-            for o in &ops {
-                let opd = if let Some(inner) = o.strip_prefix('[').and_then(|r| r.strip_suffix(']'))
-                {
-                    let (b, off) = match inner.split_once('+') {
-                        Some((b, off)) => (
-                            b.trim(),
-                            parse_imm(off.trim()).ok_or_else(|| layout(format!("address {o}")))?
-                                as i64,
-                        ),
-                        None => (inner.trim(), 0),
-                    };
-                    let base = if b.starts_with('%') {
-                        Base::Reg(reg(b))
-                    } else if let Some(i) = e.params.iter().position(|p| p == b) {
-                        Base::Param(i)
-                    } else {
-                        return Err(layout(format!("address {o}")));
-                    };
-                    Opd::Addr(base, off)
-                } else if let Some(inner) = o.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
-                    Opd::Vector(inner.split(',').map(|r| reg(r.trim())).collect())
-                } else if let Some(sp) = o.strip_prefix('%').and_then(|r| {
-                    let (w, axis) = r.split_once('.')?;
-                    let which = ["tid", "ntid", "ctaid", "nctaid"]
-                        .iter()
-                        .position(|s| *s == w)?;
-                    Some((which as u8, "xyz".find(axis)?))
-                }) {
-                    Opd::Special(sp.0, sp.1)
-                } else if o.starts_with('%') {
-                    Opd::Reg(reg(o))
-                } else if let Some(v) = parse_imm(o) {
-                    Opd::Imm(v)
-                } else if let Some(&l) = labels.get(o.as_str()) {
-                    Opd::Label(l)
-                } else {
-                    return Err(layout(format!("operand {o} of {op}")));
-                };
-                opds.push(opd);
-            }
-            let guard = guard.map(|(g, neg)| (reg(&g), neg));
-            let ty = mods.iter().rev().find_map(|m| ty_of(m));
-            let ftz = mods.iter().any(|m| m == "ftz");
-            insts.push(Inst {
-                guard,
-                op: base,
-                mods,
-                opds,
-                ty,
-                ftz,
-            });
-        }
-        Ok(Program {
-            insts,
-            nregs: regs.len(),
-        })
-    }
-}
-
-/// The width and kind of an instruction's type suffix.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Ty {
-    S(u32),
-    U(u32),
-    F(u32),
-    Pred,
-}
-
-fn ty_of(m: &str) -> Option<Ty> {
-    if m == "pred" {
-        return Some(Ty::Pred);
-    }
-    if m.is_empty() {
-        return None;
-    }
-    let (k, w) = m.split_at(1);
-    let w: u32 = w.parse().ok()?;
-    Some(match k {
-        "s" => Ty::S(w),
-        "u" | "b" => Ty::U(w),
-        "f" if w == 32 || w == 64 => Ty::F(w),
-        _ => return None,
-    })
-}
-
-fn bits(t: Ty) -> u32 {
-    match t {
-        Ty::S(w) | Ty::U(w) | Ty::F(w) => w,
-        Ty::Pred => 1,
-    }
 }
 
 fn mask(v: u64, w: u32) -> u64 {
@@ -482,7 +257,7 @@ fn run_thread(p: &Program, t: &mut Thread, mem: &mut Overlay, budget: u64) -> Re
         {
             continue;
         }
-        let (ty, ftz) = (i.ty, i.ftz);
+        let (ty, ftz) = (i.ty, i.flags & FTZ != 0);
         let o = &i.opds;
         let need = |n: usize| -> Result<(), Skip> {
             if o.len() == n {
@@ -492,66 +267,60 @@ fn run_thread(p: &Program, t: &mut Thread, mem: &mut Overlay, budget: u64) -> Re
             }
         };
         let unsupported = || layout(format!("PTX instruction {}.{}", i.op, i.mods.join(".")));
-        match i.op.as_str() {
-            "ret" | "exit" => break,
-            "bra" => match o.first() {
+        match i.code {
+            Op::Ret => break,
+            Op::Bra => match o.first() {
                 Some(Opd::Label(l)) => pc = *l,
                 _ => return Err(unsupported()),
             },
-            "ld" | "st" => {
+            Op::Ld | Op::St => {
                 let ty = ty.ok_or_else(unsupported)?;
                 let w = (bits(ty) / 8) as usize;
-                let space_ok = i
-                    .mods
-                    .first()
-                    .is_some_and(|s| s == "global" || s == "param");
-                if !space_ok || w == 0 || i.mods.iter().any(|m| m == "volatile" || m == "shared") {
+                let global = i.flags & GLOBAL != 0;
+                let space_ok = global || i.flags & PARAM != 0;
+                if !space_ok || w == 0 || i.flags & VOLATILE_OR_SHARED != 0 {
                     return Err(unsupported());
                 }
                 need(2)?;
-                let (data, at) = if i.op == "ld" {
-                    (&o[0], &o[1])
-                } else {
-                    (&o[1], &o[0])
-                };
-                let one = [data.clone()];
-                let vector: Vec<Opd>;
-                let regs: &[Opd] = match data {
-                    Opd::Vector(v) => {
-                        vector = v.iter().map(|r| Opd::Reg(*r)).collect();
-                        &vector
-                    }
-                    _ => &one,
+                let load = i.code == Op::Ld;
+                let (data, at) = if load { (&o[0], &o[1]) } else { (&o[1], &o[0]) };
+                let n = match data {
+                    Opd::Vector(v) => v.len(),
+                    _ => 1,
                 };
                 let (base, a) = t.addr(at)?;
-                for (k, r) in regs.iter().enumerate() {
+                for k in 0..n {
+                    let r = match data {
+                        Opd::Vector(v) => Opd::Reg(v[k]),
+                        d => d.clone(),
+                    };
                     let a = a + (k * w) as u64;
-                    if i.op == "ld" {
+                    if load {
                         let v = match base {
                             Base::Param(pi) => t.param(pi, a, w)?,
-                            Base::Reg(_) if i.mods[0] == "global" => mem.load(a, w)?,
+                            Base::Reg(_) if global => mem.load(a, w)?,
                             _ => return Err(unsupported()),
                         };
                         let v = match ty {
                             Ty::S(bw) => sext(v, bw) as u64,
                             _ => v,
                         };
-                        t.set(r, v)?;
+                        t.set(&r, v)?;
                     } else {
-                        if i.mods[0] != "global" {
+                        if !global {
                             return Err(unsupported());
                         }
-                        let v = t.get(r)?;
+                        let v = t.get(&r)?;
                         mem.store(a, v, w);
                     }
                 }
             }
-            "mov" | "cvta" => {
+            Op::Mov => {
                 need(2)?;
                 let v = t.get(&o[1])?;
                 t.set(&o[0], v)?;
             }
-            "setp" => {
+            Op::Setp => {
                 need(3)?;
                 let ty = ty.ok_or_else(unsupported)?;
                 let cmp = i.mods.first().map(String::as_str).unwrap_or("");
@@ -559,18 +328,15 @@ fn run_thread(p: &Program, t: &mut Thread, mem: &mut Overlay, budget: u64) -> Re
                 let r = compare(cmp, ty, a, b, ftz).ok_or_else(unsupported)?;
                 t.set(&o[0], r as u64)?;
             }
-            "selp" => {
+            Op::Selp => {
                 need(4)?;
                 let c = t.get(&o[3])? != 0;
                 let v = if c { t.get(&o[1])? } else { t.get(&o[2])? };
                 t.set(&o[0], v)?;
             }
-            "cvt" => {
+            Op::Cvt => {
                 need(2)?;
-                let tys: Vec<Ty> = i.mods.iter().filter_map(|m| ty_of(m)).collect();
-                let [dt, st] = tys[..] else {
-                    return Err(unsupported());
-                };
+                let (dt, st) = i.cvt.ok_or_else(unsupported)?;
                 let rnd = i.mods.first().map(String::as_str).unwrap_or("");
                 let v = convert(t.get(&o[1])?, dt, st, rnd, ftz).ok_or_else(unsupported)?;
                 t.set(&o[0], v)?;
@@ -677,49 +443,49 @@ fn convert(v: u64, dt: Ty, st: Ty, rnd: &str, ftz: bool) -> Option<u64> {
 fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
     let o = &i.opds;
     let val = |k: usize| o.get(k).and_then(|x| t.get(x).ok());
-    let has = |m: &str| i.mods.iter().any(|x| x == m);
+    let has = |flag: u16| i.flags & flag != 0;
     if let Ty::F(w) = ty {
         // `.approx` and `.full` results are computed correctly rounded (in f64, rounded once
         // to the type): the GPU's approximations may differ from them by a few ulp, so results
         // of such kernels agree with a CPU's within a tolerance, not bit for bit.
-        let approx = has("approx") || has("full");
+        let approx = has(APPROX);
         let f = |k: usize| val(k).map(|v| as_f(v, w, ftz));
-        let r = match (i.op.as_str(), o.len()) {
-            ("rsqrt", 2) if approx => 1.0 / f(1)?.sqrt(),
-            ("rcp", 2) if approx => 1.0 / f(1)?,
-            ("sqrt", 2) if approx => f(1)?.sqrt(),
-            ("div", 3) if approx => f(1)? / f(2)?,
-            ("ex2", 2) if approx => f(1)?.exp2(),
-            ("lg2", 2) if approx => f(1)?.log2(),
-            ("sin", 2) if approx => f(1)?.sin(),
-            ("cos", 2) if approx => f(1)?.cos(),
-            ("tanh", 2) if approx => f(1)?.tanh(),
+        let r = match (i.code, o.len()) {
+            (Op::Rsqrt, 2) if approx => 1.0 / f(1)?.sqrt(),
+            (Op::Rcp, 2) if approx => 1.0 / f(1)?,
+            (Op::Sqrt, 2) if approx => f(1)?.sqrt(),
+            (Op::Div, 3) if approx => f(1)? / f(2)?,
+            (Op::Ex2, 2) if approx => f(1)?.exp2(),
+            (Op::Lg2, 2) if approx => f(1)?.log2(),
+            (Op::Sin, 2) if approx => f(1)?.sin(),
+            (Op::Cos, 2) if approx => f(1)?.cos(),
+            (Op::Tanh, 2) if approx => f(1)?.tanh(),
             _ if approx => return None,
-            ("add", 3) => f(1)? + f(2)?,
-            ("sub", 3) => f(1)? - f(2)?,
-            ("mul", 3) => f(1)? * f(2)?,
-            ("div", 3) if has("rn") => f(1)? / f(2)?,
-            ("fma", 4) if w == 32 => (f(1)? as f32).mul_add(f(2)? as f32, f(3)? as f32) as f64,
-            ("fma", 4) => f(1)?.mul_add(f(2)?, f(3)?),
-            ("neg", 2) => -f(1)?,
+            (Op::Add, 3) => f(1)? + f(2)?,
+            (Op::Sub, 3) => f(1)? - f(2)?,
+            (Op::Mul, 3) => f(1)? * f(2)?,
+            (Op::Div, 3) if has(RN) => f(1)? / f(2)?,
+            (Op::Fma, 4) if w == 32 => (f(1)? as f32).mul_add(f(2)? as f32, f(3)? as f32) as f64,
+            (Op::Fma, 4) => f(1)?.mul_add(f(2)?, f(3)?),
+            (Op::Neg, 2) => -f(1)?,
             // Correctly rounded in f64, then rounded once to f32: f32's own correct rounding.
-            ("sqrt", 2) if has("rn") => f(1)?.sqrt(),
-            ("rcp", 2) if has("rn") => 1.0 / f(1)?,
-            ("abs", 2) => f(1)?.abs(),
-            ("min", 3) | ("max", 3) => {
+            (Op::Sqrt, 2) if has(RN) => f(1)?.sqrt(),
+            (Op::Rcp, 2) if has(RN) => 1.0 / f(1)?,
+            (Op::Abs, 2) => f(1)?.abs(),
+            (Op::Min, 3) | (Op::Max, 3) => {
                 let (a, b) = (f(1)?, f(2)?);
                 match (a.is_nan(), b.is_nan()) {
                     (true, true) => f64::NAN,
                     (true, false) => b,
                     (false, true) => a,
-                    _ if i.op == "min" => a.min(b),
+                    _ if i.code == Op::Min => a.min(b),
                     _ => a.max(b),
                 }
             }
             _ => return None,
         };
         // `.sat` clamps to [0, 1], NaN to 0.
-        let r = if has("sat") {
+        let r = if has(SAT) {
             if r.is_nan() { 0.0 } else { r.clamp(0.0, 1.0) }
         } else {
             r
@@ -730,25 +496,25 @@ fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
     let signed = matches!(ty, Ty::S(_));
     let a = val(1)?;
     let pred = ty == Ty::Pred;
-    let r: u64 = match (i.op.as_str(), o.len()) {
-        ("and", 3) if pred => ((a != 0) && (val(2)? != 0)) as u64,
-        ("or", 3) if pred => ((a != 0) || (val(2)? != 0)) as u64,
-        ("xor", 3) if pred => ((a != 0) ^ (val(2)? != 0)) as u64,
-        ("not", 2) if pred => (a == 0) as u64,
+    let r: u64 = match (i.code, o.len()) {
+        (Op::And, 3) if pred => ((a != 0) && (val(2)? != 0)) as u64,
+        (Op::Or, 3) if pred => ((a != 0) || (val(2)? != 0)) as u64,
+        (Op::Xor, 3) if pred => ((a != 0) ^ (val(2)? != 0)) as u64,
+        (Op::Not, 2) if pred => (a == 0) as u64,
         _ if pred => return None,
-        ("add", 3) => a.wrapping_add(val(2)?),
-        ("sub", 3) => a.wrapping_sub(val(2)?),
-        ("and", 3) => a & val(2)?,
-        ("or", 3) => a | val(2)?,
-        ("xor", 3) => a ^ val(2)?,
-        ("not", 2) => !a,
-        ("neg", 2) => a.wrapping_neg(),
-        ("abs", 2) => sext(a, w).unsigned_abs(),
-        ("shl", 3) => {
+        (Op::Add, 3) => a.wrapping_add(val(2)?),
+        (Op::Sub, 3) => a.wrapping_sub(val(2)?),
+        (Op::And, 3) => a & val(2)?,
+        (Op::Or, 3) => a | val(2)?,
+        (Op::Xor, 3) => a ^ val(2)?,
+        (Op::Not, 2) => !a,
+        (Op::Neg, 2) => a.wrapping_neg(),
+        (Op::Abs, 2) => sext(a, w).unsigned_abs(),
+        (Op::Shl, 3) => {
             let s = mask(val(2)?, 32);
             if s >= w as u64 { 0 } else { a << s }
         }
-        ("shr", 3) => {
+        (Op::Shr, 3) => {
             let s = mask(val(2)?, 32).min(w as u64 - 1 + (!signed) as u64);
             if signed {
                 (sext(a, w) >> s.min(63)) as u64
@@ -758,16 +524,16 @@ fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
                 mask(a, w) >> s
             }
         }
-        ("min", 3) | ("max", 3) => {
+        (Op::Min, 3) | (Op::Max, 3) => {
             let b = val(2)?;
             let less = if signed {
                 sext(a, w) < sext(b, w)
             } else {
                 mask(a, w) < mask(b, w)
             };
-            if (i.op == "min") == less { a } else { b }
+            if (i.code == Op::Min) == less { a } else { b }
         }
-        ("mul", 3) | ("mad", 4) => {
+        (Op::Mul, 3) | (Op::Mad, 4) => {
             let b = val(2)?;
             let (x, y) = if signed {
                 (sext(a, w) as i128, sext(b, w) as i128)
@@ -775,37 +541,37 @@ fn arith(i: &Inst, ty: Ty, t: &Thread, ftz: bool) -> Option<u64> {
                 (mask(a, w) as i128, mask(b, w) as i128)
             };
             let p = x.wrapping_mul(y);
-            let r = if has("wide") {
+            let r = if has(WIDE) {
                 p as u64
-            } else if has("hi") {
+            } else if has(HI) {
                 (p >> w) as u64
-            } else if has("lo") || w == 64 {
+            } else if has(LO) || w == 64 {
                 p as u64
             } else {
                 return None;
             };
-            match i.op.as_str() {
-                "mad" => r.wrapping_add(val(3)?),
+            match i.code {
+                Op::Mad => r.wrapping_add(val(3)?),
                 _ => r,
             }
         }
-        ("div", 3) | ("rem", 3) => {
+        (Op::Div, 3) | (Op::Rem, 3) => {
             let b = val(2)?;
             if mask(b, w) == 0 {
                 return None;
             }
             if signed {
                 let (x, y) = (sext(a, w) as i128, sext(b, w) as i128);
-                (if i.op == "div" { x / y } else { x % y }) as u64
+                (if i.code == Op::Div { x / y } else { x % y }) as u64
             } else {
                 let (x, y) = (mask(a, w), mask(b, w));
-                if i.op == "div" { x / y } else { x % y }
+                if i.code == Op::Div { x / y } else { x % y }
             }
         }
         _ => return None,
     };
     // `.wide` doubles the destination's width.
-    let dw = if has("wide") { w * 2 } else { w };
+    let dw = if has(WIDE) { w * 2 } else { w };
     Some(mask(r, dw))
 }
 
@@ -826,21 +592,24 @@ pub fn run(
         pages: HashMap::new(),
     };
     let mut budget = MAX_STEPS;
+    let mut t = Thread {
+        regs: vec![0; p.nregs],
+        tid: [0; 3],
+        ntid: block,
+        ctaid: [0; 3],
+        nctaid: grid,
+        params,
+        pblock,
+    };
     for cz in 0..grid[2] {
         for cy in 0..grid[1] {
             for cx in 0..grid[0] {
                 for tz in 0..block[2] {
                     for ty in 0..block[1] {
                         for tx in 0..block[0] {
-                            let mut t = Thread {
-                                regs: vec![0; p.nregs],
-                                tid: [tx, ty, tz],
-                                ntid: block,
-                                ctaid: [cx, cy, cz],
-                                nctaid: grid,
-                                params,
-                                pblock,
-                            };
+                            t.regs.fill(0);
+                            t.tid = [tx, ty, tz];
+                            t.ctaid = [cx, cy, cz];
                             budget -= run_thread(&p, &mut t, &mut overlay, budget)?;
                         }
                     }

@@ -223,3 +223,37 @@ fn approximate_maths_is_computed_correctly_rounded() {
         same(f(6), (xd + 0.5).clamp(0.0, 1.0), "add.sat");
     }
 }
+
+/// The interpreter's speed: a 2 MiB ReLU (524288 floats, 512 blocks of 256 threads). Run with
+/// `cargo test --release -p simgpu-cuda relu_2mib -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn relu_2mib_timing() {
+    let (e, k) = entry(include_str!("relu_f32.ptx"));
+    let n = 512 * 1024u64;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 - (n / 2) as f32).collect();
+    let mut m = TestMem::default();
+    m.add(0x1000_0000, f32_bytes(&x));
+    m.add(0x2000_0000, vec![0; 4 * n as usize]);
+    let b = block(
+        &k,
+        &[
+            n,
+            0x1000_0000,
+            0x1000_0000,
+            0,
+            n,
+            1,
+            0x2000_0000,
+            0x2000_0000,
+            0,
+            n,
+            1,
+        ],
+    );
+    let t = std::time::Instant::now();
+    super::run(&e, &k, &b, [512, 1, 1], [256, 1, 1], &mut m).unwrap();
+    println!("relu 2 MiB: {:.3} s", t.elapsed().as_secs_f64());
+    let y = f32s(&m.bufs[&0x2000_0000]);
+    assert!(x.iter().zip(&y).all(|(a, b)| a.max(0.0) == *b));
+}
