@@ -283,3 +283,151 @@ fn keras_conv_fit_in_data_mode_matches_the_cpu() {
         c[0]
     );
 }
+
+/// `marmoset run --sim <marmoset_args> -- .venv-tf/bin/python examples/tf/<script> <args>` in
+/// shape mode with the driver's memory pools (TF_GPU_ALLOCATOR=cuda_malloc_async: one allocation
+/// per tensor); `marmoset run` gives TensorFlow setup-tf.sh's libdevice (XLA_FLAGS), which
+/// BatchNormalization's run-time compiled kernels need. Checks that every step ran on the GPU
+/// with a finite loss; returns stdout and the simulator's report.
+fn train_model(
+    marmoset_args: &[&str],
+    script: &str,
+    args: &[&str],
+    steps: u64,
+    name: &str,
+) -> (String, serde_json::Value) {
+    let py = tf_python();
+    let libdevice = root().join(".venv-tf/cuda-data/nvvm/libdevice/libdevice.10.bc");
+    assert!(
+        libdevice.is_file(),
+        "{} is missing: run scripts/setup-tf.sh",
+        libdevice.display()
+    );
+    let report = temp_path(&format!("tf-{name}-report.json"));
+    let _ = std::fs::remove_file(&report);
+    let mut c = Command::new(marmoset());
+    c.args(["run", "--sim"]).args(marmoset_args).arg("--").arg(&py);
+    c.arg(root().join("examples/tf").join(script));
+    c.args(["--steps", &steps.to_string()]).args(args);
+    for (k, _) in std::env::vars() {
+        if ["MARMOSET_", "SIMGPU_", "TF_", "CUDA_", "XLA_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("SIMGPU_MODE", "shape")
+        .env("SIMGPU_REPORT", &report)
+        .env("TF_GPU_ALLOCATOR", "cuda_malloc_async");
+    let out = c.output().expect("run marmoset");
+    let (so, se) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{script} failed:\n{so}\n{se}");
+    assert!(so.contains("device: /physical_device:GPU:0"), "{so}\n{se}");
+    let losses: Vec<f64> = so
+        .lines()
+        .filter(|l| l.starts_with("step "))
+        .filter_map(|l| l.split("loss ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(losses.len() as u64, steps, "{so}\n{se}");
+    assert!(losses.iter().all(|l| l.is_finite()), "{so}");
+    let (_, done) = losses_and_steps(&so);
+    assert_eq!(done, steps, "{so}");
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no simulator report ({e}):\n{so}\n{se}"));
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(r["sticky_error"].is_null(), "{text}");
+    assert!(r["kernels"].as_u64().unwrap_or(0) > 100, "{text}");
+    (so, r)
+}
+
+fn count(report: &serde_json::Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} in {report}"))
+}
+
+/// Under the shim (policy none) with a trace: the trace counts every kernel the simulator ran
+/// (TensorFlow's launches through the driver and the runtime, and the GEMM kernels of its
+/// cuBLAS calls), every cuDNN call that computes and every allocation, and each launch names
+/// the allocations it touches.
+fn traced_model(script: &str, args: &[&str], name: &str, needs_cudnn: bool) {
+    let trace = temp_path(&format!("tf-{name}.jsonl"));
+    let t = trace.to_string_lossy().into_owned();
+    let (_, report) = train_model(&["--policy", "none", "--trace", &t], script, args, 2, name);
+    let records = take_trace(&trace);
+    let ok_calls = |kind: &str| -> Vec<&serde_json::Value> {
+        of_kind(&records, kind)
+            .into_iter()
+            .filter(|r| r["result"].as_i64() == Some(0))
+            .collect()
+    };
+    let launches = ok_calls("launch").len() as u64;
+    let gemm_kernels: u64 = ok_calls("cublas")
+        .iter()
+        .map(|r| r["kernels"].as_u64().expect("kernels"))
+        .sum();
+    let loaded: u64 = report["fatbin_kernels"]
+        .as_object()
+        .expect("fatbin_kernels in the report")
+        .values()
+        .map(|f| f["launches"].as_u64().unwrap())
+        .sum();
+    assert!(launches > 100, "{launches} launches");
+    assert!(gemm_kernels > 0, "no GEMM traced");
+    assert_eq!(launches, loaded, "launches vs fatbin_kernels");
+    assert_eq!(
+        gemm_kernels,
+        count(&report, "library_kernels"),
+        "GEMMs vs library_kernels"
+    );
+    assert_eq!(
+        launches + gemm_kernels,
+        count(&report, "kernels"),
+        "kernels"
+    );
+    let cudnn = ok_calls("cudnn")
+        .iter()
+        .filter(|r| !r["api"].as_str().unwrap().contains("Get"))
+        .count() as u64;
+    assert_eq!(cudnn, count(&report, "cudnn_calls"), "cuDNN calls");
+    assert_eq!(cudnn > 0, needs_cudnn, "{cudnn} cuDNN calls");
+    assert_eq!(
+        ok_calls("alloc").len() as u64,
+        count(&report, "allocations"),
+        "allocations"
+    );
+    for r in of_kind(&records, "launch") {
+        let touches = r["touches"].as_array().map(Vec::len).unwrap_or(0);
+        assert!(touches > 0, "a launch that names no allocation: {r}");
+    }
+}
+
+/// ResNet-50 small: 32x32 images, batch 4.
+const RESNET: &[&str] = &["--size", "32", "--batch", "4"];
+/// The transformer small: two blocks of width 64 over 32 tokens.
+const TRANSFORMER: &[&str] = &["--seq", "32", "--dim", "64", "--batch", "8"];
+
+/// Keras ResNet-50 (keras.applications, BatchNormalization included: its Rsqrt compiled at run
+/// time against libdevice and interpreted from PTX) trains on the simulated H100.
+#[test]
+fn keras_resnet50_trains_in_shape_mode_without_marmoset() {
+    let (_, r) = train_model(&["--no-shim"], "resnet50.py", RESNET, 2, "r50-plain");
+    assert!(count(&r, "cudnn_calls") > 0, "{r}");
+}
+
+#[test]
+fn keras_resnet50_trace_counts_what_the_simulator_did() {
+    traced_model("resnet50.py", RESNET, "r50-traced", true);
+}
+
+#[test]
+fn keras_transformer_trains_in_shape_mode_without_marmoset() {
+    let (_, r) = train_model(&["--no-shim"], "transformer.py", TRANSFORMER, 2, "tr-plain");
+    assert!(count(&r, "library_kernels") > 0, "{r}");
+}
+
+#[test]
+fn keras_transformer_trace_counts_what_the_simulator_did() {
+    traced_model("transformer.py", TRANSFORMER, "tr-traced", false);
+}
