@@ -179,7 +179,14 @@ impl Pending {
         }
         let seq = seq.unwrap_or_else(crate::core::bus::next_seq);
         if let Some((stream, start)) = self.timing {
-            crate::sinks::timing::end(seq, stream, start);
+            let compute = matches!(
+                self.event,
+                Event::Launch { .. }
+                    | Event::Cudnn { .. }
+                    | Event::Cublas { .. }
+                    | Event::Memset { .. }
+            );
+            crate::sinks::timing::end(seq, stream, start, compute);
         }
         crate::core::bus::publish(seq, self.event);
     }

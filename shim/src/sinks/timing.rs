@@ -1,6 +1,13 @@
 //! Device durations of traced operations (MARMOSET_TRACE_TIMING=1): an event pair around the
 //! operation on its stream, read back once the end event has completed (at synchronisations,
 //! every 64 operations, and at exit), written as `timing` records.
+//!
+//! An operation's start event completes when its stream's earlier work has, not when the
+//! operation starts: work another stream issued just before may still hold the device. A
+//! compute operation's duration is therefore its own, not that wait's: where the compute
+//! operation issued before it, on another stream, ended inside its event pair, the time from its
+//! start event to that end is taken off (the device ran the other's work then). Collectives and
+//! copies run on their own engines beside compute, and neither take nor give such time.
 
 use crate::ffi::table;
 use planner::trace::Event;
@@ -13,9 +20,16 @@ struct Pair {
     seq: u64,
     start: usize,
     end: usize,
+    stream: u64,
+    /// Runs on the compute engine (a kernel, a library call, a memset).
+    compute: bool,
 }
 
 static PENDING: Mutex<Vec<Pair>> = Mutex::new(Vec::new());
+
+/// The last compute operation whose duration was written: its stream and end event (kept until
+/// the next one's is written, then destroyed).
+static LAST: Mutex<Option<(u64, usize)>> = Mutex::new(None);
 
 fn record(stream: u64) -> Option<usize> {
     let create = table::cudaEventCreate()?;
@@ -51,15 +65,21 @@ pub fn begin(stream: u64) -> Option<usize> {
     record(stream)
 }
 
-/// Records the end event after the operation `seq`.
-pub fn end(seq: u64, stream: u64, start: usize) {
+/// Records the end event after the operation `seq` (`compute`: it runs on the compute engine).
+pub fn end(seq: u64, stream: u64, start: usize, compute: bool) {
     let Some(end) = record(stream) else {
         destroy(start);
         return;
     };
     let n = {
         let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        p.push(Pair { seq, start, end });
+        p.push(Pair {
+            seq,
+            start,
+            end,
+            stream,
+            compute,
+        });
         p.len()
     };
     if n >= 64 {
@@ -85,8 +105,20 @@ pub fn drain(wait: bool) {
     ) else {
         return;
     };
+    // In issue order, up to the first not done: a compute operation's duration needs the one
+    // issued before it.
     let mut left = Vec::new();
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let between = |a: usize, b: usize| {
+        let mut ms = 0f32;
+        // SAFETY: completed events created by this module; a valid output pointer.
+        (unsafe { elapsed(&mut ms, a as Ev, b as Ev) } == 0).then_some(ms as f64)
+    };
     for p in pairs {
+        if !left.is_empty() {
+            left.push(p);
+            continue;
+        }
         // SAFETY: events created by this module; real driver calls.
         let done = unsafe {
             if wait {
@@ -99,19 +131,34 @@ pub fn drain(wait: bool) {
             left.push(p);
             continue;
         }
-        let mut ms = 0f32;
-        // SAFETY: as above, with a valid output pointer.
-        if unsafe { elapsed(&mut ms, p.start as Ev, p.end as Ev) } == 0 {
+        if let Some(ms) = between(p.start, p.end) {
+            // The other stream's operation ended within this one's pair: the device ran it
+            // from this one's start event to its end.
+            let waited = match *last {
+                Some((stream, end)) if p.compute && stream != p.stream => {
+                    match (between(p.start, end), between(end, p.end)) {
+                        (Some(before), Some(after)) if before > 0.0 && after >= 0.0 => before,
+                        _ => 0.0,
+                    }
+                }
+                _ => 0.0,
+            };
             crate::core::bus::emit(Event::Timing {
                 of: p.seq,
-                device_ms: ms as f64,
+                device_ms: (ms - waited).max(0.0),
             });
         }
         destroy(p.start);
-        destroy(p.end);
+        if p.compute {
+            if let Some((_, old)) = last.replace((p.stream, p.end)) {
+                destroy(old);
+            }
+        } else {
+            destroy(p.end);
+        }
     }
-    PENDING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(left);
+    drop(last);
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    left.append(&mut pending);
+    *pending = left;
 }

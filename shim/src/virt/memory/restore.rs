@@ -208,7 +208,7 @@ impl Manager {
             }
             let seq = crate::core::bus::next_seq();
             if let Some(start) = timing {
-                crate::sinks::timing::end(seq, self.swap_in as u64, start);
+                crate::sinks::timing::end(seq, self.swap_in as u64, start, false);
             }
             crate::core::bus::publish(
                 seq,
