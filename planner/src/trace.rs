@@ -419,6 +419,15 @@ pub enum Event {
         /// host's speed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         timed_out: bool,
+        /// Bytes of the budget guided execution's memory feedback left unplanned (already off
+        /// `budget`): a replan because the allocator needed more than a plan counted. Absent
+        /// when none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unplanned: Option<u64>,
+        /// The memory feedback made this plan: a replan of the iteration a plan guided, within
+        /// less of the budget.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        feedback: bool,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

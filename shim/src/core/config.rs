@@ -113,6 +113,10 @@ pub struct Config {
     /// Test facility (MARMOSET_TEST_FAST_LINK=N): plans assume copies N times faster than this
     /// run measured, so that their prefetches arrive late and the feedback must move them.
     pub test_fast_link: Option<u64>,
+    /// Test facility (MARMOSET_TEST_UNCOUNTED=N): plans believe the budget N bytes larger than
+    /// it is, so that the allocator meets memory they did not count and the memory feedback
+    /// must replan.
+    pub test_uncounted: Option<u64>,
     /// Test facility (MARMOSET_TEST_JOINT_SHARE=N): the joint plan's planned workspace is at
     /// most 1/N of the budget instead of a third, so that faster configurations run in memory
     /// lent from what is spare.
@@ -136,6 +140,9 @@ pub struct Config {
     /// chooses its victims by DTR's heuristic and drops what it can replay (`1`, the default);
     /// `0`: least recently used, swapped, as under `lru`.
     pub online: bool,
+    /// MARMOSET_MEMORY_FEEDBACK: guided execution replans within less where the allocator
+    /// needed more memory than a plan counted (`1`, the default); `0`: plans stay as made.
+    pub memory_feedback: bool,
     /// MARMOSET_JOINT_WORKSPACE: under a budget with no workspace limit or total, convolutions
     /// on the backend API run the fastest configuration whose workspace the budget has spare
     /// (`1`, the default); `0`: the framework's engines and workspaces, as it chose them.
@@ -229,8 +236,10 @@ impl Default for Config {
             test_refuse_replay: None,
             test_fold: None,
             test_fast_link: None,
+            test_uncounted: None,
             test_joint_share: None,
             plan_wait: false,
+            memory_feedback: true,
             plan_steps: 500_000,
             plan_deadline_ms: 10_000,
             online: true,
@@ -338,6 +347,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             .map(|b| c.joint = b)
             .unwrap_or_else(|e| errors.push(e));
     }
+    if let Some(v) = var("MARMOSET_MEMORY_FEEDBACK") {
+        flag("MARMOSET_MEMORY_FEEDBACK", &v)
+            .map(|b| c.memory_feedback = b)
+            .unwrap_or_else(|e| errors.push(e));
+    }
     if let Some(v) = var("MARMOSET_ONLINE") {
         flag("MARMOSET_ONLINE", &v)
             .map(|b| c.online = b)
@@ -405,6 +419,11 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<String>
             "MARMOSET_TEST_FAST_LINK",
             &mut c.test_fast_link,
             "a whole factor, at least 1",
+        ),
+        (
+            "MARMOSET_TEST_UNCOUNTED",
+            &mut c.test_uncounted,
+            "a number of bytes, at least 1",
         ),
         (
             "MARMOSET_TEST_JOINT_SHARE",

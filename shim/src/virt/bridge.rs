@@ -15,7 +15,7 @@ use planner::timeline::{Decision, Link, Outcome, Plan};
 use planner::trace::{Event, Held, Record, Replay};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -185,16 +185,62 @@ fn link(records: &[Record]) -> Link {
     Link { h2d: bw, d2h: bw }
 }
 
+/// Memory the plans leave unplanned below the budget: the allocator needed that much more than
+/// a plan's model counted (guided execution's feedback, [`replan`]).
+static MARGIN: AtomicU64 = AtomicU64::new(0);
+/// Replans for memory so far: at most [`MOST_REPLANS`].
+static REPLANS: AtomicU64 = AtomicU64::new(0);
+const MOST_REPLANS: u64 = 8;
+
+/// The iteration a plan guided needed `short` bytes more at one call than the plan left it:
+/// it is planned again with that much more left unplanned (in whole pages; at most a quarter
+/// of the budget, and [`MOST_REPLANS`] times), its new plan guiding from the call it is
+/// ready at. A shortfall under a hundredth of the budget is the allocator's to make up: its
+/// eviction costs less than a plan made within less.
+pub fn replan(found: Found, short: u64) {
+    let Some(budget) = crate::virt::memory::budget() else {
+        return;
+    };
+    if !config().memory_feedback || short < budget / 100 {
+        return;
+    }
+    let most = budget / 4;
+    let before = MARGIN.load(Ordering::Relaxed);
+    let margin = before
+        .saturating_add(short.next_multiple_of(2 << 20))
+        .min(most);
+    if margin == before || REPLANS.fetch_add(1, Ordering::Relaxed) >= MOST_REPLANS {
+        return;
+    }
+    let Some(records) = crate::virt::sequence::records(found.generation) else {
+        return;
+    };
+    MARGIN.store(margin, Ordering::Relaxed);
+    log(
+        Level::Info,
+        &format!(
+            "bridge: a call needed {short} B more than the plan left it; planning the iteration again with {margin} B of the budget left unplanned"
+        ),
+    );
+    plan_as(found, records, false);
+}
+
 /// Plans the iteration in the background. One planning at a time: an iteration found while
 /// another is planned waits for it (the newest such request only: it supersedes older ones).
 pub fn plan(found: Found, records: Vec<Record>) {
+    plan_as(found, records, true);
+}
+
+/// [`plan`]; `reuse_kind`: a kind planned before guides again without planning (false: the
+/// memory feedback's replan).
+fn plan_as(found: Found, records: Vec<Record>, reuse_kind: bool) {
     let Some(policy) = config().policy.guided() else {
         return;
     };
     let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
-    if found.once.is_none() && reuse(&found) {
+    if reuse_kind && found.once.is_none() && reuse(&found) {
         return;
     }
     // A plan is made for the link it will use: measured here, on the program's thread (the
@@ -203,7 +249,7 @@ pub fn plan(found: Found, records: Vec<Record>) {
         crate::virt::memory::link::measure_once();
     }
     if let Ok(mut next) = NEXT.lock() {
-        *next = Some((found, records));
+        *next = Some((found, records, !reuse_kind));
     }
     if PLANNING.swap(true, Ordering::AcqRel) {
         return;
@@ -214,7 +260,9 @@ pub fn plan(found: Found, records: Vec<Record>) {
             loop {
                 let job = NEXT.lock().ok().and_then(|mut n| n.take());
                 match job {
-                    Some((found, records)) => plan_one(policy, budget, found, records),
+                    Some((found, records, feedback)) => {
+                        plan_one(policy, budget, found, records, feedback)
+                    }
                     None => {
                         PLANNING.store(false, Ordering::Release);
                         // A request that came in meanwhile, with nobody left to take it.
@@ -278,12 +326,17 @@ fn reuse(found: &Found) -> bool {
 }
 
 /// Requests waiting for the planning thread.
-type Job = (Found, Vec<Record>);
+/// (The iteration, its records, whether the memory feedback asked for it.)
+type Job = (Found, Vec<Record>, bool);
 static NEXT: Mutex<Option<Job>> = Mutex::new(None);
 
 /// Plans one verified iteration and offers the plan to the executor.
-fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record>) {
+fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record>, feedback: bool) {
     let t0 = Instant::now();
+    // Less what the memory feedback leaves unplanned (the plan record names what was planned).
+    let budget = budget
+        .saturating_add(config().test_uncounted.unwrap_or(0))
+        .saturating_sub(MARGIN.load(Ordering::Relaxed));
     // Durations come in as their events complete: the calls still running when the
     // iteration was found have theirs now (no waiting: the program's clock is not ours).
     crate::sinks::timing::drain(false);
@@ -322,6 +375,8 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                 reused: false,
                 steps: Some(steps),
                 timed_out,
+                unplanned: Some(MARGIN.load(Ordering::Relaxed)).filter(|&m| m > 0),
+                feedback,
                 policy: policy.into(),
                 budget,
                 start: found.start_seq,

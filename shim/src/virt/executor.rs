@@ -68,6 +68,14 @@ struct Executor {
     /// Tensors rebuilt early for the call under way, dropped again after it (see
     /// `rebuild_touched`).
     redrop: Vec<(TensorId, usize, u64, Recipe)>,
+    /// The iteration the guiding plan was made for (what a replan plans again).
+    found: Option<Found>,
+    /// The guiding plan fits the budget as its model counts (one that does not is not
+    /// replanned for memory it was short of).
+    feasible: bool,
+    /// A replan asked at the last boundary: the iteration, and the most memory a call needed
+    /// beyond what the plan left it (see [`take_replan`]).
+    replan: Option<(Found, u64)>,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
@@ -79,6 +87,9 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     pinned: Vec::new(),
     orphans: Vec::new(),
     redrop: Vec::new(),
+    found: None,
+    feasible: false,
+    replan: None,
 });
 
 /// A new plan, applied from the next iteration boundary.
@@ -92,6 +103,18 @@ pub fn offer(r: Arc<Ready>) {
 /// may reach the tracker.
 pub fn boundary(period: usize) {
     if let Ok(mut e) = EXECUTOR.lock() {
+        // Guided execution's memory feedback: an iteration the plan guided in which live
+        // tensors it keeps had to leave for a call is planned again, within less (the model
+        // and the allocator disagree by that much: pages, workspaces, timing).
+        let short = crate::virt::memory::take_unplanned();
+        if short > 0
+            && e.active.is_some()
+            && e.feasible
+            && e.offered.is_none()
+            && let Some(found) = e.found.clone()
+        {
+            e.replan = Some((found, short));
+        }
         // A plan for another iteration (made before a divergence) is stale.
         if let Some(r) = e.offered.take()
             && r.found.period == period
@@ -109,6 +132,8 @@ pub fn boundary(period: usize) {
             );
             set_uses(Some(steps.uses.clone()));
             e.active = Some(steps);
+            e.found = Some(r.found.clone());
+            e.feasible = r.outcome.feasible;
             GUIDING.store(true, Ordering::Relaxed);
         }
         if let Some(s) = e.active.as_mut() {
@@ -161,11 +186,26 @@ pub fn adopt(r: Arc<Ready>) {
                 .collect();
         }
         e.offered = None;
+        // Replacing a plan that guides (a replan): what it dropped is rebuilt before any use.
+        if e.active.is_some() {
+            orphan(&mut e);
+        }
         set_uses(Some(steps.uses.clone()));
         e.active = Some(steps);
+        e.found = Some(r.found.clone());
+        e.feasible = r.outcome.feasible;
         GUIDING.store(true, Ordering::Relaxed);
         e.guided += 1;
     }
+    // What the passive part of this iteration needed is not the plan's to answer for.
+    crate::virt::memory::take_unplanned();
+}
+
+/// The replan asked at the last boundary, if any: the iteration to plan again and the most
+/// memory a call needed beyond what the plan left it. Taken outside the tracker's lock (the
+/// bridge reads the tracker's records).
+pub fn take_replan() -> Option<(Found, u64)> {
+    EXECUTOR.lock().ok()?.replan.take()
 }
 
 /// Whether the program has left a plan that guided it: it runs iterations of more than one
@@ -184,6 +224,8 @@ pub fn diverged() {
     }
     if let Ok(mut e) = EXECUTOR.lock() {
         e.active = None;
+        e.found = None;
+        e.replan = None;
         set_uses(None);
         GUIDING.store(false, Ordering::Relaxed);
         e.offered = None;

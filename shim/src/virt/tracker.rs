@@ -36,6 +36,9 @@ pub fn observe(r: &Record) {
     });
     if let Some(period) = boundary {
         crate::virt::executor::boundary(period);
+        if let Some((found, short)) = crate::virt::executor::take_replan() {
+            crate::virt::bridge::replan(found, short);
+        }
     }
     match after {
         After::Nothing => {}

@@ -264,6 +264,27 @@ pub fn agrees_offline(what: &str, offline: &serde_json::Value, plan: &serde_json
     again
 }
 
+/// Whether a `plan` record is a replan of guided execution's memory feedback (made within
+/// less of the budget because the allocator needed more than a plan counted).
+pub fn is_replan(plan: &serde_json::Value) -> bool {
+    plan["feedback"] == true
+}
+
+/// The device budget `marmoset plan` must be given to plan what a trace's last plan planned:
+/// `budget` less what the memory feedback left unplanned.
+pub fn planned_budget(trace: &Path, budget: u64) -> u64 {
+    let text = std::fs::read_to_string(trace)
+        .unwrap_or_else(|e| panic!("no trace at {}: {e}", trace.display()));
+    let unplanned = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["kind"] == "plan")
+        .and_then(|p| p["unplanned"].as_u64())
+        .unwrap_or(0);
+    budget.saturating_sub(unplanned)
+}
+
 /// Records of a kind.
 pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
     records.iter().filter(|r| r["kind"] == kind).collect()

@@ -158,7 +158,8 @@ fn guided(script: &str, batch: &str, name: &str, fraction: f64, whole: &[&str]) 
     for policy in ["capuchin", "auto"] {
         let trace = temp_path(&format!("torch-guided-{name}-{policy}.jsonl"));
         let (out, times) = under(policy, Some(&trace));
-        let offline = plan_offline(&trace, &limit, policy);
+        let within = planned_budget(&trace, budget).to_string();
+        let offline = plan_offline(&trace, &within, policy);
         let records = take_trace(&trace);
         for k in whole {
             assert!(written_whole(&records, k) > 0, "{name}: no launch of {k}");

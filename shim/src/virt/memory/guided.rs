@@ -290,6 +290,20 @@ pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
     false
 }
 
+/// The most memory a call needed beyond what the guiding plan left it, since the last take:
+/// live tensors the plan keeps had to leave for it.
+static UNPLANNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(super) fn unplanned(bytes: u64) {
+    UNPLANNED.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The most memory a call needed beyond what the guiding plan left it since the last take (0:
+/// the plan's memory held), and starts again.
+pub fn take_unplanned() -> u64 {
+    UNPLANNED.swap(0, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The allocations whose prefetch arrived late (guided execution's feedback), by the device's
 /// clock: the copy in done after the operation's stream reached its wait. The host, running
 /// ahead, often issues the operation before a prefetch that will be in time has arrived; a

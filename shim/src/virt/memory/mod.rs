@@ -51,7 +51,7 @@ pub use victims::{Online, attach_ahead, attach_online};
 
 pub use guided::{
     evict_planned, keep_dead, mark_dead, mark_dead_kept, matches_or_restore, prefetch, revive,
-    snapshot, take_back, take_late,
+    snapshot, take_back, take_late, take_unplanned,
 };
 
 use crate::core::config::Level;
@@ -396,6 +396,7 @@ impl Manager {
         }
         let mut refused: HashSet<u64> = HashSet::new();
         let choose = online().is_some_and(|o| (o.choosing)());
+        let mut counted = false;
         // Asked once, when a victim is first needed.
         let mut plan_ahead: Option<Option<HashMap<u64, usize>>> = None;
         while self.used + bytes > self.budget {
@@ -458,6 +459,14 @@ impl Manager {
             {
                 // The copies out in flight cover it, and no dead contents are left to drop.
                 break;
+            }
+            // A live tensor leaving while a plan guides: the plan did not count what this
+            // call needs (guided execution's feedback replans within less).
+            if !counted && victim.is_some_and(|(_, dead)| !dead) && crate::virt::executor::guiding()
+            {
+                counted = true;
+                // Beyond what the copies out in flight free: what the plan's memory lacks.
+                guided::unplanned(self.used - self.releasing + bytes - self.budget);
             }
             if victim.is_none() && is_beyond_budget() {
                 // Rebuilding dropped contents: over the budget rather than lose them.
