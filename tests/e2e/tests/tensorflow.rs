@@ -306,7 +306,10 @@ fn train_model(
     let report = temp_path(&format!("tf-{name}-report.json"));
     let _ = std::fs::remove_file(&report);
     let mut c = Command::new(marmoset());
-    c.args(["run", "--sim"]).args(marmoset_args).arg("--").arg(&py);
+    c.args(["run", "--sim"])
+        .args(marmoset_args)
+        .arg("--")
+        .arg(&py);
     c.arg(root().join("examples/tf").join(script));
     c.args(["--steps", &steps.to_string()]).args(args);
     for (k, _) in std::env::vars() {
@@ -327,7 +330,14 @@ fn train_model(
     let losses: Vec<f64> = so
         .lines()
         .filter(|l| l.starts_with("step "))
-        .filter_map(|l| l.split("loss ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .filter_map(|l| {
+            l.split("loss ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     assert_eq!(losses.len() as u64, steps, "{so}\n{se}");
     assert!(losses.iter().all(|l| l.is_finite()), "{so}");
