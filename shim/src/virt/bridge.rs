@@ -195,13 +195,13 @@ const MOST_REPLANS: u64 = 8;
 /// The iteration a plan guided needed `short` bytes more at one call than the plan left it:
 /// it is planned again with that much more left unplanned (in whole pages; at most a quarter
 /// of the budget, and [`MOST_REPLANS`] times), its new plan guiding from the call it is
-/// ready at. A shortfall under a hundredth of the budget is the allocator's to make up: its
-/// eviction costs less than a plan made within less.
+/// ready at. However small the shortfall, the allocator's answer to it is a whole tensor
+/// evicted and restored every iteration.
 pub fn replan(found: Found, short: u64) {
     let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
-    if !config().memory_feedback || short < budget / 100 {
+    if !config().memory_feedback {
         return;
     }
     let most = budget / 4;

@@ -102,16 +102,17 @@ pub fn names(ready: &Ready) -> Option<crate::virt::sequence::Names> {
 }
 
 /// A kind's plan record written again as it guides again: `reused`, starting at record `start`,
-/// with the look-up's time as its planning time.
+/// with the look-up's time as its planning time (the memory feedback did not make this one).
 pub fn reused(mut record: Event, start: u64, planning_ms: f64) -> Event {
     if let Event::Plan {
         start: s,
         planning_ms: ms,
         reused,
+        feedback,
         ..
     } = &mut record
     {
-        (*s, *ms, *reused) = (start, planning_ms, true);
+        (*s, *ms, *reused, *feedback) = (start, planning_ms, true, false);
     }
     record
 }

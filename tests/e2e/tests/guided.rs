@@ -719,7 +719,14 @@ fn the_trainer_in_shape_mode_takes_the_time_its_plan_predicts() {
     ] {
         let budget = (peak[profile] as f64 * fraction) as u64;
         let trace = temp_path(&format!("fidelity-{profile}-{policy}-{fraction}.jsonl"));
-        let o = big_trainer_under(profile, policy, budget, &trace, &[]);
+        // The plan as made (the memory feedback's replans have a test of their own).
+        let o = big_trainer_under(
+            profile,
+            policy,
+            budget,
+            &trace,
+            &[("MARMOSET_MEMORY_FEEDBACK", "0")],
+        );
         ok(&o);
         let what = format!("{policy} at {fraction} of the peak on the simulated {profile}");
         let err = stderr(&o);
