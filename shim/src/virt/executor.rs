@@ -135,6 +135,7 @@ pub fn boundary(period: usize) {
             e.found = Some(r.found.clone());
             e.feasible = r.outcome.feasible;
             GUIDING.store(true, Ordering::Relaxed);
+            crate::virt::memory::set_guided(true);
         }
         if let Some(s) = e.active.as_mut() {
             // Every launch of this iteration gives its recipes their parameters.
@@ -195,6 +196,7 @@ pub fn adopt(r: Arc<Ready>) {
         e.found = Some(r.found.clone());
         e.feasible = r.outcome.feasible;
         GUIDING.store(true, Ordering::Relaxed);
+        crate::virt::memory::set_guided(true);
         e.guided += 1;
     }
     // What the passive part of this iteration needed is not the plan's to answer for.
@@ -228,6 +230,7 @@ pub fn diverged() {
         e.replan = None;
         set_uses(None);
         GUIDING.store(false, Ordering::Relaxed);
+        crate::virt::memory::set_guided(false);
         e.offered = None;
         orphan(&mut e);
     }

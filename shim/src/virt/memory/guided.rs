@@ -290,6 +290,18 @@ pub fn matches_or_restore(id: u64, expected: &[u8]) -> bool {
     false
 }
 
+/// Whether a plan guides the iteration under way (the executor says so: this module does not
+/// reach the executor).
+static GUIDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_guided(on: bool) {
+    GUIDED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(super) fn guided() -> bool {
+    GUIDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The most memory a call needed beyond what the guiding plan left it, since the last take:
 /// live tensors the plan keeps had to leave for it.
 static UNPLANNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -51,7 +51,7 @@ pub use victims::{Online, attach_ahead, attach_online};
 
 pub use guided::{
     evict_planned, keep_dead, mark_dead, mark_dead_kept, matches_or_restore, prefetch, revive,
-    snapshot, take_back, take_late, take_unplanned,
+    set_guided, snapshot, take_back, take_late, take_unplanned,
 };
 
 use crate::core::config::Level;
@@ -462,8 +462,7 @@ impl Manager {
             }
             // A live tensor leaving while a plan guides: the plan did not count what this
             // call needs (guided execution's feedback replans within less).
-            if !counted && victim.is_some_and(|(_, dead)| !dead) && crate::virt::executor::guiding()
-            {
+            if !counted && victim.is_some_and(|(_, dead)| !dead) && guided::guided() {
                 counted = true;
                 // Beyond what the copies out in flight free: what the plan's memory lacks.
                 guided::unplanned(self.used - self.releasing + bytes - self.budget);
