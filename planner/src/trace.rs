@@ -428,6 +428,10 @@ pub enum Event {
         /// less of the budget.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         feedback: bool,
+        /// The memory feedback's plan did not predict an iteration shorter than the guiding
+        /// plan's with the allocator's evictions: it never guided (the guiding plan stayed).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        declined: bool,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

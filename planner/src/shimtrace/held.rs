@@ -28,14 +28,19 @@ pub fn as_held(t: &mut Trace, h: &Held) {
     }
 }
 
-/// How the run's last plan held memory, and the PCIe bandwidths it assumed (host to device,
+/// How the run's last plan that guided held memory, and the PCIe bandwidths it assumed (host to device,
 /// device to host, bytes per second); None where no plan record says.
 pub fn held_and_links(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {
     records
         .iter()
         .rev()
         .find_map(|r| match &r.event {
-            Event::Plan { held, pcie_bps, .. } => Some((*held, *pcie_bps)),
+            Event::Plan {
+                held,
+                pcie_bps,
+                declined: false,
+                ..
+            } => Some((*held, *pcie_bps)),
             _ => None,
         })
         .unwrap_or((None, None))

@@ -193,54 +193,94 @@ static REPLANS: AtomicU64 = AtomicU64::new(0);
 const MOST_REPLANS: u64 = 8;
 
 /// The iteration a plan guided needed `short` bytes more at one call than the plan left it:
-/// it is planned again with that much more left unplanned (in whole pages; at most a quarter
-/// of the budget, and [`MOST_REPLANS`] times), its new plan guiding from the call it is
+/// it is planned again within `short` less than the guiding plan's peak (the margin left
+/// unplanned in whole pages; at most a quarter of the budget, and [`MOST_REPLANS`] times), its new plan guiding from the call it is
 /// ready at. However small the shortfall, the allocator's answer to it is a whole tensor
-/// evicted and restored every iteration.
-pub fn replan(found: Found, short: u64) {
+/// evicted and restored every iteration. That answer is also what the new plan is weighed
+/// against: it replaces the guiding plan only if it predicts an iteration shorter than the
+/// guiding plan's with the tensors the allocator evicted copied out and back in on top (the
+/// host waiting for both); else the guiding plan stays, the margin is as it was, and the
+/// feedback stops.
+pub fn replan(r: crate::virt::executor::Replan) {
     let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
     if !config().memory_feedback {
         return;
     }
-    let most = budget / 4;
     let before = MARGIN.load(Ordering::Relaxed);
-    let margin = before
-        .saturating_add(short.next_multiple_of(2 << 20))
-        .min(most);
+    let full = budget.saturating_add(config().test_uncounted.unwrap_or(0));
+    let margin = next_margin(before, full, r.peak, r.short, budget / 4);
     if margin == before || REPLANS.fetch_add(1, Ordering::Relaxed) >= MOST_REPLANS {
         return;
     }
-    let Some(records) = crate::virt::sequence::records(found.generation) else {
+    let Some(records) = crate::virt::sequence::records(r.found.generation) else {
         return;
     };
+    let limit_s = to_beat(r.predicted_s, r.evicted.max(r.short), link(&records));
     MARGIN.store(margin, Ordering::Relaxed);
     log(
         Level::Info,
         &format!(
-            "bridge: a call needed {short} B more than the plan left it; planning the iteration again with {margin} B of the budget left unplanned"
+            "bridge: a call needed {} B more than the plan left it; planning the iteration again with {margin} B of the budget left unplanned (it replaces the plan if it predicts less than {:.3} ms)",
+            r.short,
+            limit_s * 1e3
         ),
     );
-    plan_as(found, records, false);
+    plan_as(
+        r.found,
+        records,
+        Some(Feedback {
+            limit_s,
+            margin_before: before,
+        }),
+    );
+}
+
+/// The margin the memory feedback leaves unplanned after a plan of `peak` bytes (as its model
+/// counts) planned within `full - before` met a call that needed `short` bytes beyond the
+/// budget: where that call ran the model held at most its peak, so it counts at least
+/// `short + full - peak` too little, and the next plan keeps its model `short` below the peak
+/// (or below what it was given, if less). In whole 2 MiB pages, at most `most`; it only grows.
+fn next_margin(before: u64, full: u64, peak: u64, short: u64, most: u64) -> u64 {
+    before
+        .max(full.saturating_sub(peak))
+        .saturating_add(short)
+        .next_multiple_of(2 << 20)
+        .min(most)
+        .max(before)
+}
+
+/// The iteration a replan must beat, in seconds: the guiding plan's `predicted_s` with the
+/// `moved` bytes the allocator evicted copied out and back in, the host waiting for both.
+fn to_beat(predicted_s: f64, moved: u64, link: Link) -> f64 {
+    predicted_s + moved as f64 / link.d2h + moved as f64 / link.h2d
+}
+
+/// A replan of the memory feedback: the iteration it must beat, and the margin before it.
+#[derive(Clone, Copy)]
+struct Feedback {
+    /// The guiding plan's iteration with the allocator's answer to the shortfall, in seconds.
+    limit_s: f64,
+    margin_before: u64,
 }
 
 /// Plans the iteration in the background. One planning at a time: an iteration found while
 /// another is planned waits for it (the newest such request only: it supersedes older ones).
 pub fn plan(found: Found, records: Vec<Record>) {
-    plan_as(found, records, true);
+    plan_as(found, records, None);
 }
 
-/// [`plan`]; `reuse_kind`: a kind planned before guides again without planning (false: the
-/// memory feedback's replan).
-fn plan_as(found: Found, records: Vec<Record>, reuse_kind: bool) {
+/// [`plan`], or the memory feedback's replan (`feedback`: a kind planned before is planned
+/// again, not reused).
+fn plan_as(found: Found, records: Vec<Record>, feedback: Option<Feedback>) {
     let Some(policy) = config().policy.guided() else {
         return;
     };
     let Some(budget) = crate::virt::memory::budget() else {
         return;
     };
-    if reuse_kind && found.once.is_none() && reuse(&found) {
+    if feedback.is_none() && found.once.is_none() && reuse(&found) {
         return;
     }
     // A plan is made for the link it will use: measured here, on the program's thread (the
@@ -249,7 +289,7 @@ fn plan_as(found: Found, records: Vec<Record>, reuse_kind: bool) {
         crate::virt::memory::link::measure_once();
     }
     if let Ok(mut next) = NEXT.lock() {
-        *next = Some((found, records, !reuse_kind));
+        *next = Some((found, records, feedback));
     }
     if PLANNING.swap(true, Ordering::AcqRel) {
         return;
@@ -326,12 +366,18 @@ fn reuse(found: &Found) -> bool {
 }
 
 /// Requests waiting for the planning thread.
-/// (The iteration, its records, whether the memory feedback asked for it.)
-type Job = (Found, Vec<Record>, bool);
+/// (The iteration, its records, the memory feedback's replan if it asked for it.)
+type Job = (Found, Vec<Record>, Option<Feedback>);
 static NEXT: Mutex<Option<Job>> = Mutex::new(None);
 
 /// Plans one verified iteration and offers the plan to the executor.
-fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record>, feedback: bool) {
+fn plan_one(
+    policy: &'static str,
+    budget: u64,
+    found: Found,
+    records: Vec<Record>,
+    feedback: Option<Feedback>,
+) {
     let t0 = Instant::now();
     // Less what the memory feedback leaves unplanned (the plan record names what was planned).
     let budget = budget
@@ -370,13 +416,18 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                     crate::virt::sequence::tokens(found.generation, st.start, found.period)
                 }),
             };
+            // The memory feedback's plan that would not beat the guiding plan with the
+            // allocator's answer: declined (see [`replan`]).
+            let declined =
+                feedback.is_some_and(|f| !outcome.feasible || outcome.makespan >= f.limit_s);
             let record = Event::Plan {
                 iteration_kind: kind_tokens.as_deref().map(crate::virt::sequence::kind_hash),
                 reused: false,
                 steps: Some(steps),
                 timed_out,
                 unplanned: Some(MARGIN.load(Ordering::Relaxed)).filter(|&m| m > 0),
-                feedback,
+                feedback: feedback.is_some(),
+                declined,
                 policy: policy.into(),
                 budget,
                 start: found.start_seq,
@@ -413,6 +464,19 @@ fn plan_one(policy: &'static str, budget: u64, found: Found, records: Vec<Record
                     }
                 ),
             );
+            if let Some(f) = feedback.filter(|_| declined) {
+                MARGIN.store(f.margin_before, Ordering::Relaxed);
+                REPLANS.store(MOST_REPLANS, Ordering::Relaxed);
+                log(
+                    Level::Info,
+                    &format!(
+                        "bridge: the replan predicts {:.3} ms, not less than the {:.3} ms of the guiding plan with the allocator's evictions: the guiding plan stays, and the memory feedback stops",
+                        outcome.makespan * 1e3,
+                        f.limit_s * 1e3
+                    ),
+                );
+                return;
+            }
             if timed_out {
                 log(
                     Level::Warn,
@@ -612,4 +676,46 @@ struct Planned {
     steps: u64,
     /// The time bound stopped the search.
     timed_out: bool,
+}
+
+#[cfg(test)]
+mod feedback_tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_margin_takes_the_shortfall_off_the_plans_peak() {
+        // Planned within 1000 MiB of 1000, the plan's model peaked at 900 MiB, a call needed
+        // 40 MiB beyond the budget: the next plan keeps its model within 860 MiB.
+        let m = next_margin(0, 1000 * MIB, 900 * MIB, 40 * MIB, 250 * MIB);
+        assert_eq!(m, 140 * MIB);
+        // A plan that used all it was given: the shortfall comes off what it was given.
+        let m = next_margin(100 * MIB, 1000 * MIB, 950 * MIB, 30 * MIB, 250 * MIB);
+        assert_eq!(m, 130 * MIB);
+        // Whole pages, at most a quarter of the budget, never less than before.
+        assert_eq!(
+            next_margin(0, 1000 * MIB, 1000 * MIB, 1, 250 * MIB),
+            2 * MIB
+        );
+        assert_eq!(
+            next_margin(0, 1000 * MIB, 500 * MIB, 40 * MIB, 250 * MIB),
+            250 * MIB
+        );
+        assert_eq!(
+            next_margin(300 * MIB, 1000 * MIB, 900 * MIB, 0, 250 * MIB),
+            300 * MIB
+        );
+    }
+
+    #[test]
+    fn a_replan_must_beat_the_allocators_round_trip() {
+        let link = Link {
+            h2d: 50e9,
+            d2h: 25e9,
+        };
+        let t = to_beat(0.050, 500_000_000, link);
+        // 10 ms in, 20 ms out on top of the 50 ms predicted.
+        assert!((t - 0.080).abs() < 1e-12, "{t}");
+    }
 }

@@ -73,9 +73,28 @@ struct Executor {
     /// The guiding plan fits the budget as its model counts (one that does not is not
     /// replanned for memory it was short of).
     feasible: bool,
-    /// A replan asked at the last boundary: the iteration, and the most memory a call needed
-    /// beyond what the plan left it (see [`take_replan`]).
-    replan: Option<(Found, u64)>,
+    /// The guiding plan's predicted iteration, in seconds, and its peak as its model counts.
+    predicted_s: f64,
+    peak: u64,
+    /// The iteration under way is guided from its first call (one a plan was adopted into
+    /// midway began passively: what its passive calls left is not the plan's to answer for).
+    whole: bool,
+    /// A replan asked at the last boundary (see [`take_replan`]).
+    replan: Option<Replan>,
+}
+
+/// A replan guided execution's memory feedback asks for.
+pub struct Replan {
+    /// The iteration to plan again.
+    pub found: Found,
+    /// The most memory a call needed beyond what the plan left it.
+    pub short: u64,
+    /// The bytes of the live tensors the allocator evicted for such calls in the iteration.
+    pub evicted: u64,
+    /// The guiding plan's predicted iteration, in seconds.
+    pub predicted_s: f64,
+    /// The guiding plan's peak, as its model counts memory.
+    pub peak: u64,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
@@ -89,6 +108,9 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     redrop: Vec::new(),
     found: None,
     feasible: false,
+    predicted_s: 0.0,
+    peak: 0,
+    whole: false,
     replan: None,
 });
 
@@ -106,14 +128,21 @@ pub fn boundary(period: usize) {
         // Guided execution's memory feedback: an iteration the plan guided in which live
         // tensors it keeps had to leave for a call is planned again, within less (the model
         // and the allocator disagree by that much: pages, workspaces, timing).
-        let short = crate::virt::memory::take_unplanned();
+        let (short, evicted) = crate::virt::memory::take_unplanned();
         if short > 0
             && e.active.is_some()
+            && e.whole
             && e.feasible
             && e.offered.is_none()
             && let Some(found) = e.found.clone()
         {
-            e.replan = Some((found, short));
+            e.replan = Some(Replan {
+                found,
+                short,
+                evicted,
+                predicted_s: e.predicted_s,
+                peak: e.peak,
+            });
         }
         // A plan for another iteration (made before a divergence) is stale.
         if let Some(r) = e.offered.take()
@@ -134,6 +163,8 @@ pub fn boundary(period: usize) {
             e.active = Some(steps);
             e.found = Some(r.found.clone());
             e.feasible = r.outcome.feasible;
+            e.predicted_s = r.outcome.makespan;
+            e.peak = r.outcome.peak;
             GUIDING.store(true, Ordering::Relaxed);
             crate::virt::memory::set_guided(true);
         }
@@ -142,6 +173,7 @@ pub fn boundary(period: usize) {
             s.stale.clear();
             e.guided += 1;
         }
+        e.whole = e.active.is_some();
         orphan(&mut e);
         e.saved.clear();
     }
@@ -188,13 +220,19 @@ pub fn adopt(r: Arc<Ready>) {
         }
         e.offered = None;
         // Replacing a plan that guides (a replan): what it dropped is rebuilt before any use.
-        if e.active.is_some() {
+        let replacing = e.active.is_some();
+        if replacing {
             orphan(&mut e);
         }
         set_uses(Some(steps.uses.clone()));
         e.active = Some(steps);
         e.found = Some(r.found.clone());
         e.feasible = r.outcome.feasible;
+        e.predicted_s = r.outcome.makespan;
+        e.peak = r.outcome.peak;
+        // A plan replacing one that guided (a replan) answers for the iteration with it; one
+        // taking over from passive execution does not.
+        e.whole = e.whole && replacing;
         GUIDING.store(true, Ordering::Relaxed);
         crate::virt::memory::set_guided(true);
         e.guided += 1;
@@ -203,10 +241,9 @@ pub fn adopt(r: Arc<Ready>) {
     crate::virt::memory::take_unplanned();
 }
 
-/// The replan asked at the last boundary, if any: the iteration to plan again and the most
-/// memory a call needed beyond what the plan left it. Taken outside the tracker's lock (the
+/// The replan asked at the last boundary, if any. Taken outside the tracker's lock (the
 /// bridge reads the tracker's records).
-pub fn take_replan() -> Option<(Found, u64)> {
+pub fn take_replan() -> Option<Replan> {
     EXECUTOR.lock().ok()?.replan.take()
 }
 

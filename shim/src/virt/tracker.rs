@@ -36,8 +36,8 @@ pub fn observe(r: &Record) {
     });
     if let Some(period) = boundary {
         crate::virt::executor::boundary(period);
-        if let Some((found, short)) = crate::virt::executor::take_replan() {
-            crate::virt::bridge::replan(found, short);
+        if let Some(r) = crate::virt::executor::take_replan() {
+            crate::virt::bridge::replan(r);
         }
     }
     match after {

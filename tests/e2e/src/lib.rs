@@ -265,12 +265,18 @@ pub fn agrees_offline(what: &str, offline: &serde_json::Value, plan: &serde_json
 }
 
 /// Whether a `plan` record is a replan of guided execution's memory feedback (made within
-/// less of the budget because the allocator needed more than a plan counted).
+/// less of the budget because the allocator needed more than a plan counted), declined or not.
 pub fn is_replan(plan: &serde_json::Value) -> bool {
     plan["feedback"] == true
 }
 
-/// The device budget `marmoset plan` must be given to plan what a trace's last plan planned:
+/// Whether a `plan` record guided: not a replan of the memory feedback that it declined.
+pub fn guided_by(plan: &serde_json::Value) -> bool {
+    plan["declined"] != true
+}
+
+/// The device budget `marmoset plan` must be given to plan what a trace's last plan that guided
+/// planned:
 /// `budget` less what the memory feedback left unplanned.
 pub fn planned_budget(trace: &Path, budget: u64) -> u64 {
     let text = std::fs::read_to_string(trace)
@@ -279,7 +285,7 @@ pub fn planned_budget(trace: &Path, budget: u64) -> u64 {
         .lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["kind"] == "plan")
+        .find(|r| r["kind"] == "plan" && guided_by(r))
         .and_then(|p| p["unplanned"].as_u64())
         .unwrap_or(0);
     budget.saturating_sub(unplanned)
