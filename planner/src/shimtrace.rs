@@ -23,6 +23,10 @@
 //! - **Across iterations.** Contents live when the iteration starts (weights, optimizer state,
 //!   inputs read before they are written) are constants, as in DTR's logs; what is live when it
 //!   ends is what the next iteration will read (the same rule, one period on), kept resident.
+//! - **Unseen writes.** Memory allocated during the iteration and read before any call wrote it
+//!   was written where the trace does not show (a kernel handed its pointers in device memory):
+//!   an operation of no duration makes those contents right before the read ([`UNSEEN_WRITE`]);
+//!   they are no constants, live to their last read, and cannot be recomputed.
 //! - **Lineage.** A storage's producer is the call that wrote it; host-to-device copies read
 //!   host memory the program may have changed since, so their contents have no producer (they
 //!   can be swapped, never recomputed).
@@ -36,6 +40,10 @@
 mod held;
 mod replay;
 mod stream;
+
+/// The name of the operation of no duration that makes contents the iteration reads before any
+/// of its calls wrote them, in memory it allocated: a write the trace does not show.
+pub const UNSEEN_WRITE: &str = "(contents written where the trace does not show)";
 
 use crate::iteration::{self, Effect, Region, Steady, TensorId};
 use crate::model::{Op, Step, Storage, Trace};
@@ -66,7 +74,8 @@ pub fn short_kernel_name(name: &str) -> String {
 pub struct Origin {
     pub tensor: TensorId,
     /// The call (offset within the iteration) that wrote this content; `None` for contents
-    /// carried in from the iteration before (the model's constants).
+    /// carried in from the iteration before (the model's constants), or written where the
+    /// trace does not show (made by an operation named [`UNSEEN_WRITE`]).
     pub written_by: Option<usize>,
 }
 
@@ -481,6 +490,39 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
                 replay: Some(Replay::Copy),
             });
             continue;
+        }
+        // Read before any call of the iteration wrote it, in an allocation made during the
+        // iteration: something wrote it where the trace does not show (a kernel writing through
+        // pointers it was handed in device memory: FSDP's copy of an all-gather out into the
+        // parameters). Its contents exist from before this call, made by nothing that can be
+        // replayed: an operation of no duration just before this one makes them (kept or
+        // swapped, never recomputed), so that they live from here to their last use as the
+        // allocator holds them, not from the iteration's start to its end as a constant would.
+        let unseen: Vec<u64> = s.roles[i]
+            .iter()
+            .filter(|&&(a, role)| {
+                role == Role::Read
+                    && !current.contains_key(&a)
+                    && s.life.get(&a).is_some_and(|l| l.0 >= ws)
+            })
+            .map(|x| x.0)
+            .collect();
+        if !unseen.is_empty() {
+            let w = t.ops.len();
+            let mut op = Op::new(UNSEEN_WRITE, 0.0, vec![], vec![]);
+            op.separate_outputs = true;
+            for &a in &unseen {
+                let c = new_storage(&mut t, &mut origins, &mut last_op, a, false, None, None);
+                last_op[c] = Some(w);
+                op.outputs.push(c);
+                current.insert(a, c);
+            }
+            t.ops.push(op);
+            op_calls.push((i - ws, r.seq));
+            op_replays.push(None);
+            chains.push(Vec::new());
+            internal.push(Vec::new());
+            scratch_of.push(Vec::new());
         }
         let opi = t.ops.len();
         let secs_missing = secs.is_none();

@@ -296,3 +296,70 @@ fn an_allocation_no_call_touches_is_held_by_the_one_operation_within_its_life() 
     assert!(t.ops.iter().all(|o| o.name != "cudnnConvolutionForward"
         || o.outputs.iter().all(|&s| t.storages[s].size != 64)));
 }
+
+/// Each iteration a parameter P is allocated and filled where the trace does not show (a
+/// kernel writing through pointers it was handed in device memory: FSDP's copy of an
+/// all-gather out into the parameters), a kernel reads it with X into Y, P is freed, and a
+/// last kernel reads Y. P is no constant: it lives from just before its first read to its
+/// last, made by an operation of no duration that cannot be replayed, and Y's recomputation
+/// after P's free has no source.
+#[test]
+fn contents_written_where_the_trace_does_not_show_live_from_their_first_read() {
+    let mut v = vec![
+        alloc(1, 100),
+        copy(CopyDir::H2d, 100, vec![touch(1, 100, Access::W)]),
+    ];
+    for i in 0..3 {
+        let (p, y) = (10 + 2 * i, 11 + 2 * i);
+        v.push(alloc(p, 30));
+        v.push(alloc(y, 50));
+        v.push(kernel(vec![
+            touch(y, 50, Access::W),
+            touch(p, 0, Access::R),
+            touch(1, 0, Access::R),
+        ]));
+        v.push(free(p));
+        v.push(kernel(vec![
+            touch(y, 0, Access::R),
+            touch(1, 0, Access::Rw),
+        ]));
+        v.push(free(y));
+    }
+    let c = convert(&records(v, true)).unwrap();
+    let t = &c.trace;
+    let unseen: Vec<usize> = (0..t.ops.len())
+        .filter(|&o| t.ops[o].name == UNSEEN_WRITE)
+        .collect();
+    assert_eq!(unseen.len(), 1, "{:?}", t.ops);
+    let w = unseen[0];
+    assert_eq!(t.ops[w].time_s, 0.0);
+    let p = t.ops[w].outputs[0];
+    assert_eq!(t.storages[p].size, 30);
+    assert!(!t.storages[p].constant, "a content made in the iteration");
+    assert_eq!(t.storages[p].producer, None, "nothing can replay it");
+    // Right before its reader, on the same call.
+    assert_eq!(c.ops[w].0, c.ops[w + 1].0);
+    assert!(t.ops[w + 1].inputs.contains(&p));
+    // Freed after its read, before the last kernel.
+    let mut at = None;
+    let mut freed_after = None;
+    for s in &t.steps {
+        match *s {
+            Step::Op(o) => at = Some(o),
+            Step::Free(x) if x == p => freed_after = at,
+            _ => {}
+        }
+    }
+    assert_eq!(freed_after, Some(w + 1));
+    // Only the weights are carried in.
+    assert_eq!(
+        (0..t.storages.len())
+            .filter(|&s| t.storages[s].constant)
+            .count(),
+        1
+    );
+    // Y dropped after its kernel and recomputed for the last one: P is gone by then.
+    let y = t.ops[w + 1].outputs[0];
+    let until = crate::memory::carried_out::valid_until(t);
+    assert!(!crate::memory::carried_out::sourced(t, &until, y, w + 2));
+}
