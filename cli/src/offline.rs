@@ -535,6 +535,7 @@ pub(crate) fn explain_stalls(t: &planner::model::Trace, o: &planner::timeline::O
             ("waiting for swap-ins", l.swap_in_s),
             ("waiting for copies out to free memory", l.memory_s),
             ("recomputing", l.recompute_s),
+            ("the program's copies waiting for a copy engine", l.engine_s),
         ]
         .iter()
         .filter(|x| x.1 > 0.0)

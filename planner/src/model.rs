@@ -56,6 +56,20 @@ pub struct Op {
     /// `configs` record): the lower bound relaxes it to the least of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configs: Option<Configs>,
+    /// A copy of the program's own between host and device: it runs on that direction's copy
+    /// engine once the copies queued there (swaps included) are done, and the compute waits for
+    /// it (the program's stream orders it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<Direction>,
+}
+
+/// A copy engine's direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Direction {
+    /// Host to device.
+    H2d,
+    /// Device to host.
+    D2h,
 }
 
 /// What a convolution's configurations allow at least.
@@ -88,6 +102,7 @@ impl Op {
             separate_outputs: false,
             concurrent: false,
             configs: None,
+            copy: None,
         }
     }
 }

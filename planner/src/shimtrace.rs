@@ -46,8 +46,8 @@ mod stream;
 pub const UNSEEN_WRITE: &str = "(contents written where the trace does not show)";
 
 use crate::iteration::{self, Effect, Region, Steady, TensorId};
-use crate::model::{Op, Step, Storage, Trace};
-use crate::trace::{Event, Record, Replay};
+use crate::model::{Direction, Op, Step, Storage, Trace};
+use crate::trace::{CopyDir, Event, Record, Replay};
 use std::collections::HashMap;
 use stream::Stream;
 
@@ -564,6 +564,16 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         op.separate_outputs = true;
         // A collective runs on the device's links, beside the compute.
         op.concurrent = matches!(r.event, Event::Collective { .. });
+        // A copy of the program's between host and device takes its direction's copy engine.
+        op.copy = match &r.event {
+            Event::Copy {
+                dir: CopyDir::H2d, ..
+            } => Some(Direction::H2d),
+            Event::Copy {
+                dir: CopyDir::D2h, ..
+            } => Some(Direction::D2h),
+            _ => None,
+        };
         let mut scratch = Vec::new();
         let mut whole = Vec::new();
         for &(a, role) in &s.roles[i] {

@@ -3,6 +3,9 @@
 //! swapped (out after its evicted-access, in from its in-trigger, needed by its back-access) or
 //! recomputed (dropped after its evicted-access, its producer re-run before its back-access).
 //!
+//! The program's own copies between host and device (`Op::copy`) take their direction's engine
+//! too, behind the swaps queued there, and the compute waits for them.
+//!
 //! Feedback rules (the papers'): a swap cannot start before the previous one in its direction
 //! ends; an access waits for its tensor; an allocation waits for memory (swap-outs in flight
 //! release theirs when they end). Every stall is explained by an event.

@@ -12,6 +12,9 @@ pub enum Stall {
     },
     /// Operation `op` waited `secs` for swap-outs to release memory.
     Memory { op: usize, secs: f64 },
+    /// Operation `op`, a copy of the program's own, waited `secs` for its copy engine (the
+    /// swaps queued there before it).
+    Engine { op: usize, secs: f64 },
     /// Operation `op` re-ran producer `producer` of `storage` (`secs` of compute).
     Recompute {
         op: usize,

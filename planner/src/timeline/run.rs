@@ -3,9 +3,10 @@
 //! [`Sim`]'s, in the module above.
 
 use super::{
-    ByOp, Candidates, Decision, Link, Map, Outcome, Passive, Plan, Set, Sim, State, Usage, Walk,
+    ByOp, Candidates, Decision, Link, Map, Outcome, Passive, Plan, Set, Sim, Stall, State, Usage,
+    Walk,
 };
-use crate::model::{Step, Trace};
+use crate::model::{Direction, Step, Trace};
 use std::collections::BinaryHeap;
 
 impl<'a> Sim<'a> {
@@ -282,6 +283,20 @@ impl<'a> Sim<'a> {
                             sim.ready[new] = end;
                         }
                         end
+                    } else if let Some(dir) = op.copy {
+                        let free = match dir {
+                            Direction::H2d => &mut sim.h2d_free,
+                            Direction::D2h => &mut sim.d2h_free,
+                        };
+                        let start = sim.now.max(*free);
+                        *free = start + op.time_s;
+                        if start > sim.now {
+                            let secs = start - sim.now;
+                            sim.out.stalls.push(Stall::Engine { op: i, secs });
+                            sim.out.stall_s += secs;
+                        }
+                        sim.now = start + op.time_s;
+                        sim.now
                     } else {
                         sim.now += op.time_s;
                         sim.now

@@ -15,11 +15,13 @@ pub struct Lost {
     pub memory_s: f64,
     /// Re-running producers.
     pub recompute_s: f64,
+    /// The program's own copies waiting for a copy engine busy with swaps.
+    pub engine_s: f64,
 }
 
 impl Lost {
     pub fn total(&self) -> f64 {
-        self.swap_in_s + self.memory_s + self.recompute_s
+        self.swap_in_s + self.memory_s + self.recompute_s + self.engine_s
     }
 
     fn add(&mut self, s: &Stall) {
@@ -27,6 +29,7 @@ impl Lost {
             Stall::SwapIn { secs, .. } => self.swap_in_s += secs,
             Stall::Memory { secs, .. } => self.memory_s += secs,
             Stall::Recompute { secs, .. } => self.recompute_s += secs,
+            Stall::Engine { secs, .. } => self.engine_s += secs,
         }
     }
 }
@@ -47,7 +50,10 @@ pub fn breakdown(t: &Trace, o: &Outcome, top: usize) -> Breakdown {
     let mut per_op: Vec<Lost> = vec![Lost::default(); t.ops.len()];
     for s in &o.stalls {
         let op = match *s {
-            Stall::SwapIn { op, .. } | Stall::Memory { op, .. } | Stall::Recompute { op, .. } => op,
+            Stall::SwapIn { op, .. }
+            | Stall::Memory { op, .. }
+            | Stall::Recompute { op, .. }
+            | Stall::Engine { op, .. } => op,
         };
         b.all.add(s);
         let Some(l) = per_op.get_mut(op) else {

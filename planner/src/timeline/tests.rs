@@ -464,3 +464,27 @@ fn what_a_collective_reads_is_swapped_out_only_after_it_ends() {
         "with room, d does not wait for the copy"
     );
 }
+
+/// Hand-computed: a program's own copy takes its direction's copy engine behind the swaps
+/// queued there. Under [`a_hidden_swap`]'s plan, a's copy in runs from t = 2 to 3: op 2 as a
+/// host-to-device copy of the program's waits for it (1 s), so op 3 ends at 5, not 4. As a
+/// device-to-host copy, op 1 waits for a's copy out (t = 1 to 2) instead: op 2 starts at 3,
+/// a's copy in from then ends at 4, and op 3 ends at 5.
+#[test]
+fn the_programs_copies_queue_on_the_copy_engines() {
+    use crate::model::Direction;
+    let mut t = chain();
+    t.ops[2].copy = Some(Direction::H2d);
+    let o = simulate(&t, 300, LINK, &swap_a(2));
+    assert!(o.feasible, "{o:?}");
+    assert_eq!(o.makespan, 5.0);
+    assert_eq!(o.stall_s, 1.0);
+    assert!(matches!(o.stalls[..], [Stall::Engine { op: 2, secs }] if secs == 1.0));
+    // Nothing queued: the copy runs when the program reaches it.
+    assert_eq!(simulate(&t, u64::MAX, LINK, &Plan::new()).makespan, 4.0);
+    let mut t = chain();
+    t.ops[1].copy = Some(Direction::D2h);
+    let o = simulate(&t, 300, LINK, &swap_a(2));
+    assert_eq!(o.makespan, 5.0);
+    assert!(matches!(o.stalls[..], [Stall::Engine { op: 1, secs }] if secs == 1.0));
+}

@@ -88,6 +88,11 @@ fn one_steady_iteration_of_contents() {
         "each operation's call within the iteration"
     );
     assert!(t.ops.iter().all(|o| o.time_s == 1e-3));
+    // The input's copy from the host takes the host-to-device copy engine; nothing else does.
+    assert_eq!(
+        t.ops.iter().map(|o| o.copy).collect::<Vec<_>>(),
+        [Some(crate::model::Direction::H2d), None, None, None]
+    );
     // Only the weights are carried in: B's contents are dead between iterations (the
     // kernel read them last; act overwrites them whole), X and A are new every time.
     let constants: Vec<TensorId> = (0..t.storages.len())
