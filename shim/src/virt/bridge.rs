@@ -193,14 +193,13 @@ static REPLANS: AtomicU64 = AtomicU64::new(0);
 const MOST_REPLANS: u64 = 8;
 
 /// The iteration a plan guided needed `short` bytes more at one call than the plan left it:
-/// it is planned again within `short` less than the guiding plan's peak (the margin left
-/// unplanned in whole pages; at most a quarter of the budget, and [`MOST_REPLANS`] times), its new plan guiding from the call it is
-/// ready at. However small the shortfall, the allocator's answer to it is a whole tensor
-/// evicted and restored every iteration. That answer is also what the new plan is weighed
-/// against: it replaces the guiding plan only if it predicts an iteration shorter than the
-/// guiding plan's with the tensors the allocator evicted copied out and back in on top (the
-/// host waiting for both); else the guiding plan stays, the margin is as it was, and the
-/// feedback stops.
+/// it is planned again with that much more of the budget left unplanned ([`next_margin`]; at
+/// most [`MOST_REPLANS`] times), its new plan guiding from the call it is ready at. However
+/// small the shortfall, the allocator's answer to it is a whole tensor evicted and restored
+/// every iteration. The new plan replaces the guiding plan only if it predicts an iteration
+/// shorter than the guiding plan's with the shortfall copied out and back in on top (the host
+/// waiting for both); else the guiding plan stays, the margin is as it was, and the feedback
+/// stops.
 pub fn replan(r: crate::virt::executor::Replan) {
     let Some(budget) = crate::virt::memory::budget() else {
         return;
@@ -209,15 +208,14 @@ pub fn replan(r: crate::virt::executor::Replan) {
         return;
     }
     let before = MARGIN.load(Ordering::Relaxed);
-    let full = budget.saturating_add(config().test_uncounted.unwrap_or(0));
-    let margin = next_margin(before, full, r.peak, r.short, budget / 4);
+    let margin = next_margin(before, r.short, budget / 4);
     if margin == before || REPLANS.fetch_add(1, Ordering::Relaxed) >= MOST_REPLANS {
         return;
     }
     let Some(records) = crate::virt::sequence::records(r.found.generation) else {
         return;
     };
-    let limit_s = to_beat(r.predicted_s, r.evicted.max(r.short), link(&records));
+    let limit_s = to_beat(r.predicted_s, r.short, link(&records));
     MARGIN.store(margin, Ordering::Relaxed);
     log(
         Level::Info,
@@ -237,14 +235,14 @@ pub fn replan(r: crate::virt::executor::Replan) {
     );
 }
 
-/// The margin the memory feedback leaves unplanned after a plan of `peak` bytes (as its model
-/// counts) planned within `full - before` met a call that needed `short` bytes beyond the
-/// budget: where that call ran the model held at most its peak, so it counts at least
-/// `short + full - peak` too little, and the next plan keeps its model `short` below the peak
-/// (or below what it was given, if less). In whole 2 MiB pages, at most `most`; it only grows.
-fn next_margin(before: u64, full: u64, peak: u64, short: u64, most: u64) -> u64 {
+/// The margin the memory feedback leaves unplanned once a call needed `short` bytes beyond the
+/// budget under a plan made within `before` less: that much more, in whole 2 MiB pages, at most
+/// `most`; it only grows. (Taking the shortfall off the guiding plan's peak instead converges
+/// faster where a model is short by one constant amount, but where it is short in different
+/// places from plan to plan it took each plan's unused slack off too, and plans grew ever
+/// tighter.)
+fn next_margin(before: u64, short: u64, most: u64) -> u64 {
     before
-        .max(full.saturating_sub(peak))
         .saturating_add(short)
         .next_multiple_of(2 << 20)
         .min(most)
@@ -252,7 +250,7 @@ fn next_margin(before: u64, full: u64, peak: u64, short: u64, most: u64) -> u64 
 }
 
 /// The iteration a replan must beat, in seconds: the guiding plan's `predicted_s` with the
-/// `moved` bytes the allocator evicted copied out and back in, the host waiting for both.
+/// `moved` bytes it was short of copied out and back in, the host waiting for both.
 fn to_beat(predicted_s: f64, moved: u64, link: Link) -> f64 {
     predicted_s + moved as f64 / link.d2h + moved as f64 / link.h2d
 }
@@ -685,27 +683,12 @@ mod feedback_tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn the_margin_takes_the_shortfall_off_the_plans_peak() {
-        // Planned within 1000 MiB of 1000, the plan's model peaked at 900 MiB, a call needed
-        // 40 MiB beyond the budget: the next plan keeps its model within 860 MiB.
-        let m = next_margin(0, 1000 * MIB, 900 * MIB, 40 * MIB, 250 * MIB);
-        assert_eq!(m, 140 * MIB);
-        // A plan that used all it was given: the shortfall comes off what it was given.
-        let m = next_margin(100 * MIB, 1000 * MIB, 950 * MIB, 30 * MIB, 250 * MIB);
-        assert_eq!(m, 130 * MIB);
-        // Whole pages, at most a quarter of the budget, never less than before.
-        assert_eq!(
-            next_margin(0, 1000 * MIB, 1000 * MIB, 1, 250 * MIB),
-            2 * MIB
-        );
-        assert_eq!(
-            next_margin(0, 1000 * MIB, 500 * MIB, 40 * MIB, 250 * MIB),
-            250 * MIB
-        );
-        assert_eq!(
-            next_margin(300 * MIB, 1000 * MIB, 900 * MIB, 0, 250 * MIB),
-            300 * MIB
-        );
+    fn the_margin_grows_by_the_shortfall_in_whole_pages() {
+        assert_eq!(next_margin(0, 40 * MIB, 250 * MIB), 40 * MIB);
+        assert_eq!(next_margin(40 * MIB, 1, 250 * MIB), 42 * MIB);
+        // At most a quarter of the budget, never less than before.
+        assert_eq!(next_margin(200 * MIB, 100 * MIB, 250 * MIB), 250 * MIB);
+        assert_eq!(next_margin(300 * MIB, 0, 250 * MIB), 300 * MIB);
     }
 
     #[test]

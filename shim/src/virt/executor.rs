@@ -73,9 +73,8 @@ struct Executor {
     /// The guiding plan fits the budget as its model counts (one that does not is not
     /// replanned for memory it was short of).
     feasible: bool,
-    /// The guiding plan's predicted iteration, in seconds, and its peak as its model counts.
+    /// The guiding plan's predicted iteration, in seconds.
     predicted_s: f64,
-    peak: u64,
     /// The iteration under way is guided from its first call (one a plan was adopted into
     /// midway began passively: what its passive calls left is not the plan's to answer for).
     whole: bool,
@@ -89,12 +88,8 @@ pub struct Replan {
     pub found: Found,
     /// The most memory a call needed beyond what the plan left it.
     pub short: u64,
-    /// The bytes of the live tensors the allocator evicted for such calls in the iteration.
-    pub evicted: u64,
     /// The guiding plan's predicted iteration, in seconds.
     pub predicted_s: f64,
-    /// The guiding plan's peak, as its model counts memory.
-    pub peak: u64,
 }
 
 static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
@@ -109,7 +104,6 @@ static EXECUTOR: Mutex<Executor> = Mutex::new(Executor {
     found: None,
     feasible: false,
     predicted_s: 0.0,
-    peak: 0,
     whole: false,
     replan: None,
 });
@@ -128,7 +122,7 @@ pub fn boundary(period: usize) {
         // Guided execution's memory feedback: an iteration the plan guided in which live
         // tensors it keeps had to leave for a call is planned again, within less (the model
         // and the allocator disagree by that much: pages, workspaces, timing).
-        let (short, evicted) = crate::virt::memory::take_unplanned();
+        let short = crate::virt::memory::take_unplanned();
         if short > 0
             && e.active.is_some()
             && e.whole
@@ -139,9 +133,7 @@ pub fn boundary(period: usize) {
             e.replan = Some(Replan {
                 found,
                 short,
-                evicted,
                 predicted_s: e.predicted_s,
-                peak: e.peak,
             });
         }
         // A plan for another iteration (made before a divergence) is stale.
@@ -164,7 +156,6 @@ pub fn boundary(period: usize) {
             e.found = Some(r.found.clone());
             e.feasible = r.outcome.feasible;
             e.predicted_s = r.outcome.makespan;
-            e.peak = r.outcome.peak;
             GUIDING.store(true, Ordering::Relaxed);
             crate::virt::memory::set_guided(true);
         }
@@ -229,7 +220,6 @@ pub fn adopt(r: Arc<Ready>) {
         e.found = Some(r.found.clone());
         e.feasible = r.outcome.feasible;
         e.predicted_s = r.outcome.makespan;
-        e.peak = r.outcome.peak;
         // A plan replacing one that guided (a replan) answers for the iteration with it; one
         // taking over from passive execution does not.
         e.whole = e.whole && replacing;

@@ -306,26 +306,14 @@ pub(super) fn guided() -> bool {
 /// live tensors the plan keeps had to leave for it.
 static UNPLANNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The bytes of the live tensors that left for it, since the last take.
-static EVICTED_LIVE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 pub(super) fn unplanned(bytes: u64) {
     UNPLANNED.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// A live tensor of `bytes` left while a plan guides (copied out, to be restored on demand).
-pub(super) fn evicted_live(bytes: u64) {
-    EVICTED_LIVE.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Since the last take (and starts again): the most memory a call needed beyond what the
-/// guiding plan left it (0: the plan's memory held), and the bytes of the live tensors that
-/// left for such calls.
-pub fn take_unplanned() -> (u64, u64) {
-    (
-        UNPLANNED.swap(0, std::sync::atomic::Ordering::Relaxed),
-        EVICTED_LIVE.swap(0, std::sync::atomic::Ordering::Relaxed),
-    )
+/// The most memory a call needed beyond what the guiding plan left it since the last take (0:
+/// the plan's memory held), and starts again.
+pub fn take_unplanned() -> u64 {
+    UNPLANNED.swap(0, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The allocations whose prefetch arrived late (guided execution's feedback), by the device's

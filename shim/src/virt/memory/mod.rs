@@ -508,15 +508,11 @@ impl Manager {
                     self.used - self.releasing
                 ));
             };
-            let size = self.tensors.get(&v).map_or(0, |t| t.size);
             let gone = if dead {
                 self.release_dead(v)
             } else {
                 self.evict(v)
             };
-            if gone.is_ok() && !dead && guided::guided() {
-                guided::evicted_live(size);
-            }
             let a = alloc_of(v);
             match (gone, online()) {
                 (Err(_), o) => {
