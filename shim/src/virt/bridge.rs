@@ -237,10 +237,8 @@ pub fn replan(r: crate::virt::executor::Replan) {
 
 /// The margin the memory feedback leaves unplanned once a call needed `short` bytes beyond the
 /// budget under a plan made within `before` less: that much more, in whole 2 MiB pages, at most
-/// `most`; it only grows. (Taking the shortfall off the guiding plan's peak instead converges
-/// faster where a model is short by one constant amount, but where it is short in different
-/// places from plan to plan it took each plan's unused slack off too, and plans grew ever
-/// tighter.)
+/// `most`; it only grows. What a plan left unused below its budget is no evidence of a
+/// shortfall: the margin grows by what was found short, not down from the plan's peak.
 fn next_margin(before: u64, short: u64, most: u64) -> u64 {
     before
         .saturating_add(short)
