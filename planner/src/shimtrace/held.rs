@@ -28,22 +28,27 @@ pub fn as_held(t: &mut Trace, h: &Held) {
     }
 }
 
-/// How the run's last plan that guided held memory, and the PCIe bandwidths it assumed (host to device,
-/// device to host, bytes per second); None where no plan record says.
-pub fn held_and_links(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {
-    records
-        .iter()
-        .rev()
-        .find_map(|r| match &r.event {
+/// Where the run's last plan that guided is among `records` (the memory feedback's declined
+/// replans never guided), if any: the shim planned on the records before it.
+pub fn last_guiding_plan(records: &[Record]) -> Option<usize> {
+    records.iter().rposition(|r| {
+        matches!(
+            r.event,
             Event::Plan {
-                held,
-                pcie_bps,
                 declined: false,
                 ..
-            } => Some((*held, *pcie_bps)),
-            _ => None,
-        })
-        .unwrap_or((None, None))
+            }
+        )
+    })
+}
+
+/// How the run's last plan that guided held memory, and the PCIe bandwidths it assumed (host to
+/// device, device to host, bytes per second); None where no plan record says.
+pub fn held_and_links(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {
+    match last_guiding_plan(records).map(|i| &records[i].event) {
+        Some(Event::Plan { held, pcie_bps, .. }) => (*held, *pcie_bps),
+        _ => (None, None),
+    }
 }
 
 #[cfg(test)]
@@ -82,5 +87,30 @@ mod tests {
         assert_eq!(t.ops[0].scratch, 4096);
         // The pool outgrows the budget: nothing left, not an underflow.
         assert_eq!(h.left_of(10), 0);
+    }
+}
+
+#[cfg(test)]
+mod guiding_tests {
+    use super::*;
+
+    #[test]
+    fn a_declined_replan_is_not_the_plan_that_guided() {
+        let plan = |seq: u64, budget: u64, declined: bool| {
+            format!(
+                r#"{{"seq":{seq},"t_ns":0,"tid":1,"kind":"plan","policy":"auto","budget":{budget},"start":0,"period":4,"ops":2,"swaps":0,"recomputes":0,"feasible":true,"predicted_ms":1.0,"planning_ms":1.0,"swap_bytes":0,"recompute_ms":0.0,"held":{{"gran":2097152,"min_tensor":{budget},"pool":0}},"feedback":{declined},"declined":{declined}}}"#
+            )
+        };
+        let text = [
+            r#"{"seq":0,"t_ns":0,"tid":1,"kind":"header","schema":1,"pid":1,"policy":"auto","marmoset":"0","run":"r"}"#.to_string(),
+            plan(1, 1000, false),
+            plan(2, 900, true),
+        ]
+        .join("\n");
+        let records = crate::trace::read(&text).unwrap();
+        assert_eq!(last_guiding_plan(&records), Some(1));
+        let (held, _) = held_and_links(&records);
+        assert_eq!(held.map(|h| h.min_tensor), Some(1000));
+        assert_eq!(last_guiding_plan(&records[..1]), None);
     }
 }

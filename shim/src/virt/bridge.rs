@@ -261,6 +261,14 @@ struct Feedback {
     margin_before: u64,
 }
 
+impl Feedback {
+    /// Whether the replan's `outcome` is declined: it does not fit, or does not beat the
+    /// guiding plan with the allocator's answer (see [`replan`]).
+    fn declines(&self, outcome: &Outcome) -> bool {
+        !outcome.feasible || outcome.makespan >= self.limit_s
+    }
+}
+
 /// Plans the iteration in the background. One planning at a time: an iteration found while
 /// another is planned waits for it (the newest such request only: it supersedes older ones).
 pub fn plan(found: Found, records: Vec<Record>) {
@@ -412,10 +420,7 @@ fn plan_one(
                     crate::virt::sequence::tokens(found.generation, st.start, found.period)
                 }),
             };
-            // The memory feedback's plan that would not beat the guiding plan with the
-            // allocator's answer: declined (see [`replan`]).
-            let declined =
-                feedback.is_some_and(|f| !outcome.feasible || outcome.makespan >= f.limit_s);
+            let declined = feedback.is_some_and(|f| f.declines(&outcome));
             let record = Event::Plan {
                 iteration_kind: kind_tokens.as_deref().map(crate::virt::sequence::kind_hash),
                 reused: false,
@@ -687,6 +692,22 @@ mod feedback_tests {
         // At most a quarter of the budget, never less than before.
         assert_eq!(next_margin(200 * MIB, 100 * MIB, 250 * MIB), 250 * MIB);
         assert_eq!(next_margin(300 * MIB, 0, 250 * MIB), 300 * MIB);
+    }
+
+    #[test]
+    fn a_replan_that_does_not_fit_or_beat_the_limit_is_declined() {
+        let f = Feedback {
+            limit_s: 0.020,
+            margin_before: 0,
+        };
+        let o = |makespan: f64, feasible: bool| Outcome {
+            makespan,
+            feasible,
+            ..Outcome::default()
+        };
+        assert!(!f.declines(&o(0.019, true)));
+        assert!(f.declines(&o(0.020, true)));
+        assert!(f.declines(&o(0.015, false)), "a replan that does not fit");
     }
 
     #[test]
