@@ -231,6 +231,27 @@ fn settings(cmd: &[String], findings: &mut Vec<Finding>) {
             text: "TORCH_CUDNN_V8_API_DISABLED=0 keeps cuDNN's graph API, which μ-cuDNN's micro-batching does not split. Fix: unset it (Marmoset sets 1 when micro-batching).".into(),
         });
     }
+    // TensorFlow: its allocator and its executor's threads.
+    match env("TF_GPU_ALLOCATOR") {
+        Some(v) if v.trim() != "cuda_malloc_async" => findings.push(Finding {
+            problem: true,
+            topic: "settings",
+            text: format!("TF_GPU_ALLOCATOR={v} keeps TensorFlow's BFC allocator, which takes the whole device in one allocation: a memory policy sees no tensor, and a trace cannot be planned. Marmoset sets cuda_malloc_async itself only when TF_GPU_ALLOCATOR is unset (it never overrides yours). Fix: TF_GPU_ALLOCATOR=cuda_malloc_async, or unset it."),
+        }),
+        Some(_) => {}
+        None => findings.push(Finding {
+            problem: false,
+            topic: "settings",
+            text: "TF_GPU_ALLOCATOR is unset: under a memory policy or a trace Marmoset sets cuda_malloc_async (TensorFlow makes one allocation per tensor).".into(),
+        }),
+    }
+    if let Some(v) = env("TF_NUM_INTEROP_THREADS").filter(|v| v.trim() != "1") {
+        findings.push(Finding {
+            problem: true,
+            topic: "settings",
+            text: format!("TF_NUM_INTEROP_THREADS={v}: TensorFlow's executor issues independent ops from several threads, in an order that changes from step to step, so a planner policy finds no repeating iteration to guide. Fix: unset it (Marmoset sets 1 under a planner policy or a trace), or set 1."),
+        });
+    }
     // Data parallelism: settings of PyTorch's NCCL process group that defeat a policy.
     if let Some(v) = env("TORCH_DIST_USE_NCCL2").filter(|v| v != "0") {
         findings.push(Finding {

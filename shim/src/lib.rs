@@ -17,7 +17,7 @@ mod sinks;
 mod virt;
 
 use crate::core::config::{self, Config};
-use crate::core::{bus, own_memory, state};
+use crate::core::{bus, framework, own_memory, state};
 use sinks::{timing, trace};
 use std::ffi::{CStr, c_char, c_void};
 
@@ -50,7 +50,7 @@ fn init() {
         trace::name_the_run();
     }
     let (set, log, memory_ok) =
-        config::framework_settings(cfg.policy, cfg.trace.is_some(), |k| std::env::var(k).ok());
+        framework::framework_settings(cfg.policy, cfg.trace.is_some(), |k| std::env::var(k).ok());
     if !memory_ok {
         state::refuse_memory_policy();
     }
@@ -70,7 +70,7 @@ fn init() {
 }
 
 /// Lines of the framework settings said at the first CUDA call, and only where PyTorch's CUDA
-/// library is loaded by then (`config::Said::pytorch`).
+/// library is loaded by then (`framework::Said::pytorch`).
 static FOR_PYTORCH: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 /// Whether PyTorch's CUDA library (libc10_cuda.so, which holds its allocator) is mapped in this

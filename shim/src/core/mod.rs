@@ -6,6 +6,7 @@
 pub mod bus;
 pub mod clock;
 pub mod config;
+pub mod framework;
 pub mod own_memory;
 pub mod registry;
 pub mod state;

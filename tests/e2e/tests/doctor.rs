@@ -69,6 +69,8 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
             .env("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
             .env("TORCH_DIST_USE_NCCL2", "1")
             .env("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "1")
+            .env("TF_GPU_ALLOCATOR", "bfc")
+            .env("TF_NUM_INTEROP_THREADS", "4")
             .env("MARMOSET_CACHE_DIR", site.join("cache"))
             .env_remove("PYTORCH_ALLOC_CONF");
         c.output().expect("run marmoset doctor")
@@ -93,6 +95,14 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
     assert!(out.contains("the benchmark cache"), "{out}");
     assert!(
         out.contains("TORCH_DIST_USE_NCCL2=1") && out.contains("the process aborts"),
+        "{out}"
+    );
+    assert!(
+        out.contains("TF_GPU_ALLOCATOR=bfc") && out.contains("BFC allocator"),
+        "{out}"
+    );
+    assert!(
+        out.contains("TF_NUM_INTEROP_THREADS=4") && out.contains("no repeating iteration"),
         "{out}"
     );
     assert!(
@@ -157,6 +167,8 @@ fn doctor_without_problems_exits_0_and_says_so() {
         .env_remove("PYTORCH_ALLOC_CONF")
         .env_remove("TORCH_DIST_USE_NCCL2")
         .env_remove("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK")
+        .env_remove("TF_GPU_ALLOCATOR")
+        .env_remove("TF_NUM_INTEROP_THREADS")
         .output()
         .unwrap();
     let out = stdout(&o);
