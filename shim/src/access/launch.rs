@@ -1,11 +1,13 @@
 //! Which allocations a kernel launch touches: each parameter's offset and size come from
 //! `cuFuncGetParamInfo` (via `cudaGetFuncBySymbol` for runtime kernels); every 8-byte word of
 //! every parameter, structs included, that holds an address inside a known allocation is a touch.
-//! Kernels do not say what they read or write, so these touches are `rw`, with three documented
-//! exceptions where the kernel's name and parameters say it ([`Reader`]): PyTorch's elementwise
+//! Kernels do not say what they read or write, so these touches are `rw`, except where the
+//! kernel's name and parameters say it ([`Reader`], one reader per kind): PyTorch's elementwise
 //! kernels over contiguous operands (see [`elementwise`]) and over strided ones (see
-//! [`super::strided`]), and kernels whose demangled signature types every parameter (see
-//! [`super::signature`]: `const` pointers are read).
+//! [`super::strided`]), kernels whose demangled signature types every parameter (see
+//! [`super::signature`]: `const` pointers are read), foreach kernels, the memory-efficient
+//! attention, ATen's reductions, and TensorFlow's MLIR element-wise kernels
+//! ([`super::memref`]).
 
 use super::elementwise::{elementwise, parse};
 use super::words::{Found, Operands, words};
@@ -216,6 +218,7 @@ pub fn touches(
         Reader::Foreach(l) => super::multi_tensor::touches(l, &layout, &buf, grid, find),
         Reader::Attention(k) => super::attention::touches(k, &layout, &buf, grid, find),
         Reader::Reduce => super::reduce::touches(&layout, &buf, find),
+        Reader::Memref(k) => super::memref::touches(k, &layout, &buf, find),
     });
     exact.unwrap_or_else(|| pointed(&layout, &buf, find))
 }
@@ -236,6 +239,7 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
         Reader::Foreach(l) => super::multi_tensor::pointer_words(l, &layout),
         Reader::Attention(_) => super::attention::pointer_words(&layout),
         Reader::Reduce => super::reduce::pointer_words(&layout),
+        Reader::Memref(_) => super::memref::pointer_words(&layout),
     }
 }
 
@@ -278,6 +282,8 @@ enum Reader {
     Attention(super::attention::Attention),
     /// A reduction ([`super::reduce`]).
     Reduce,
+    /// TensorFlow's MLIR element-wise kernels ([`super::memref`]).
+    Memref(super::memref::Kernel),
 }
 
 /// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
@@ -293,6 +299,7 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
             .or_else(|| super::multi_tensor::parse(&name).map(Reader::Foreach))
             .or_else(|| super::attention::parse(&name).map(Reader::Attention))
             .or_else(|| super::reduce::claims(&name).then_some(Reader::Reduce))
+            .or_else(|| super::memref::parse(&name).map(Reader::Memref))
     })
 }
 

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod launch;
+pub mod memref;
 pub mod multi_tensor;
 pub mod reduce;
 pub mod signature;

@@ -3,11 +3,11 @@
 
 use super::runtime::{
     alloc, copy, free, managed_alloc, managed_alloc_async, managed_free, managed_info, memset,
-    pool_get, pool_set, sync,
+    pool_get, pool_set, sync, with_lineage,
 };
 use super::{Pending, hooks};
 use crate::access::launch;
-use planner::trace::Event;
+use planner::trace::{Event, Replay};
 use std::ffi::{c_int, c_uint, c_void};
 
 type P = *mut c_void;
@@ -46,11 +46,15 @@ fn vmm_release(real: impl FnOnce() -> c_int, h: u64) -> c_int {
     r
 }
 
+/// A driver launch's record, and its lineage (the parameter buffer, which recomputation
+/// launches again) where a listener takes it.
+#[allow(clippy::too_many_arguments)]
 fn kernel(
     api: &str,
     f: P,
     grid: [c_uint; 3],
     block: [c_uint; 3],
+    shared: c_uint,
     s: P,
     params: *mut P,
     extra: *mut P,
@@ -65,7 +69,12 @@ fn kernel(
         touches,
         result: 0,
     });
-    Some(p.timed(s as u64))
+    with_lineage(Some(p.timed(s as u64)), || {
+        launch::param_buffer(f as usize, false, params, extra).map(|buf| Replay::Kernel {
+            params: buf,
+            shared: shared as u64,
+        })
+    })
 }
 
 // SAFETY (every `unsafe { real(..) }` in this table): `real` is the real function of the
@@ -111,10 +120,10 @@ hooks! {
         memset("cuMemsetD32Async", p, 4 * n as u64, Some(s as u64), v, 4);
     ["cuLaunchKernel"] fn cuLaunchKernel(f: P, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
         shared: c_uint, s: P, params: *mut P, extra: *mut P) =>
-        kernel("cuLaunchKernel", f, [gx, gy, gz], [bx, by, bz], s, params, extra);
+        kernel("cuLaunchKernel", f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra);
     ["cuLaunchKernelEx"] fn cuLaunchKernelEx(cfg: *const LaunchConfig, f: P, params: *mut P, extra: *mut P) => {
         // SAFETY: cfg is null or a valid CUlaunchConfig (API contract); read before forwarding.
-        unsafe { cfg.as_ref() }.and_then(|c| kernel("cuLaunchKernelEx", f, c.grid, c.block, c.stream, params, extra))
+        unsafe { cfg.as_ref() }.and_then(|c| kernel("cuLaunchKernelEx", f, c.grid, c.block, c.shared, c.stream, params, extra))
     };
     ["cuStreamSynchronize"] fn cuStreamSynchronize(s: P) => sync("cuStreamSynchronize", Some(s as u64));
     ["cuCtxSynchronize"] fn cuCtxSynchronize() => sync("cuCtxSynchronize", None);
