@@ -500,7 +500,24 @@ impl Manager {
                 } else if held > 0 {
                     format!("{held} tensor(s) held by calls being issued")
                 } else {
-                    "nothing left to evict".to_string()
+                    // What stays: the pool of smaller tensors, and the call's own tensors.
+                    let pool: u64 = self.small_live.values().sum::<u64>()
+                        + self
+                            .small_free
+                            .iter()
+                            .map(|(class, v)| class * v.len() as u64)
+                            .sum::<u64>();
+                    let own: u64 = protect
+                        .iter()
+                        .filter_map(|va| self.tensors.get(va))
+                        .filter(|t| matches!(t.place, Place::Resident(_)))
+                        .map(|t| t.mapped)
+                        .sum();
+                    format!(
+                        "nothing left to evict: {pool} B are tensors under MARMOSET_MIN_TENSOR \
+                         ({} B), which are never evicted, and {own} B the call's own tensors",
+                        self.min_tensor
+                    )
                 };
                 return Err(format!(
                     "{bytes} B more would exceed the budget of {} B ({} B in use; {why})",
