@@ -24,7 +24,8 @@ For each example of examples/tf (Keras ResNet-50, the transformer encoder), in o
 Prints a markdown table and, unless --no-docs, writes it into docs/tensorflow.md between its
 markers with the commit and the date.
 
-    python3 scripts/bench-tf.py [--fraction 0.5] [--policies lru,capuchin] [--steps 10] [--no-docs]
+    python3 scripts/bench-tf.py [--fraction 0.5] [--policies lru,capuchin] [--steps 10]
+        [--examples resnet50,transformer] [--budgets peak,steady] [--workspace-limit-mib 64] [--no-docs]
 """
 import argparse
 import datetime
@@ -114,7 +115,10 @@ def main():
     ap.add_argument("--policies", default="lru", help="policies besides the default (comma-separated)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--examples", default=",".join(EXAMPLES))
-    ap.add_argument("--workspace-limit-mib", type=int, default=64)
+    ap.add_argument("--workspace-limit-mib", type=int, default=64,
+                    help="μ-cuDNN WR's limit on ResNet-50 (0: not measured)")
+    ap.add_argument("--budgets", default="peak,steady",
+                    help="which budgets: peak (FRACTION of the run's peak), steady (of the steady steps' peak)")
     ap.add_argument("--no-docs", action="store_true")
     a = ap.parse_args()
     if not (os.access(MARMOSET, os.X_OK) and os.access(PYTHON, os.X_OK)):
@@ -134,8 +138,9 @@ def main():
         rows.append(f"| {ex} | without Marmoset | {base:.3f} | 1.00x | {peak / MIB:.1f} MiB{steady_note} | |")
         # The issue's measure, half the run's device peak; and, where the first step's peak
         # (TensorFlow's autotuning workspaces) is far above the steady steps', half theirs.
-        budgets = [("peak", int(peak * a.fraction))]
-        if steady and steady * 1.25 < peak:
+        asked = a.budgets.split(",")
+        budgets = [("peak", int(peak * a.fraction))] if "peak" in asked else []
+        if "steady" in asked and steady and steady * 1.25 < peak:
             budgets.append(("steady peak", int(steady * a.fraction)))
         for (of, budget), policy in [(b, p) for b in budgets
                                      for p in ["auto"] + [p for p in a.policies.split(",") if p]]:
@@ -162,7 +167,7 @@ def main():
                 what.append("**peak over the budget**")
             rows.append(f"| {ex} | {label} | {step:.3f} | {step / base:.2f}x | "
                         f"{rep.get('peak_bytes', 0) / MIB:.1f} MiB of {budget / MIB:.1f} | {'; '.join(what)} |")
-        if ex == "resnet50":
+        if ex == "resnet50" and a.workspace_limit_mib > 0:
             lim = a.workspace_limit_mib
             say(f"{ex}: TensorFlow's own choice under a {lim} MiB workspace limit")
             code, tf_step, rep, out, _ = run(f"{ex}-tfws", args, a.steps, ["--no-shim"],
