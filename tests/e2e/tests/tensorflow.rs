@@ -523,7 +523,9 @@ const TRANSFORMER_BUDGETED: &[&str] = &["--seq", "256", "--dim", "256"];
 /// Within half the peak of its own run without Marmoset, the default policy trains the
 /// transformer: no trap, the device's peak within the budget, and a plan of the in-process
 /// planner guides (its iteration found: Marmoset gives TensorFlow one inter-op thread, so that
-/// the calls of each step come in one order).
+/// the calls of each step come in one order). Twelve steps: under the budget, where TensorFlow
+/// frees a tensor read back to the host still varies from step to step (its event thread frees
+/// it once the copy has completed), and the tracker may need a few steps to find a repetition.
 #[test]
 fn keras_transformer_trains_within_half_its_peak_under_the_default_policy() {
     let (_, plain) = train_model(
@@ -540,7 +542,7 @@ fn keras_transformer_trains_within_half_its_peak_under_the_default_policy() {
         &["--memory-limit", &budget.to_string(), "--trace", &t],
         "transformer.py",
         TRANSFORMER_BUDGETED,
-        8,
+        12,
         "tr-budget",
     );
     assert!(
