@@ -296,6 +296,14 @@ pub fn of_kind<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serd
     records.iter().filter(|r| r["kind"] == kind).collect()
 }
 
+/// The access (`r`, `w`, `rw`) of each touch of a record, in order.
+pub fn accesses(record: &serde_json::Value) -> Vec<&str> {
+    record["touches"]
+        .as_array()
+        .map(|ts| ts.iter().filter_map(|t| t["access"].as_str()).collect())
+        .unwrap_or_default()
+}
+
 /// Asserts the program succeeded, showing everything it printed when it did not.
 pub fn ok(o: &Output) {
     assert!(

@@ -51,12 +51,7 @@ fn the_trainer_is_unchanged_bit_for_bit_and_the_trace_counts_its_calls() {
     assert_eq!(seqs.len(), records.len());
     for r in of_kind(&records, "cudnn") {
         if r["api"] == "cudnnConvolutionForward" {
-            let access: Vec<&str> = r["touches"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["access"].as_str().unwrap())
-                .collect();
+            let access = accesses(r);
             let with_ws = r["workspace"].as_u64().unwrap() > 0;
             assert_eq!(
                 access,

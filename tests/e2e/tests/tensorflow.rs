@@ -428,12 +428,7 @@ fn traced_model(script: &str, args: &[&str], name: &str, needs_cudnn: bool) {
         .collect();
     assert!(!mlir_launches.is_empty(), "no MLIR element-wise kernel ran");
     for r in &mlir_launches {
-        let access: Vec<&str> = r["touches"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["access"].as_str().unwrap())
-            .collect();
+        let access = accesses(r);
         assert!(
             access.contains(&"w") || access.contains(&"rw"),
             "an MLIR kernel's result not named: {r}"

@@ -501,12 +501,7 @@ impl Manager {
                     format!("{held} tensor(s) held by calls being issued")
                 } else {
                     // What stays: the pool of smaller tensors, and the call's own tensors.
-                    let pool: u64 = self.small_live.values().sum::<u64>()
-                        + self
-                            .small_free
-                            .iter()
-                            .map(|(class, v)| class * v.len() as u64)
-                            .sum::<u64>();
+                    let pool = self.pool_bytes();
                     let own: u64 = protect
                         .iter()
                         .filter_map(|va| self.tensors.get(va))
@@ -568,6 +563,16 @@ impl Manager {
         self.used += mapped;
         stats::mapped(self, va, mapped);
         Ok(phys)
+    }
+
+    /// The bytes the pool of tensors under `min_tensor` holds, live and free.
+    fn pool_bytes(&self) -> u64 {
+        self.small_live.values().sum::<u64>()
+            + self
+                .small_free
+                .iter()
+                .map(|(class, v)| class * v.len() as u64)
+                .sum::<u64>()
     }
 
     fn alloc(&mut self, size: u64, internal: bool) -> Result<u64, c_int> {
@@ -744,11 +749,7 @@ pub fn holding() -> Option<planner::trace::Held> {
     with(|m| planner::trace::Held {
         gran: m.gran,
         min_tensor: m.min_tensor,
-        pool: m.small_live.values().sum::<u64>()
-            + m.small_free
-                .iter()
-                .map(|(class, v)| class * v.len() as u64)
-                .sum::<u64>(),
+        pool: m.pool_bytes(),
         // What libraries mapped themselves since moves no more than what was there before.
         preexisting: m.preexisting + m.foreign_bytes,
     })
@@ -789,11 +790,7 @@ pub fn room_for(sizes: &[u64]) -> bool {
                 .filter(|t| t.internal && matches!(t.place, Place::Resident(_)))
                 .map(|t| t.mapped)
                 .sum::<u64>()
-            + m.small_live.values().sum::<u64>()
-            + m.small_free
-                .iter()
-                .map(|(class, v)| class * v.len() as u64)
-                .sum::<u64>();
+            + m.pool_bytes();
         let wanted: u64 = sizes
             .iter()
             .map(|&b| b.max(1).div_ceil(m.gran) * m.gran)
