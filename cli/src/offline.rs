@@ -35,12 +35,11 @@ pub(crate) fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)
             bail!("{}: {b}", path.display());
         }
         // A run the shim planned: the model of what it had recorded when it made its last
-        // plan that guided, so that the plan here is the shim's. The durations its guided
-        // iterations recorded since (of calls waiting for copies and replays) moved the
-        // prediction by 0.8% (the BERT-like encoder under capuchin at half its peak, simulated
-        // H100).
-        let upto = planner::shimtrace::last_guiding_plan(&records).unwrap_or(records.len());
-        let t = planner::shimtrace::convert(&records[..upto])
+        // plan that guided, at its period, so that the plan here is the shim's. The durations
+        // its guided iterations recorded since (of calls waiting for copies and replays) moved
+        // the prediction by 0.8% (the BERT-like encoder under capuchin at half its peak,
+        // simulated H100).
+        let t = planner::shimtrace::convert_as_planned(&records)
             .map(|c| c.trace)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         return Ok((t, planner::shimtrace::held_and_links(&records)));
@@ -482,8 +481,7 @@ fn explain_replay_gaps(path: &Path) {
     let Ok(records) = read_trace(path, &text) else {
         return;
     };
-    let upto = planner::shimtrace::last_guiding_plan(&records).unwrap_or(records.len());
-    let Ok(c) = planner::shimtrace::convert(&records[..upto]) else {
+    let Ok(c) = planner::shimtrace::convert_as_planned(&records) else {
         return;
     };
     let gaps = c.replay_gaps();

@@ -51,7 +51,7 @@ use crate::trace::{CopyDir, Event, Record, Replay};
 use std::collections::HashMap;
 use stream::Stream;
 
-pub use held::{as_held, held_and_links, last_guiding_plan};
+pub use held::{as_held, convert_as_planned, held_and_links, last_guiding_plan};
 pub use replay::{
     GEMMS_REPLAYED, REPLAYED, exact_update, first_writes, lineage, replay_scope, replays_in_shim,
     whole_copy, why_not_replayed,

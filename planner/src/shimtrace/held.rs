@@ -42,6 +42,65 @@ pub fn last_guiding_plan(records: &[Record]) -> Option<usize> {
     })
 }
 
+/// The model of a trace as the shim planned it: the records before its last plan that guided,
+/// converted as the shim's tracker found them where the trace says how (the `iteration` record
+/// of a fresh plan: the records from the repetition's first call to it, at its period, or the
+/// one iteration it saw once), rather than at the longest repetition (steps that repeat one by
+/// one also repeat every few steps, and the longest repetition is several of them; a plan
+/// reused: the one made for its kind). A model whose operations the plan record does not
+/// count, and a trace without these records (from before them), convert as [`super::convert`]
+/// converts the records before the plan.
+pub fn convert_as_planned(records: &[Record]) -> Result<super::Converted, String> {
+    let Some(upto) = last_guiding_plan(records) else {
+        return super::convert(records);
+    };
+    let head = &records[..upto];
+    let as_found = || {
+        // A plan reused was made fresh for its kind before.
+        let fresh = match records[upto].event {
+            Event::Plan {
+                reused: true,
+                iteration_kind: Some(kind),
+                ..
+            } => head.iter().rposition(|r| {
+                matches!(r.event, Event::Plan { reused: false, declined: false,
+                    iteration_kind: Some(k), .. } if k == kind)
+            })?,
+            _ => upto,
+        };
+        let head = &records[..fresh];
+        let Event::Plan {
+            start,
+            period,
+            ops,
+            reused: false,
+            ..
+        } = records[fresh].event
+        else {
+            return None;
+        };
+        let found = head.iter().rposition(|r| {
+            matches!(r.event, Event::Iteration { start: s, period: p, .. }
+                if s == start && p == period)
+        })?;
+        let Event::Iteration { calls, .. } = head[found].event else {
+            return None;
+        };
+        let c = if calls > period {
+            let first = head.iter().position(|r| r.seq >= start)?;
+            super::convert_with(&head[first..found], true, Some(period as usize))
+        } else {
+            super::convert_once(head, true, start, head[found].seq)
+        };
+        c.ok()
+            .filter(|c| c.iteration.is_ok() && c.trace.ops.len() as u64 == ops)
+    };
+    match as_found() {
+        Some(c) => Ok(c),
+        None => super::convert(head),
+    }
+}
+
 /// How the run's last plan that guided held memory, and the PCIe bandwidths it assumed (host to
 /// device, device to host, bytes per second); None where no plan record says.
 pub fn held_and_links(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) {

@@ -368,3 +368,98 @@ fn contents_written_where_the_trace_does_not_show_live_from_their_first_read() {
     let until = crate::memory::carried_out::valid_until(t);
     assert!(!crate::memory::carried_out::sourced(t, &until, y, w + 2));
 }
+
+/// One step of a program whose weights (1) and blob (2) were set up before: the input X
+/// (`x`) copied in, a kernel over X and the blob, X freed; a `long` step has a second kernel.
+fn step(x: u64, long: bool) -> Vec<Event> {
+    let mut v = vec![
+        alloc(x, 10),
+        copy(CopyDir::H2d, 10, vec![touch(x, 10, Access::W)]),
+        kernel(vec![touch(x, 10, Access::R), touch(2, 0, Access::Rw)]),
+    ];
+    if long {
+        v.push(kernel(vec![touch(1, 0, Access::Rw)]));
+    }
+    v.push(free(x));
+    v
+}
+
+#[test]
+fn a_planned_trace_converts_at_the_period_its_tracker_followed() {
+    // Steps long, short, long, short, long, then short ones: the longest repetition is of two
+    // steps, the one the tracker follows at the end is of one (4 calls, 2 operations).
+    let mut v = vec![
+        alloc(1, 100),
+        copy(CopyDir::H2d, 100, vec![touch(1, 100, Access::W)]),
+        alloc(2, 40),
+    ];
+    for i in 0..5 {
+        v.extend(step(10 + i, i % 2 == 0));
+    }
+    let first_short_run = v.len();
+    for i in 5..9 {
+        v.extend(step(10 + i, false));
+    }
+    let mut recs = records(v, true);
+    // The records of the final run of short steps start here.
+    let start = recs
+        .iter()
+        .filter(|r| r.event.api().is_some())
+        .nth(first_short_run)
+        .map(|r| r.seq)
+        .unwrap();
+    assert_eq!(convert(&recs).unwrap().trace.ops.len(), 5, "two steps");
+    let seq = recs.last().unwrap().seq + 2;
+    let plan = |ops: u64, reused: bool| Event::Plan {
+        policy: "auto".into(),
+        budget: 1,
+        start,
+        period: 4,
+        ops,
+        swaps: 0,
+        recomputes: 0,
+        feasible: true,
+        predicted_ms: 1.0,
+        planning_ms: 1.0,
+        swap_bytes: 0,
+        recompute_ms: 0.0,
+        held: None,
+        pcie_bps: None,
+        iteration_kind: Some(7),
+        reused,
+        steps: None,
+        timed_out: false,
+        unplanned: None,
+        feedback: false,
+        declined: false,
+    };
+    let at = |seq: u64, event: Event| Record {
+        seq,
+        t_ns: 0,
+        tid: 1,
+        event,
+    };
+    recs.push(at(
+        seq,
+        Event::Iteration {
+            start,
+            period: 4,
+            calls: 16,
+        },
+    ));
+    recs.push(at(seq + 1, plan(2, false)));
+    let c = convert_as_planned(&recs).unwrap();
+    assert!(c.iteration.is_ok());
+    assert_eq!(
+        c.trace.ops.len(),
+        2,
+        "one short step, as the shim planned it"
+    );
+    // Reused later: the fresh plan of its kind says how it was made.
+    recs.push(at(seq + 2, plan(2, true)));
+    assert_eq!(convert_as_planned(&recs).unwrap().trace.ops.len(), 2);
+    // A plan record whose operations the model does not have: the longest repetition.
+    let n = recs.len();
+    recs[n - 2].event = plan(3, false);
+    assert_eq!(convert_as_planned(&recs).unwrap().trace.ops.len(), 5);
+}
