@@ -88,7 +88,14 @@ pub fn convert_as_planned(records: &[Record]) -> Result<super::Converted, String
         };
         let c = if calls > period {
             let first = head.iter().position(|r| r.seq >= start)?;
-            super::convert_with(&head[first..found], true, Some(period as usize))
+            // The kernels' names, recorded at their first launch, before the window.
+            let window: Vec<Record> = head[..first]
+                .iter()
+                .filter(|r| matches!(r.event, Event::Kernel { .. }))
+                .chain(&head[first..found])
+                .cloned()
+                .collect();
+            super::convert_with(&window, true, Some(period as usize))
         } else {
             super::convert_once(head, true, start, head[found].seq)
         };
