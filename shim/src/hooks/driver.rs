@@ -8,7 +8,7 @@ use super::runtime::{
 use super::{Pending, hooks};
 use crate::access::launch;
 use planner::trace::{Event, Replay};
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 type P = *mut c_void;
 type D = u64;
@@ -42,6 +42,37 @@ fn vmm_release(real: impl FnOnce() -> c_int, h: u64) -> c_int {
     let r = real();
     if r == 0 {
         crate::virt::memory::foreign::released(h);
+    }
+    r
+}
+
+/// A module loaded: its PTX, where it is PTX, kept for the launches of its kernels
+/// (`access::modules`).
+fn module_loaded(real: impl FnOnce() -> c_int, m: *mut P, image: *const c_void) -> c_int {
+    let r = real();
+    if r == 0 && !m.is_null() {
+        // SAFETY: the call succeeded, so it wrote the module's handle through `m`; `image` is
+        // the image the driver accepted (a binary with its magic number, or NUL-terminated
+        // text).
+        unsafe { crate::access::modules::loaded(*m as usize, image) };
+    }
+    r
+}
+
+fn function_got(real: impl FnOnce() -> c_int, f: *mut P, m: P, name: *const c_char) -> c_int {
+    let r = real();
+    if r == 0 && !f.is_null() {
+        // SAFETY: the call succeeded, so it wrote the function's handle through `f`; `name`
+        // is the NUL-terminated name the driver found.
+        unsafe { crate::access::modules::function(*f as usize, m as usize, name) };
+    }
+    r
+}
+
+fn module_unloaded(real: impl FnOnce() -> c_int, m: P) -> c_int {
+    let r = real();
+    if r == 0 {
+        crate::access::modules::unloaded(m as usize);
     }
     r
 }
@@ -125,6 +156,14 @@ hooks! {
         // SAFETY: cfg is null or a valid CUlaunchConfig (API contract); read before forwarding.
         unsafe { cfg.as_ref() }.and_then(|c| kernel("cuLaunchKernelEx", f, c.grid, c.block, c.shared, c.stream, params, extra))
     };
+    ["cuModuleLoadData"] fn cuModuleLoadData(m: *mut P, image: *const c_void) => None,
+        call = module_loaded(|| unsafe { real(m, image) }, m, image);
+    ["cuModuleLoadDataEx"] fn cuModuleLoadDataEx(m: *mut P, image: *const c_void, n: c_uint, opts: *mut c_int, vals: *mut P) => None,
+        call = module_loaded(|| unsafe { real(m, image, n, opts, vals) }, m, image);
+    ["cuModuleGetFunction"] fn cuModuleGetFunction(f: *mut P, m: P, name: *const c_char) => None,
+        call = function_got(|| unsafe { real(f, m, name) }, f, m, name);
+    ["cuModuleUnload"] fn cuModuleUnload(m: P) => None,
+        call = module_unloaded(|| unsafe { real(m) }, m);
     ["cuStreamSynchronize"] fn cuStreamSynchronize(s: P) => sync("cuStreamSynchronize", Some(s as u64));
     ["cuCtxSynchronize"] fn cuCtxSynchronize() => sync("cuCtxSynchronize", None);
     ["cuEventSynchronize"] fn cuEventSynchronize(e: P) => sync("cuEventSynchronize", None);
