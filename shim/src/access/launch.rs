@@ -6,8 +6,8 @@
 //! kernels over contiguous operands (see [`elementwise`]) and over strided ones (see
 //! [`super::strided`]), kernels whose demangled signature types every parameter (see
 //! [`super::signature`]: `const` pointers are read), foreach kernels, the memory-efficient
-//! attention, ATen's reductions, and TensorFlow's MLIR element-wise kernels
-//! ([`super::memref`]).
+//! attention, ATen's reductions, TensorFlow's MLIR element-wise kernels ([`super::memref`]),
+//! and the kernels of modules loaded as PTX text, whose PTX says ([`super::ptx`]).
 
 use super::elementwise::{elementwise, parse};
 use super::words::{Found, Operands, words};
@@ -219,6 +219,7 @@ pub fn touches(
         Reader::Attention(k) => super::attention::touches(k, &layout, &buf, grid, find),
         Reader::Reduce => super::reduce::touches(&layout, &buf, find),
         Reader::Memref(k) => super::memref::touches(k, &layout, &buf, find),
+        Reader::Ptx(r) => r.touches(&layout, &buf, find),
     });
     exact.unwrap_or_else(|| pointed(&layout, &buf, find))
 }
@@ -240,6 +241,7 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
         Reader::Attention(_) => super::attention::pointer_words(&layout),
         Reader::Reduce => super::reduce::pointer_words(&layout),
         Reader::Memref(_) => super::memref::pointer_words(&layout),
+        Reader::Ptx(r) => r.pointer_words(&layout),
     }
 }
 
@@ -266,8 +268,8 @@ fn pointed(
 }
 
 /// How a kernel's parameters are read exactly, from its demangled name (the parsers
-/// recognise disjoint names: the TensorIterator kernels take a functor or a closure, which a
-/// typed signature never does).
+/// recognise disjoint names, but the typed signature's, which reads any signature and is
+/// asked last).
 #[derive(Clone)]
 enum Reader {
     /// A TensorIterator kernel over contiguous operands ([`parse`], [`elementwise`]).
@@ -284,6 +286,8 @@ enum Reader {
     Reduce,
     /// TensorFlow's MLIR element-wise kernels ([`super::memref`]).
     Memref(super::memref::Kernel),
+    /// A kernel of a module loaded as PTX text ([`super::ptx`]).
+    Ptx(Arc<super::ptx::Roles>),
 }
 
 /// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
@@ -295,11 +299,17 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
         parse(&name)
             .map(Reader::Contiguous)
             .or_else(|| super::strided::parse(&name).map(Reader::Strided))
-            .or_else(|| super::signature::parse(&name).map(Reader::Typed))
             .or_else(|| super::multi_tensor::parse(&name).map(Reader::Foreach))
             .or_else(|| super::attention::parse(&name).map(Reader::Attention))
             .or_else(|| super::reduce::claims(&name).then_some(Reader::Reduce))
             .or_else(|| super::memref::parse(&name).map(Reader::Memref))
+            .or_else(|| {
+                (!runtime)
+                    .then(|| super::modules::roles_of(func))
+                    .flatten()
+                    .map(Reader::Ptx)
+            })
+            .or_else(|| super::signature::parse(&name).map(Reader::Typed))
     })
 }
 

@@ -35,11 +35,18 @@
 //! stays conservative, and the kernel itself is not replayed (a replay needs a whole write),
 //! but for the kernels of [`WRITTEN_WHOLE`].
 //!
-//! A parameter of any other type (a functor, another struct) may hide pointers, and a scalar
-//! word that points into an allocation may be one: such kernels are left to the conservative
-//! rule (every touch `rw`). So is an allocation reached by two parameters, one of them
-//! writable, a captured or pointing `PhiloxCudaState`, and a `TensorInfo` whose layout or
-//! extent does not fit what the name says.
+//! A parameter of any other type (a functor, another struct, a type alias such as
+//! `std::iterator_traits<float const*>::value_type`) holds no pointer where the driver lays it
+//! out in fewer than 8 bytes (an empty functor, TensorFlow's reductions' `Sum<float>`, takes
+//! one) or in a size no multiple of 8 (a struct with a pointer is aligned to 8, and its size
+//! is a multiple of its alignment: TensorFlow's `Dimension<3>` takes 12). Another may hide
+//! pointers, and a scalar word that points into an allocation may
+//! be one: such kernels are left to the conservative rule (every touch `rw`). So is a captured
+//! or pointing `PhiloxCudaState`, and a `TensorInfo` whose layout or extent does not fit what
+//! the name says. An allocation reached by two parameters, one of them writable (TensorFlow
+//! forwards an input's buffer as the output), is one `rw` of unknown extent.
+//!
+//! Other readers claim their kernels first (see `launch::reader`): this one takes what is left.
 
 use super::words::{Found, words};
 use planner::trace::{Access, Touch};
@@ -78,6 +85,11 @@ enum Param {
     },
     /// `TensorSizeStride<I, n>` by value: sizes and strides, integers only.
     Integers,
+    /// A type of no other kind (a functor, a struct, a type alias): no pointer where the
+    /// driver lays it out in fewer than 8 bytes (an empty functor takes 1, `value_type` of a
+    /// `float const*` 4) or in a size no multiple of 8; otherwise it may hide pointers, and the
+    /// launch is left to the conservative rule.
+    Opaque,
 }
 
 /// What a kernel's demangled name says of its parameters.
@@ -286,8 +298,8 @@ fn param(ty: &str) -> Option<Param> {
     {
         return Some(Param::Integers);
     }
-    // A scalar passed by value, possibly `const`.
-    scalar(unconst(ty).0).map(|_| Param::Scalar)
+    // A scalar passed by value, possibly `const`; any other type is opaque.
+    Some(scalar(unconst(ty).0).map_or(Param::Opaque, |_| Param::Scalar))
 }
 
 /// The parameter types of a demangled function name: the last parenthesised group, split at
@@ -379,8 +391,15 @@ fn writable(p: Option<&Param>) -> bool {
 impl Signature {
     /// Where in the parameter buffer (its `layout`) the words are that the signature says hold
     /// pointers: a replay rewrites these and no others.
+    /// None where an opaque parameter may hide pointers (the launch's touches are then the
+    /// conservative rule's, from any word).
     pub fn pointer_words(&self, layout: &[(usize, usize)]) -> Option<Vec<usize>> {
-        (self.params.len() == layout.len()).then(|| {
+        let hidden = self
+            .params
+            .iter()
+            .zip(layout)
+            .any(|(p, &(_, size))| *p == Param::Opaque && size >= 8 && size % 8 == 0);
+        (self.params.len() == layout.len() && !hidden).then(|| {
             self.params
                 .iter()
                 .zip(layout)
@@ -390,7 +409,7 @@ impl Signature {
                         | Param::TensorInfo { .. }
                         | Param::Accessor { .. } => 1,
                         Param::CatInputs { n } => *n,
-                        Param::Scalar | Param::Philox | Param::Integers => 0,
+                        Param::Scalar | Param::Philox | Param::Integers | Param::Opaque => 0,
                     };
                     (0..n).map(move |k| off + 8 * k)
                 })
@@ -547,6 +566,11 @@ fn touches_as(
                 continue;
             }
             Param::Integers => continue,
+            // Too small for a pointer, or of a size a struct holding one cannot have (a
+            // pointer aligns its struct to 8, and a struct's size is a multiple of its
+            // alignment): nothing to read or write through it.
+            Param::Opaque if size < 8 || size % 8 != 0 => continue,
+            Param::Opaque => return None,
             Param::CatInputs { n } => {
                 // One row of blocks per input: more rows than slots is not this layout.
                 let inputs = grid[1] as usize;
@@ -648,7 +672,7 @@ fn touches_as(
                     }
                 } else {
                     // A partial or unknown write: as every `rw` of unknown extent (a `bytes`
-                    // of the whole allocation would read as an exact in-place update).
+                    // of the whole allocation would read as an exact update in place).
                     Touch {
                         alloc,
                         offset,
@@ -662,14 +686,35 @@ fn touches_as(
             out.push(touch);
         }
     }
-    // An allocation reached twice, once writably: how the two overlap is not known.
+    Some(aliased(out))
+}
+
+/// The touches with each allocation reached twice, once writably (TensorFlow hands a kernel
+/// its input's buffer as its output where nothing else reads the input), as one `rw` of
+/// unknown extent from the lowest offset: how the two overlap is not known, and the kernel may
+/// read and write anywhere the two reach. Other touches stay as they are.
+fn aliased(out: Vec<Touch>) -> Vec<Touch> {
+    let twice_written = |a: u64| {
+        out.iter().filter(|u| u.alloc == a).count() > 1
+            && out.iter().any(|u| u.alloc == a && u.access != Access::R)
+    };
+    let mut merged: Vec<Touch> = Vec::with_capacity(out.len());
     for t in &out {
-        let twice = out.iter().filter(|u| u.alloc == t.alloc).count() > 1;
-        if twice && t.access != Access::R {
-            return None;
+        if !twice_written(t.alloc) {
+            merged.push(t.clone());
+        } else if let Some(m) = merged.iter_mut().find(|m| m.alloc == t.alloc) {
+            m.offset = m.offset.min(t.offset);
+        } else {
+            let t = t.clone();
+            merged.push(Touch {
+                alloc: t.alloc,
+                offset: t.offset,
+                bytes: 0,
+                access: Access::Rw,
+            });
         }
     }
-    Some(out)
+    merged
 }
 
 /// How many elements a launch writes to parameter `i`, where it is one of [`WRITTEN_WHOLE`]'s
