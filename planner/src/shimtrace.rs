@@ -53,8 +53,8 @@ use stream::Stream;
 
 pub use held::{as_held, convert_as_planned, held_and_links, last_guiding_plan};
 pub use replay::{
-    GEMMS_REPLAYED, REPLAYED, exact_update, first_writes, lineage, replay_scope, replays_in_shim,
-    whole_copy, why_not_replayed,
+    GEMMS_REPLAYED, REPLAYED, first_writes, in_place_update, lineage, replay_scope,
+    replays_in_shim, whole_copy, why_not_replayed,
 };
 pub use stream::{Role, roles};
 
@@ -91,7 +91,7 @@ pub struct Converted {
     /// Each operation's lineage (what replaying its call needs), where the trace has it.
     pub replays: Vec<Option<Replay>>,
     /// For each operation fused from a chain (a call whose replay rebuilds an allocation whole,
-    /// then exact in-place updates of that allocation right after it, such as a batch norm's
+    /// then in-place updates of that allocation right after it, such as a batch norm's
     /// `y += identity` and ReLU; or a replayed call that reads the whole output of the one
     /// before it, which dies with it, such as an out-of-place `y + identity` after a batch
     /// norm; or a whole device-to-device copy of an output the chain rebuilds, one more output
@@ -411,7 +411,7 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
     let base = |a: u64| s.allocs.get(&a).map(|x| x.0);
     let size_of = |a: u64| s.allocs.get(&a).map(|x| x.1);
     // The last operation, when a replay rebuilds allocations of it whole (their contents its
-    // outputs): an exact in-place update of one of them right after it joins it (a chain).
+    // outputs): an in-place update of one of them right after it joins it (a chain).
     let mut open: Option<(usize, Vec<u64>)> = None;
     for i in ws..we {
         if s.roles[i].is_empty() {
@@ -421,7 +421,7 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         let secs = times.get(&r.seq).copied();
         let lineage_of = replays.get(&r.seq).copied();
         if let Some((opi, rebuilt)) = &open
-            && let Some(a) = exact_update(&r.event, lineage_of, size_of)
+            && let Some(a) = in_place_update(&r.event, lineage_of, size_of)
             && rebuilt.contains(&a)
         {
             // W, U1..Uk as one operation: the intermediate versions of `a` never exist in the
@@ -461,7 +461,7 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         // whole allocation of its size joins the chain as one more output: a replay copies
         // again once the call before it has rebuilt the source. Autograd copies a batch
         // norm's output aside so before an in-place activation whose backward reads its input
-        // (SiLU, hardswish), and the activation, an exact update of the source, joins next.
+        // (SiLU, hardswish), and the activation, an in-place update of the source, joins next.
         if let Some((opi, rebuilt)) = &mut open
             && let Some((src, dst)) = whole_copy(&r.event, size_of)
             && rebuilt.contains(&src)

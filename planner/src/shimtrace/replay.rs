@@ -36,7 +36,7 @@ pub fn lineage(records: &[Record]) -> HashMap<u64, &Replay> {
 /// are replayed too where the shim knew their roles exactly (every touch `r` or `w`, see the
 /// shim's `hooks::launch`): the recorded parameter buffer with each operand's pointer replaced
 /// by the current one. Batch normalisation's training forward pass is replayed for its `y` only
-/// (see `BN_REBUILT`), and with the exact in-place kernels right after it as one chain (see
+/// (see `BN_REBUILT`), and with the in-place kernels right after it as one chain (see
 /// [`Converted::chains`](super::Converted::chains)). The rest (kernels whose roles are inferred,
 /// library calls whose descriptors the lineage does not carry, host-to-device copies, whose
 /// source the program may have changed) are never recomputed: their outputs are kept or swapped.
@@ -160,31 +160,39 @@ pub fn replay_scope(
     Some((allocs(BN_REBUILT), allocs(BN_READ)))
 }
 
-/// Whether a call is an exact in-place update of one whole allocation, every other touch a
-/// read: a launch (see the shim's `hooks::launch`: PyTorch's elementwise kernel whose output
-/// is also an input, starting its allocation and filling it exactly: `rw` with `bytes` the
-/// allocation's size) with a recorded parameter buffer, or a cuDNN call its lineage replays
-/// whose output it reads (beta not 0: a bias added to a convolution's output); its
-/// allocation, given each allocation's size. A conservative `rw` (bytes 0: extent unknown) is
-/// never exact.
-pub fn exact_update(
+/// Whether a call updates one allocation in place, every other touch a read; that
+/// allocation, given each allocation's size. Replayed right after what rebuilt the
+/// allocation whole, such a call leaves there what it left the first time, whatever it wrote
+/// of it: the same contents before, the same reads. It is one of:
+///
+/// * a launch with a recorded parameter buffer that updates exactly (see the shim's
+///   `hooks::launch`: PyTorch's elementwise kernel whose output is also an input, starting its
+///   allocation and filling it exactly: `rw` with `bytes` the allocation's size);
+/// * a launch with a recorded parameter buffer whose roles a reader settled (some touch a
+///   read) and whose other touches are all on that allocation, `rw` of unknown extent
+///   included (TensorFlow runs a kernel on its input's buffer as its output: a bias added
+///   to a GEMM's output, a softmax over its scores). A launch left to the conservative rule
+///   (every touch `rw`) never is: a pointer in device memory it reads may lead elsewhere;
+/// * a cuDNN call its lineage replays whose output it reads (beta not 0: a bias added to a
+///   convolution's output), updating exactly.
+pub fn in_place_update(
     event: &Event,
     replay: Option<&Replay>,
     size: impl Fn(u64) -> Option<u64>,
 ) -> Option<u64> {
-    let touches = match (event, replay) {
+    let (touches, launch) = match (event, replay) {
         (
             Event::Launch {
                 touches, result: 0, ..
             },
             Some(Replay::Kernel { .. }),
-        ) => touches,
+        ) => (touches, true),
         (
             Event::Cudnn { touches, .. },
             Some(Replay::Cudnn {
                 beta: Some(beta), ..
             }),
-        ) if *beta != 0.0 && cudnn_replays(event, replay) => touches,
+        ) if *beta != 0.0 && cudnn_replays(event, replay) => (touches, false),
         _ => return None,
     };
     let mut rw = touches.iter().filter(|t| t.access != Access::R);
@@ -195,7 +203,18 @@ pub fn exact_update(
         && t.bytes > 0
         && size(t.alloc) == Some(t.bytes)
         && touches.iter().filter(|u| u.alloc == t.alloc).count() == 1;
-    exact.then_some(t.alloc)
+    let settled = launch
+        && touches
+            .iter()
+            .any(|u| u.access == Access::R && u.alloc != t.alloc)
+        && touches
+            .iter()
+            .all(|u| u.access == Access::R || u.alloc == t.alloc)
+        && touches
+            .iter()
+            .any(|u| u.alloc == t.alloc && u.access == Access::Rw)
+        && size(t.alloc).is_some();
+    (exact || settled).then_some(t.alloc)
 }
 
 /// A device-to-device copy of one whole allocation into another whole allocation of the same
@@ -311,7 +330,7 @@ pub fn replays_in_shim(event: &Event, replay: Option<&Replay>) -> bool {
     };
     // With beta 0 the output is written whole from the inputs alone; otherwise the call reads
     // the output's old contents, which the recomputed version replaced (it is replayed only as
-    // an exact update, after what wrote them: see `exact_update`).
+    // an update in place, after what wrote them: see `in_place_update`).
     *beta == 0.0 && cudnn_replays(event, replay)
 }
 

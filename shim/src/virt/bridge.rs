@@ -90,7 +90,7 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
             .map(|m| {
                 let rec = records.iter().find(|r| r.seq == m.seq)?;
                 let replay = m.replay.as_ref()?;
-                // An exact in-place update, or an elementwise kernel replayed as recorded.
+                // An in-place update, or an elementwise kernel replayed as recorded.
                 Recipe::member(
                     &rec.event,
                     replay,

@@ -30,7 +30,9 @@ use crate::core::config::Level;
 use crate::core::state::{config, log};
 use crate::virt::recompute::Recipe;
 use planner::iteration::TensorId;
-use planner::shimtrace::{exact_update, first_writes, replay_scope, replays_in_shim, whole_copy};
+use planner::shimtrace::{
+    first_writes, in_place_update, replay_scope, replays_in_shim, whole_copy,
+};
 use planner::trace::{Access, Event, Record, Replay};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -188,10 +190,10 @@ impl Online {
                 self.unwritten.remove(&t.alloc);
             }
         }
-        // An exact in-place update of contents whose producer is known (and valid) joins its
+        // An in-place update of contents whose producer is known (and valid) joins its
         // chain: the contents are the chain's.
         let chained = lineage.as_ref().and_then(|l| {
-            let a = exact_update(event, Some(l), |a| self.sizes.get(&a).copied())?;
+            let a = in_place_update(event, Some(l), |a| self.sizes.get(&a).copied())?;
             let p = self.producers.get(&a)?;
             let valid = p
                 .versions
@@ -462,7 +464,7 @@ pub fn drop(a: u64) -> bool {
 }
 
 impl Online {
-    /// The recipe that rebuilds allocation `a` from its producer (and the exact in-place
+    /// The recipe that rebuilds allocation `a` from its producer (and the in-place
     /// updates since), if the shim can replay it now.
     fn recipe(&self, a: u64) -> Option<Recipe> {
         let p = self.producers.get(&a)?;
@@ -537,7 +539,7 @@ pub fn before_use(event: &Event, reads: &[u64], stream: u64, program: bool) {
             }
         }
         ANY.store(!o.dropped.is_empty(), Ordering::Relaxed);
-        // Its producer stays: an exact in-place update joins it when the call's record comes.
+        // Its producer stays: an in-place update joins it when the call's record comes.
         for w in &written {
             if let Some(v) = o.versions.get_mut(w) {
                 *v += 1;

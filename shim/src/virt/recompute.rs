@@ -5,7 +5,7 @@
 //! iteration, not by address). Only the calls `planner::shimtrace::REPLAYED` lists are replayed,
 //! and the planner plans recomputation of nothing else. A batch norm is replayed without its
 //! statistics (NULL running and saved statistics: it rebuilds `y` and changes nothing else),
-//! and a chain (a replayed call, then the exact in-place kernels that followed it, such as
+//! and a chain (a replayed call, then the in-place kernels that followed it, such as
 //! `+= identity` and ReLU after a batch norm, and whole device-to-device copies of its output)
 //! is one recipe: the call, then each member in order, on the same stream. The replay goes on the back-access's
 //! stream, right before it, through Marmoset's own handles (cuDNN: `cudnn.rs`; cuBLAS: `blas.rs`;
@@ -55,7 +55,7 @@ pub struct Recipe {
     /// Batch normalisation's reserve space, bytes: a replay brings its own, after its
     /// workspace (the program's holds what its backward pass reads).
     reserve: u64,
-    /// A chain's members (exact in-place kernels on the output, `relu_` after a batch norm;
+    /// A chain's members (in-place kernels on the output, `relu_` after a batch norm;
     /// copies of it aside), replayed in order after this call, on the same stream.
     then: Vec<Recipe>,
     /// A cuBLAS call's m, n, k and batch count.
@@ -201,8 +201,8 @@ impl Recipe {
         })
     }
 
-    /// A chain member: an exact in-place update of one whole allocation (see
-    /// `planner::shimtrace::exact_update`; `size`: an allocation's size when recorded), replayed
+    /// A chain member: an update of one allocation in place (see
+    /// `planner::shimtrace::in_place_update`; `size`: an allocation's size when recorded), replayed
     /// after the chain's first call. None when it is not one, or cannot be rebuilt.
     pub fn member(
         event: &Event,
@@ -211,7 +211,7 @@ impl Recipe {
         base: impl Fn(u64) -> Option<u64>,
         size: impl Fn(u64) -> Option<u64>,
     ) -> Option<Recipe> {
-        planner::shimtrace::exact_update(event, Some(replay), size)?;
+        planner::shimtrace::in_place_update(event, Some(replay), size)?;
         Recipe::call(event, replay, name, base)
     }
 
