@@ -448,6 +448,29 @@ fn traced_model(script: &str, args: &[&str], name: &str, needs_cudnn: bool) {
         }),
         "no MLIR kernel writes a fresh result"
     );
+    // The kernels TensorFlow generates at run time come as PTX text (without ptxas, the
+    // driver compiles them), all named main_kernel: read from their PTX, an operand only
+    // loaded from is read (the conservative rule would make every operand rw).
+    let jit: Vec<u64> = of_kind(&records, "kernel")
+        .into_iter()
+        .filter(|k| k["name"] == "main_kernel")
+        .filter_map(|k| k["func"].as_u64())
+        .collect();
+    let jit_launches: Vec<&serde_json::Value> = ok_calls("launch")
+        .into_iter()
+        .filter(|r| r["func"].as_u64().is_some_and(|f| jit.contains(&f)))
+        .collect();
+    assert!(!jit_launches.is_empty(), "no kernel of a PTX module ran");
+    for r in &jit_launches {
+        assert!(
+            accesses(r).iter().any(|a| *a != "r"),
+            "a kernel of a PTX module that writes nothing: {r}"
+        );
+    }
+    assert!(
+        jit_launches.iter().any(|r| accesses(r).contains(&"r")),
+        "no kernel of a PTX module read as reading"
+    );
     // The call record (or lineage) before each launch on its thread; the shim's own records
     // (timings, evictions, recomputations) do not count.
     let calls = [
