@@ -44,12 +44,12 @@ pub fn last_guiding_plan(records: &[Record]) -> Option<usize> {
 
 /// The model of a trace as the shim planned it: the records before its last plan that guided,
 /// converted as the shim's tracker found them where the trace says how (the `iteration` record
-/// of a fresh plan: the records from the repetition's first call to it, at its period, or the
-/// one iteration it saw once), rather than at the longest repetition (steps that repeat one by
-/// one also repeat every few steps, and the longest repetition is several of them; a plan
-/// reused: the one made for its kind). A model whose operations the plan record does not
-/// count, and a trace without these records (from before them), convert as [`super::convert`]
-/// converts the records before the plan.
+/// of a fresh plan: the records before it, at its period, or the one iteration it saw once),
+/// rather than at the longest repetition (steps that repeat one by one also repeat every few
+/// steps, and the longest repetition is several of them; a plan reused: the one made for its
+/// kind). A model whose operations the plan record does not count, and a trace without these
+/// records (from before them), convert as [`super::convert`] converts the records before the
+/// plan.
 pub fn convert_as_planned(records: &[Record]) -> Result<super::Converted, String> {
     let Some(upto) = last_guiding_plan(records) else {
         return super::convert(records);
@@ -86,16 +86,9 @@ pub fn convert_as_planned(records: &[Record]) -> Result<super::Converted, String
         let Event::Iteration { calls, .. } = head[found].event else {
             return None;
         };
+        // The tracker had every record before the iteration record.
         let c = if calls > period {
-            let first = head.iter().position(|r| r.seq >= start)?;
-            // The kernels' names, recorded at their first launch, before the window.
-            let window: Vec<Record> = head[..first]
-                .iter()
-                .filter(|r| matches!(r.event, Event::Kernel { .. }))
-                .chain(&head[first..found])
-                .cloned()
-                .collect();
-            super::convert_with(&window, true, Some(period as usize))
+            super::convert_with(&head[..found], true, Some(period as usize))
         } else {
             super::convert_once(head, true, start, head[found].seq)
         };

@@ -455,6 +455,12 @@ fn a_planned_trace_converts_at_the_period_its_tracker_followed() {
         2,
         "one short step, as the shim planned it"
     );
+    // The weights, allocated before the repetition, at their size.
+    assert!(
+        c.trace.storages.iter().any(|s| s.constant && s.size == 100),
+        "{:?}",
+        c.trace.storages
+    );
     // Reused later: the fresh plan of its kind says how it was made.
     recs.push(at(seq + 2, plan(2, true)));
     assert_eq!(convert_as_planned(&recs).unwrap().trace.ops.len(), 2);
