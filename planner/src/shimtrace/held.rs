@@ -43,18 +43,30 @@ pub fn last_guiding_plan(records: &[Record]) -> Option<usize> {
 }
 
 /// The model of a trace as the shim planned it: the records before its last plan that guided,
-/// converted as the shim's tracker found them where the trace says how (the `iteration` record
-/// of a fresh plan: the records before it, at its period, or the one iteration it saw once),
-/// rather than at the longest repetition (steps that repeat one by one also repeat every few
-/// steps, and the longest repetition is several of them; a plan reused: the one made for its
-/// kind). A model whose operations the plan record does not count, and a trace without these
-/// records (from before them), convert as [`super::convert`] converts the records before the
-/// plan.
+/// at their longest repetition ([`super::convert`]) where it has the plan's operations, else
+/// as the shim's tracker found them where the trace says how (the `iteration` record of a fresh
+/// plan: the records before it, at its period, or the one iteration it saw once; a plan
+/// reused: the one made for its kind): steps that repeat one by one may also repeat every few
+/// steps, a longer stretch. Where neither has the plan's operations, the longest repetition.
 pub fn convert_as_planned(records: &[Record]) -> Result<super::Converted, String> {
     let Some(upto) = last_guiding_plan(records) else {
         return super::convert(records);
     };
     let head = &records[..upto];
+    // The records before the plan at their longest repetition, where that is the shim's
+    // iteration (as many operations as the plan's): the timings recorded since the iteration
+    // was found are the ones a replan (the memory feedback's) was made with.
+    let longest = super::convert(head);
+    let ops_planned = match records[upto].event {
+        Event::Plan { ops, .. } => ops,
+        _ => 0,
+    };
+    if let Ok(c) = &longest
+        && c.iteration.is_ok()
+        && c.trace.ops.len() as u64 == ops_planned
+    {
+        return longest;
+    }
     let as_found = || {
         // A plan reused was made fresh for its kind before.
         let fresh = match records[upto].event {
@@ -97,7 +109,7 @@ pub fn convert_as_planned(records: &[Record]) -> Result<super::Converted, String
     };
     match as_found() {
         Some(c) => Ok(c),
-        None => super::convert(head),
+        None => longest,
     }
 }
 
