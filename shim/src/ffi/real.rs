@@ -52,6 +52,20 @@ pub fn resolve(sonames: &[&CStr], name: &CStr) -> usize {
     unsafe { dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
 }
 
+/// Whether a library of this soname is loaded in the process.
+pub fn loaded(soname: &CStr) -> bool {
+    // SAFETY: RTLD_NOLOAD only looks up an already loaded library; the reference it takes is
+    // dropped with dlclose right after.
+    unsafe {
+        let h = libc::dlopen(soname.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if h.is_null() {
+            return false;
+        }
+        libc::dlclose(h);
+    }
+    true
+}
+
 pub const CUDART: &[&CStr] = &[c"libcudart.so.13", c"libcudart.so.12"];
 pub const CUDA: &[&CStr] = &[c"libcuda.so.1"];
 pub const CUDNN: &[&CStr] = &[

@@ -64,6 +64,7 @@ use planner::trace::Event;
 use releases::Pending;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 #[derive(Debug)]
@@ -831,9 +832,11 @@ pub fn free(ptr: u64, stream: Option<u64>) -> Option<c_int> {
     with(|m| m.free(ptr, stream))?
 }
 
-/// cudaMemGetInfo / cuMemGetInfo_v2: the budget is the device.
+/// cudaMemGetInfo / cuMemGetInfo_v2: the budget is the device, so that a framework sizes
+/// itself to it; except to a framework that would rewrite its computation around it
+/// ([`plans_around_the_device`]), which sees the device as it is.
 pub fn mem_info(free: *mut usize, total: *mut usize) -> Option<c_int> {
-    if !active() || free.is_null() || total.is_null() {
+    if !active() || free.is_null() || total.is_null() || plans_around_the_device() {
         return None;
     }
     let (used, budget) = with(|m| {
@@ -846,6 +849,27 @@ pub fn mem_info(free: *mut usize, total: *mut usize) -> Option<c_int> {
         *total = budget as usize;
     }
     Some(0)
+}
+
+/// Whether the program is TensorFlow allocating per tensor (`TF_GPU_ALLOCATOR=cuda_malloc_async`,
+/// as Marmoset sets it). TensorFlow takes the device's memory as the limit of its allocator,
+/// and its graph optimizer (Grappler's memory optimizer, on by default) inserts copies of
+/// tensors out to the host and back wherever its estimate of a graph's peak exceeds that
+/// limit: under a budget it would run another computation, its own swaps in it, which no
+/// policy can plan, reorder or recompute through. Marmoset virtualises the memory; the program
+/// runs the computation it runs without it. With its BFC allocator (one allocation of all it
+/// is told the device has) it still sees the budget.
+fn plans_around_the_device() -> bool {
+    static TENSORFLOW: AtomicBool = AtomicBool::new(false);
+    if TENSORFLOW.load(Ordering::Relaxed) {
+        return true;
+    }
+    let yes = std::env::var("TF_GPU_ALLOCATOR").is_ok_and(|v| v.trim() == "cuda_malloc_async")
+        && crate::ffi::real::loaded(c"libtensorflow_framework.so.2");
+    if yes {
+        TENSORFLOW.store(true, Ordering::Relaxed);
+    }
+    yes
 }
 
 /// Before an operation: every tensor it touches resident, its bytes copied back only where the
