@@ -420,8 +420,8 @@ pub fn why_not_replayed(event: &Event, replay: Option<&Replay>) -> Option<&'stat
         }
         Event::Launch { touches, .. } => match replay {
             Some(Replay::Kernel { .. }) if touches.iter().any(|t| t.access == Access::Rw) => {
-                "a kernel that may update memory holding contents in place (a pointer its name \
-                 leaves non-const, into memory written before)"
+                "a kernel that may update memory holding contents in place (an operand it may \
+                 read and write, in memory written before)"
             }
             Some(Replay::Kernel { .. }) => "a kernel that writes nothing the shim can name",
             _ => "a kernel launch whose parameter buffer was not recorded",
