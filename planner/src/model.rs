@@ -120,8 +120,9 @@ pub struct Trace {
     pub steps: Vec<Step>,
     /// Recomputations replay into the dropped tensor's own memory and read their sources where
     /// the program left them (the shim's executor): no source is kept past the program's free
-    /// of it, and no overwritten source's old version is rebuilt for them. False for DTR's
-    /// simulator, which can do both.
+    /// of it (an old version an update in place replaced is rebuilt on the way, into the
+    /// replay's scratch: `memory::carried_out::slice`). False for DTR's simulator, which keeps
+    /// sources past their frees too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replay_in_place: bool,
     /// The shim will carry the plan out (`memory::carried_out`): every policy's plan comes

@@ -548,7 +548,21 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         if replayable && !fresh.is_empty() {
             first_written.insert(r.seq, fresh);
         }
-        if let Some(why) = why_not_replayed(&seen, lineage_of) {
+        // An update in place of an allocation whose contents a recomputation can rebuild: the
+        // new version is rebuilt by rebuilding the old one, then this call again (see
+        // `memory::carried_out::slice`).
+        let updates = if replayable {
+            None
+        } else {
+            in_place_update(&seen, lineage_of, size_of).filter(|a| {
+                current
+                    .get(a)
+                    .is_some_and(|&c| t.storages[c].producer.is_some())
+            })
+        };
+        if updates.is_none()
+            && let Some(why) = why_not_replayed(&seen, lineage_of)
+        {
             not_replayed.insert(r.seq, why);
         }
         // What the replay rebuilds and reads (None: all the call writes and reads).
@@ -660,7 +674,7 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
                 &mut last_op,
                 a,
                 false,
-                rebuilds(a).then_some(opi),
+                (rebuilds(a) || updates == Some(a)).then_some(opi),
                 Some(i - ws),
             );
             last_op[new] = Some(opi);

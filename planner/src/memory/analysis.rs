@@ -167,8 +167,7 @@ impl Analysis {
             // Still there at `back` where it is overwritten only after it (a weight the
             // optimizer updates at the end of the step); else rebuilt from its own sources.
             return dead_after[i] >= back
-                && (self.freed_before[i] > back
-                    || !t.replay_in_place && self.sources_at(t, i, back, 1));
+                && (self.freed_before[i] > back || self.sources_at(t, i, back, 1));
         }
         if members.has(i) {
             return true;
@@ -248,9 +247,7 @@ impl Analysis {
             && t.ops[p].inputs.iter().all(|&i| {
                 i != s
                     && (self.freed_before[i] > back
-                        || !t.replay_in_place
-                            && self.overwritten[i]
-                            && self.sources_at(t, i, back, depth + 1))
+                        || self.overwritten[i] && self.sources_at(t, i, back, depth + 1))
             })
     }
 
@@ -377,7 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn an_old_version_is_rebuilt_only_where_replays_may_leave_their_place() {
+    fn an_old_version_an_update_replaced_is_rebuilt_on_the_way() {
         // c is a constant; op 0: x = f(c); op 1: a = g(x); op 2: x updated in place (x -> y);
         // op 3 reads a back. Recomputing a then needs x's old version, which f can rebuild.
         let mut t = Trace {
@@ -397,8 +394,78 @@ mod tests {
         t.ops.push(Op::new("h", 1.0, vec![2, 3], vec![]));
         t.steps = (0..4).map(Step::Op).collect();
         assert!(Analysis::new(&t).recomputable(&t, 2, 3));
-        // The shim replays into the tensor's own memory: x's old version has nowhere to be.
+        // The shim too: x's old version is rebuilt in the replay's scratch, f then g.
         t.replay_in_place = true;
-        assert!(!Analysis::new(&t).recomputable(&t, 2, 3));
+        assert!(Analysis::new(&t).recomputable(&t, 2, 3));
+        let until = super::super::carried_out::valid_until(&t);
+        assert_eq!(
+            super::super::carried_out::slice(&t, &until, 2, 3),
+            Some(vec![0, 1])
+        );
+        // Read back after the program frees c, f's source: nothing rebuilds it.
+        t.steps.insert(3, Step::Free(0));
+        let until = super::super::carried_out::valid_until(&t);
+        assert_eq!(super::super::carried_out::slice(&t, &until, 2, 3), None);
+    }
+
+    #[test]
+    fn a_slice_makes_every_version_it_reads_of_an_allocation_it_writes() {
+        // c is a constant; op 0: x = f(c); op 1: a = g(x); op 2: x updated in place (x -> x2);
+        // op 3: a updated in place from x2 (a -> a2); op 4 reads a2 and x2 back. Rebuilding
+        // a2 rebuilds x in the replay's scratch, so the x2 op 3 reads there is the slice's
+        // too: op 2 joins, though x2 itself is still in place at op 4.
+        let mut t = Trace {
+            storages: vec![
+                st(true, None),
+                st(false, Some(0)),
+                st(false, Some(1)),
+                st(false, Some(2)),
+                st(false, Some(3)),
+            ],
+            replay_in_place: true,
+            ..Trace::default()
+        };
+        t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
+        t.ops.push(Op::new("g", 1.0, vec![1], vec![2]));
+        let mut scale = Op::new("mul_", 1.0, vec![1], vec![]);
+        scale.mutates.push(1);
+        scale.inplace.push((1, 3));
+        t.ops.push(scale);
+        let mut add = Op::new("add_", 1.0, vec![2, 3], vec![]);
+        add.mutates.push(2);
+        add.inplace.push((2, 4));
+        t.ops.push(add);
+        t.ops.push(Op::new("h", 1.0, vec![4, 3], vec![]));
+        t.steps = (0..5).map(Step::Op).collect();
+        let until = super::super::carried_out::valid_until(&t);
+        assert_eq!(
+            super::super::carried_out::slice(&t, &until, 4, 4),
+            Some(vec![0, 1, 2, 3])
+        );
+        // x2 alone (op 2 from x, rebuilt by f) needs no g.
+        assert_eq!(
+            super::super::carried_out::slice(&t, &until, 3, 4),
+            Some(vec![0, 2])
+        );
+        // Longer than a recomputation replays: not carried out.
+        let mut long = t.clone();
+        for _ in 0..super::super::carried_out::SLICE_LIMIT {
+            let last = long.storages.len() - 1;
+            let next = long.storages.len();
+            long.storages.push(st(false, Some(long.ops.len())));
+            let mut u = Op::new("u_", 1.0, vec![last], vec![]);
+            u.mutates.push(last);
+            u.inplace.push((last, next));
+            long.ops.push(u);
+        }
+        let back = long.ops.len();
+        let last = long.storages.len() - 1;
+        long.ops.push(Op::new("h", 1.0, vec![last], vec![]));
+        long.steps = (0..long.ops.len()).map(Step::Op).collect();
+        let until = super::super::carried_out::valid_until(&long);
+        assert_eq!(
+            super::super::carried_out::slice(&long, &until, last, back),
+            None
+        );
     }
 }

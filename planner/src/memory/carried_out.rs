@@ -64,16 +64,99 @@ pub fn valid_until(t: &Trace) -> Vec<usize> {
     until
 }
 
-/// Whether every source of `s`'s producer still holds its contents at operation `back`
-/// (`until`: [`valid_until`]); false for a storage without a producer.
+/// Whether a recomputation of `s` at operation `back` can be carried out: its [`slice`] exists.
 pub fn sourced(t: &Trace, until: &[usize], s: usize, back: usize) -> bool {
-    t.storages
-        .get(s)
-        .and_then(|st| st.producer)
-        .is_some_and(|p| {
-            t.ops[p]
-                .inputs
+    slice(t, until, s, back).is_some()
+}
+
+/// The most operations a recomputation replays (a slice longer than this is not carried out).
+pub const SLICE_LIMIT: usize = 24;
+
+/// The operations a recomputation of `s` at operation `back` replays, in program order (`until`:
+/// [`valid_until`]): `s`'s producer, and the producers of every source of those that no longer
+/// holds its contents at `back` because an operation updated it in place (TensorFlow forwards
+/// an input's buffer as an op's output: a GEMM's output scaled in place, then read by a GELU's
+/// kernels, each updating its own output in place). Those sources are rebuilt on the way, into
+/// scratch of the replay's own, as each was before the update; the rest are read where they
+/// are, so each must hold its contents at `back`. Each allocation the slice writes is the
+/// replay's own from its first write on, so every version of it the slice reads is made by the
+/// slice too (the update that made it joins). None: a source the program freed or overwrote
+/// (nothing rebuilds it), one without a producer, or more than [`SLICE_LIMIT`] operations.
+pub fn slice(t: &Trace, until: &[usize], s: usize, back: usize) -> Option<Vec<usize>> {
+    // Replaced in place: gone at the operation that updated it (not freed before).
+    let replaced = |i: usize| {
+        until
+            .get(i)
+            .and_then(|&u| t.ops.get(u))
+            .is_some_and(|op| op.inplace.iter().any(|v| v.0 == i))
+    };
+    let mut ops: Vec<usize> = Vec::new();
+    let mut want = vec![s];
+    let mut first: Option<Vec<usize>> = None;
+    loop {
+        while let Some(x) = want.pop() {
+            let p = t.storages.get(x)?.producer?;
+            if ops.contains(&p) {
+                continue;
+            }
+            ops.push(p);
+            if ops.len() > SLICE_LIMIT {
+                return None;
+            }
+            for &i in &t.ops[p].inputs {
+                if i == x || until.get(i).is_some_and(|&u| u >= back) {
+                    continue;
+                }
+                // Gone by `back`: rebuilt on the way only where an update in place replaced
+                // it (the program freed or overwrote the rest).
+                if !replaced(i) {
+                    return None;
+                }
+                want.push(i);
+            }
+        }
+        // The allocations the slice writes are its own from their first write: a version of
+        // one that a member reads is made by the slice too. Only a slice with an update in
+        // place can write an allocation it also reads.
+        if ops.len() > 1 || ops.iter().any(|&p| !t.ops[p].inplace.is_empty()) {
+            let first = first.get_or_insert_with(|| first_versions(t));
+            let written: Vec<usize> = ops
                 .iter()
-                .all(|&i| until.get(i).is_some_and(|&u| u >= back))
-        })
+                .flat_map(|&p| {
+                    let op = &t.ops[p];
+                    op.outputs
+                        .iter()
+                        .chain(op.inplace.iter().map(|v| &v.1))
+                        .map(|&o| first[o])
+                })
+                .collect();
+            for &p in &ops {
+                for &i in &t.ops[p].inputs {
+                    let made = t.storages[i].producer.is_some_and(|q| ops.contains(&q));
+                    if !made && written.contains(&first[i]) {
+                        want.push(i);
+                    }
+                }
+            }
+        }
+        if want.is_empty() {
+            break;
+        }
+    }
+    ops.sort_unstable();
+    Some(ops)
+}
+
+/// Each storage's first version: itself, or for an in-place version the storage its chain of
+/// updates began with (the versions of one allocation share its memory).
+fn first_versions(t: &Trace) -> Vec<usize> {
+    let mut first: Vec<usize> = (0..t.storages.len()).collect();
+    for op in &t.ops {
+        for &(old, new) in &op.inplace {
+            if old < first.len() && new < first.len() {
+                first[new] = first[old];
+            }
+        }
+    }
+    first
 }

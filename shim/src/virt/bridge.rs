@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// The producing calls of the storages `plan` recomputes, from the records it was planned on.
+/// The producing calls of the storages `plan` recomputes, from the records it was planned on:
+/// each recomputation's slice (`carried_out::slice`: its producer, after the producers of the
+/// old versions it rebuilds on the way), in program order, as one recipe.
 fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<usize, Recipe> {
     let mut base: HashMap<u64, u64> = HashMap::new();
     let mut sizes: HashMap<u64, u64> = HashMap::new();
@@ -41,23 +43,35 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
                 size: *sizes.get(&a)?,
             }))
     };
-    let mut out = HashMap::new();
-    for &(st, d) in plan {
-        if !matches!(d, Decision::Recompute { .. }) || out.contains_key(&st) {
-            continue;
-        }
-        let Some(op) = converted.trace.storages.get(st).and_then(|s| s.producer) else {
-            continue;
+    let until = planner::memory::carried_out::valid_until(&converted.trace);
+    // One operation's calls as a recipe: the call, then its chain; an update in place of what
+    // the calls before it in the slice rebuilt, alone.
+    let of_op = |op: usize| -> Result<Recipe, String> {
+        let gone = || {
+            format!(
+                "{} cannot be rebuilt from its record",
+                converted.trace.ops[op].name
+            )
         };
-        let (Some(&(_, seq)), Some(Some(replay))) =
+        let (Some(&(call, seq)), Some(Some(replay))) =
             (converted.ops.get(op), converted.replays.get(op))
         else {
-            continue;
+            return Err(gone());
         };
-        let Some(rec) = records.iter().find(|r| r.seq == seq) else {
-            continue;
-        };
-        let call = converted.ops.get(op).map(|o| o.0);
+        let rec = records.iter().find(|r| r.seq == seq).ok_or_else(gone)?;
+        if !planner::shimtrace::replays_in_shim(&rec.event, Some(replay))
+            && !converted.first_written.contains_key(&seq)
+        {
+            return Recipe::member(
+                &rec.event,
+                replay,
+                name,
+                |a| base.get(&a).copied(),
+                |a| sizes.get(&a).copied(),
+            )
+            .map(|r| r.at(call))
+            .ok_or_else(gone);
+        }
         // The launch as the planner saw it: its first writes are writes.
         let first = converted
             .first_written
@@ -68,21 +82,9 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
             |a| first.contains(&a),
             |a| sizes.get(&a).copied(),
         );
-        let Some(recipe) =
-            Recipe::of(&event, replay, name, |a| base.get(&a).copied()).map(|r| match call {
-                Some(c) => r.at(c),
-                None => r,
-            })
-        else {
-            log(
-                Level::Debug,
-                &format!(
-                    "bridge: no recipe for storage {st}: {} cannot be rebuilt from its record",
-                    converted.trace.ops[op].name
-                ),
-            );
-            continue;
-        };
+        let recipe = Recipe::of(&event, replay, name, |a| base.get(&a).copied())
+            .map(|r| r.at(call))
+            .ok_or_else(gone)?;
         // A chain: each member too, or no recipe (the storage is then kept or swapped).
         let chain = converted.chains.get(op).map_or(&[][..], |c| &c[..]);
         let members: Option<Vec<Recipe>> = chain
@@ -111,16 +113,44 @@ fn recipes(converted: &Converted, plan: &Plan, records: &[Record]) -> HashMap<us
             .iter()
             .filter_map(|&(from, to)| Some((tensor(from)?, tensor(to)?)))
             .collect();
-        match members {
-            Some(members) => {
-                out.insert(st, recipe.chain(members, &aliases));
+        let members = members.ok_or_else(|| {
+            format!(
+                "a member of {}'s chain cannot be rebuilt from its record",
+                converted.trace.ops[op].name
+            )
+        })?;
+        Ok(recipe.chain(members, &aliases))
+    };
+    let mut out = HashMap::new();
+    for &(st, d) in plan {
+        let Decision::Recompute { back, .. } = d else {
+            continue;
+        };
+        if out.contains_key(&st) {
+            continue;
+        }
+        let Some(ops) = planner::memory::carried_out::slice(&converted.trace, &until, st, back)
+        else {
+            continue;
+        };
+        let made = ops.iter().map(|&op| of_op(op)).try_fold(
+            None::<Recipe>,
+            |acc, r| -> Result<Option<Recipe>, String> {
+                let r = r?;
+                Ok(Some(match acc {
+                    None => r,
+                    Some(acc) => acc.followed_by(r),
+                }))
+            },
+        );
+        match made {
+            Ok(Some(recipe)) => {
+                out.insert(st, recipe);
             }
-            None => log(
+            Ok(None) => {}
+            Err(why) => log(
                 Level::Debug,
-                &format!(
-                    "bridge: no recipe for storage {st}: a member of {}'s chain cannot be rebuilt from its record",
-                    converted.trace.ops[op].name
-                ),
+                &format!("bridge: no recipe for storage {st}: {why}"),
             ),
         }
     }

@@ -362,6 +362,15 @@ impl Recipe {
         self
     }
 
+    /// This recipe, then `next` and its chain: a recomputation that replays several calls in
+    /// program order (`planner::memory::carried_out::slice`).
+    pub fn followed_by(mut self, mut next: Recipe) -> Recipe {
+        let members = std::mem::take(&mut next.then);
+        self.then.push(next);
+        self.then.extend(members);
+        self
+    }
+
     /// The recipe that rebuilds `target`: every other tensor the replay writes before it reads
     /// it (a second output: dropout's mask, or its output when the mask is the one rebuilt)
     /// goes to scratch of its own for the replay, never to its allocation, which the program
@@ -390,7 +399,7 @@ impl Recipe {
     }
 
     /// The tensors a replay writes into scratch, with the bytes each needs (its furthest
-    /// recorded end).
+    /// recorded end; the allocation's size for a touch of unknown extent).
     fn aside(&self) -> Vec<(TensorId, u64)> {
         let mut out: Vec<(TensorId, u64)> = Vec::new();
         for a in self
@@ -399,7 +408,12 @@ impl Recipe {
             .chain(self.then.iter().flat_map(|m| &m.args))
             .filter(|a| a.scratch)
         {
-            let end = a.offset + a.bytes.max(1);
+            // A touch of unknown extent (a kernel whose reader knows its roles, not its
+            // bytes) may reach the allocation's end.
+            let end = match a.bytes {
+                0 => a.tensor.size().max(a.offset + 1),
+                n => a.offset + n,
+            };
             match out.iter_mut().find(|x| x.0 == a.tensor) {
                 Some(x) => x.1 = x.1.max(end),
                 None => out.push((a.tensor, end)),
@@ -504,26 +518,22 @@ impl Recipe {
             .join(" then ")
     }
 
-    /// The tensors the replay reads, by name (a chain's members read the output the first call
-    /// rebuilds: not a source).
+    /// The tensors the replay reads where they are, by name: each whose first access in the
+    /// replay, in order, reads it (a chain's members read what the calls before them wrote:
+    /// not a source; nor is what goes to scratch).
     pub fn sources(&self) -> Vec<TensorId> {
-        let written: Vec<TensorId> = self
-            .args
-            .iter()
-            .filter(|a| a.access == Access::W)
-            .map(|a| a.tensor)
-            .collect();
+        let mut seen: Vec<TensorId> = Vec::new();
         let mut out: Vec<TensorId> = Vec::new();
         for a in self
             .args
             .iter()
             .chain(self.then.iter().flat_map(|m| &m.args))
         {
-            if a.access != Access::W
-                && !a.scratch
-                && !written.contains(&a.tensor)
-                && !out.contains(&a.tensor)
-            {
+            if seen.contains(&a.tensor) {
+                continue;
+            }
+            seen.push(a.tensor);
+            if a.access != Access::W && !a.scratch {
                 out.push(a.tensor);
             }
         }

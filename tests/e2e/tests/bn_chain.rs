@@ -128,3 +128,21 @@ fn copies_aside_of_batch_norm_outputs_are_recomputed_in_their_chain_bit_for_bit(
             .collect::<Vec<_>>()
     );
 }
+
+/// NORM bnlate: another operation between each batch norm and the in-place kernels on its
+/// output (TensorFlow's executor interleaves ops so). No chain forms, yet the post-ReLU outputs
+/// are recomputed all the same: a recomputation replays the batch norm, then each in-place
+/// kernel after it, in program order (the slice of the calls that made that version), bit for
+/// bit.
+#[test]
+fn outputs_updated_in_place_later_are_recomputed_by_replaying_what_made_them_bit_for_bit() {
+    let mut args = ARGS;
+    args[8] = "bnlate";
+    let plain = unlimited("torchlike", &args);
+    let (at, records) = verified_exact("torchlike", &args, "recompute", 0.3, &plain);
+    let plans = of_kind(&records, "plan");
+    let c = chains(&records);
+    // The batch norm, then relu_ (the stem's and each block's first); then add_ and relu_ (each
+    // block's second).
+    assert!(c.contains(&1) && c.contains(&2), "{at}: {c:?} {plans:?}");
+}
