@@ -373,21 +373,25 @@ mod tests {
         assert!(!Analysis::new(&t).recomputable(&t, 1, 2));
     }
 
+    /// A constant c (storage 0); op 0: x = f(c) (storage 1); op 1: a = g(x) (storage 2); then
+    /// `later` storages made by the operations that follow, in order (from op 2 on).
+    fn x_then_a(later: usize) -> Trace {
+        let mut t = Trace {
+            storages: vec![st(true, None)],
+            ..Trace::default()
+        };
+        t.storages
+            .extend((0..2 + later).map(|op| st(false, Some(op))));
+        t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
+        t.ops.push(Op::new("g", 1.0, vec![1], vec![2]));
+        t
+    }
+
     #[test]
     fn an_old_version_an_update_replaced_is_rebuilt_on_the_way() {
         // c is a constant; op 0: x = f(c); op 1: a = g(x); op 2: x updated in place (x -> y);
         // op 3 reads a back. Recomputing a then needs x's old version, which f can rebuild.
-        let mut t = Trace {
-            storages: vec![
-                st(true, None),
-                st(false, Some(0)),
-                st(false, Some(1)),
-                st(false, Some(2)),
-            ],
-            ..Trace::default()
-        };
-        t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
-        t.ops.push(Op::new("g", 1.0, vec![1], vec![2]));
+        let mut t = x_then_a(1);
         let mut update = Op::new("relu_", 1.0, vec![1], vec![3]);
         update.inplace.push((1, 3));
         t.ops.push(update);
@@ -414,19 +418,8 @@ mod tests {
         // op 3: a updated in place from x2 (a -> a2); op 4 reads a2 and x2 back. Rebuilding
         // a2 rebuilds x in the replay's scratch, so the x2 op 3 reads there is the slice's
         // too: op 2 joins, though x2 itself is still in place at op 4.
-        let mut t = Trace {
-            storages: vec![
-                st(true, None),
-                st(false, Some(0)),
-                st(false, Some(1)),
-                st(false, Some(2)),
-                st(false, Some(3)),
-            ],
-            replay_in_place: true,
-            ..Trace::default()
-        };
-        t.ops.push(Op::new("f", 1.0, vec![0], vec![1]));
-        t.ops.push(Op::new("g", 1.0, vec![1], vec![2]));
+        let mut t = x_then_a(2);
+        t.replay_in_place = true;
         let mut scale = Op::new("mul_", 1.0, vec![1], vec![]);
         scale.mutates.push(1);
         scale.inplace.push((1, 3));
