@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod fatbins;
 pub mod launch;
 pub mod memref;
 pub mod modules;

@@ -240,6 +240,55 @@ pub fn roles(text: &str, name: &str) -> Option<Roles> {
         })
         .collect();
     let instrs = instructions(body);
+    // Registers holding a parameter's address in the parameter space (`mov.b64 %rd5,
+    // <param>`: a struct passed by value, its fields loaded through the register), with the
+    // offset added to it: (parameter, byte offset).
+    let mut at_param: HashMap<&str, (usize, usize)> = HashMap::new();
+    for _ in 0..8 {
+        let before = at_param.len();
+        for ins in &instrs {
+            let (Some(&dst), Some(&src)) = (ins.ops.first(), ins.ops.get(1)) else {
+                continue;
+            };
+            let base = |op: &str| {
+                index
+                    .get(op)
+                    .map(|&k| (k, 0))
+                    .or_else(|| at_param.get(op).copied())
+            };
+            let found = match (ins.base, ins.ops.get(2)) {
+                ("mov", None) => base(src),
+                ("add", Some(imm)) => {
+                    base(src).and_then(|(k, o)| Some((k, o + imm.trim().parse::<usize>().ok()?)))
+                }
+                _ => None,
+            };
+            if let Some(v) = found {
+                at_param.insert(dst, v);
+            }
+        }
+        if at_param.len() == before {
+            break;
+        }
+    }
+    // One that anything else assigns too is no parameter's address.
+    for ins in &instrs {
+        let Some(&dst) = ins.ops.first() else {
+            continue;
+        };
+        let defines = !matches!(ins.base, "st" | "red" | "bra" | "ret" | "exit" | "bar");
+        let simple = match (ins.base, ins.ops.get(1), ins.ops.get(2)) {
+            ("mov", Some(src), None) => index.contains_key(src) || at_param.contains_key(src),
+            ("add", Some(src), Some(imm)) => {
+                (at_param.contains_key(src) || index.contains_key(src))
+                    && imm.trim().parse::<usize>().is_ok()
+            }
+            _ => false,
+        };
+        if defines && !simple {
+            at_param.remove(dst);
+        }
+    }
     // Each register's origin, over all its definitions (PTX registers are assigned anew in
     // loops): joined until nothing changes.
     let mut origin: HashMap<&str, Origin> = HashMap::new();
@@ -265,8 +314,12 @@ pub fn roles(text: &str, name: &str) -> Option<Roles> {
                         Some((n, o)) => (n.trim(), o.trim().parse::<usize>().ok()?),
                         None => (addr.trim(), 0),
                     };
+                    let (k, base) = match index.get(name) {
+                        Some(&k) => (k, 0),
+                        None => *at_param.get(name)?,
+                    };
                     let o = Origin {
-                        params: vec![(*index.get(name)?, off)],
+                        params: vec![(k, base + off)],
                         ..Origin::default()
                     };
                     (ins.ops.first(), o)

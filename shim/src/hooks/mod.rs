@@ -12,6 +12,7 @@ pub mod cudnn;
 pub mod dl;
 pub mod driver;
 pub mod nccl;
+pub mod register;
 pub mod runtime;
 
 use crate::core::config::Level;
@@ -78,7 +79,7 @@ impl Entry {
 }
 
 /// All tables.
-pub fn tables() -> [&'static [Entry]; 7] {
+pub fn tables() -> [&'static [Entry]; 8] {
     [
         &runtime::TABLE,
         &driver::TABLE,
@@ -87,6 +88,7 @@ pub fn tables() -> [&'static [Entry]; 7] {
         &cublas::LT_TABLE,
         &nccl::TABLE,
         &dl::TABLE,
+        &register::TABLE,
     ]
 }
 

@@ -9,7 +9,7 @@
 //! CUDA_ERROR_NO_BINARY_FOR_GPU), never a crash; with `cuModuleLoadDataEx` the message goes to
 //! the caller's error log buffer too.
 
-use crate::fatbin::{self, FatbinError, Parsed};
+use crate::fatbin::{self, FatbinError, KIND_PTX, Parsed, WRAPPER_MAGIC};
 use crate::modules::{self, INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_FOUND};
 use crate::{CUdeviceptr, CUresult, Handle, INVALID_HANDLE, INVALID_VALUE, SUCCESS, UNKNOWN};
 use std::collections::HashMap;
@@ -25,12 +25,6 @@ const JIT_ERROR_LOG_BUFFER: c_uint = 5;
 const JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_uint = 6;
 /// The info log buffer's size: written back as 0 (the simulator logs nothing there).
 const JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_uint = 4;
-
-/// A fatbin entry of PTX text.
-const KIND_PTX: u16 = 1;
-
-/// `__cudaRegisterFatBinary`'s wrapper magic (a wrapper's data pointer sits at offset 8).
-const WRAPPER_MAGIC: u32 = 0x4662_43b1;
 
 /// Each loaded module's variables: name -> size, and the device memory given out for them.
 #[derive(Default)]

@@ -7,17 +7,13 @@
 //! Registration stays cheap (torch registers 477 fatbins and 24k kernels at import): a fatbin is
 //! read and decompressed only when one of its kernels is first launched or asked about.
 
-use crate::fatbin::{self, FatbinError, KernelParams, Parsed, PtxEntry};
+use crate::fatbin::{self, FatbinError, KernelParams, Parsed, PtxEntry, WRAPPER_MAGIC};
 use crate::host_kernels::{self, Skip};
 use crate::{CUresult, Handle, lock};
 use simgpu_model::kernels::{self, KernelCost, KernelLaunch};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-
-/// `__cudaRegisterFatBinary`'s argument: magic, version, the fatbin, and (version 2) the
-/// prelinked fatbins of relocatable device code.
-const WRAPPER_MAGIC: u32 = 0x4662_43b1;
 
 pub const INVALID_IMAGE: CUresult = 200;
 pub const NO_BINARY_FOR_GPU: CUresult = 209;

@@ -218,3 +218,43 @@ fn what_the_ptx_does_not_settle_is_left_to_the_conservative_rule() {
     );
     assert_eq!(roles(&odd, "main_kernel"), None);
 }
+
+/// A struct taken by value whose fields are loaded through a register holding its address in
+/// the parameter space, as Eigen's evaluators are (`mov.b64 %rd5, <param>`, then
+/// `ld.param.u64 %rd6, [%rd1+24]`): the destination at byte 0, the source at byte 24.
+const BY_ADDRESS: &str = r#"
+.version 8.5
+.target sm_90
+.address_size 64
+.visible .entry assign(
+	.param .align 8 .b8 assign_param_0[64],
+	.param .u32 assign_param_1
+)
+{
+	.reg .f32 %f<2>;
+	.reg .b64 %rd<10>;
+	mov.b64 %rd5, assign_param_0;
+	mov.u64 %rd1, %rd5;
+	add.s64 %rd8, %rd1, 16;
+	ld.param.u64 %rd6, [%rd8+8];
+	cvta.to.global.u64 %rd2, %rd6;
+	ld.param.u64 %rd7, [%rd1];
+	cvta.to.global.u64 %rd3, %rd7;
+	ld.global.f32 %f1, [%rd2];
+	st.global.f32 [%rd3], %f1;
+	ret;
+}
+"#;
+
+#[test]
+fn a_struct_read_through_its_parameter_address_has_its_words_followed() {
+    let r = roles(BY_ADDRESS, "assign").unwrap();
+    assert_eq!(
+        r.params,
+        vec![(64, vec![(24, false), (0, true)]), (4, vec![])]
+    );
+    // The same register also assigned otherwise: no longer the parameter's address, and a load
+    // through it is not settled.
+    let reassigned = BY_ADDRESS.replace("\tret;", "\tld.global.u64 %rd1, [%rd3];\n\tret;");
+    assert_eq!(roles(&reassigned, "assign"), None);
+}
