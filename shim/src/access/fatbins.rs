@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
 struct Registered {
-    /// Each fatbin handle's wrapper (the program's static data, alive while registered).
-    wrappers: HashMap<usize, usize>,
+    /// Each fatbin handle's wrapper (the program's static data, alive while registered), and
+    /// the host stubs registered from it.
+    wrappers: HashMap<usize, (usize, Vec<usize>)>,
     /// Each host stub's fatbin handle and mangled name.
     stubs: HashMap<usize, (usize, Arc<str>)>,
     /// Each host stub's roles, once read (None: the PTX does not settle them).
@@ -29,26 +30,25 @@ fn with<T>(f: impl FnOnce(&mut Registered) -> T) -> Option<T> {
 
 /// After `__cudaRegisterFatBinary(wrapper)` gave `handle`.
 pub fn registered(handle: usize, wrapper: usize) {
-    with(|r| r.wrappers.insert(handle, wrapper));
+    with(|r| r.wrappers.insert(handle, (wrapper, Vec::new())));
 }
 
 /// After `__cudaRegisterFunction` registered `host_fun` as `name` from fatbin `handle`.
 pub fn function(handle: usize, host_fun: usize, name: &CStr) {
     let Ok(name) = name.to_str() else { return };
-    with(|r| r.stubs.insert(host_fun, (handle, Arc::from(name))));
+    with(|r| {
+        if let Some(w) = r.wrappers.get_mut(&handle) {
+            w.1.push(host_fun);
+        }
+        r.stubs.insert(host_fun, (handle, Arc::from(name)));
+    });
 }
 
-/// Before `__cudaUnregisterFatBinary(handle)`: its data goes with its library.
+/// Before `__cudaUnregisterFatBinary(handle)`: its data goes with its library (a program
+/// unregisters every fatbin at exit: each goes with its own kernels only).
 pub fn unregistered(handle: usize) {
     with(|r| {
-        r.wrappers.remove(&handle);
-        let gone: Vec<usize> = r
-            .stubs
-            .iter()
-            .filter(|s| s.1.0 == handle)
-            .map(|s| *s.0)
-            .collect();
-        for s in gone {
+        for s in r.wrappers.remove(&handle).map(|w| w.1).unwrap_or_default() {
             r.stubs.remove(&s);
             r.roles.remove(&s);
         }
@@ -64,7 +64,7 @@ pub fn roles_of(host_fun: usize) -> Option<Arc<Roles>> {
         return known.clone();
     }
     let (handle, name) = r.stubs.get(&host_fun).cloned()?;
-    let wrapper = *r.wrappers.get(&handle)?;
+    let wrapper = r.wrappers.get(&handle)?.0;
     // Read for each kernel first launched, not kept: a library's PTX may run to megabytes.
     // SAFETY: a wrapper the runtime accepted, still registered (its library loaded).
     let text = unsafe { wrapper_ptx(wrapper as *const u8) };

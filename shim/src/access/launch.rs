@@ -214,10 +214,7 @@ pub fn touches(
     let exact = reader(func, runtime).and_then(|r| match r {
         Reader::Contiguous(o) => elementwise(o, &layout, &buf, find),
         Reader::Strided(o) => super::strided::touches(o, &layout, &buf, find),
-        Reader::Typed(sig) => match registered_ptx(&sig, &layout, func, runtime) {
-            Some(r) => r.touches(&layout, &buf, find),
-            None => super::signature::touches(&sig, &layout, &buf, grid, find),
-        },
+        Reader::Typed(sig) => super::signature::touches(&sig, &layout, &buf, grid, find),
         Reader::Foreach(l) => super::multi_tensor::touches(l, &layout, &buf, grid, find),
         Reader::Attention(k) => super::attention::touches(k, &layout, &buf, grid, find),
         Reader::Reduce => super::reduce::touches(&layout, &buf, find),
@@ -239,9 +236,7 @@ pub fn pointer_words(func: usize, runtime: bool) -> Option<Vec<usize>> {
             (k > 0 && data_size == 8 * k).then(|| (0..k).map(|i| data_off + 8 * i).collect())
         }
         Reader::Strided((k, _)) => super::strided::pointer_words(k, &layout),
-        Reader::Typed(sig) => sig.pointer_words(&layout).or_else(|| {
-            registered_ptx(&sig, &layout, func, runtime).and_then(|r| r.pointer_words(&layout))
-        }),
+        Reader::Typed(sig) => sig.pointer_words(&layout),
         Reader::Foreach(l) => super::multi_tensor::pointer_words(l, &layout),
         Reader::Attention(_) => super::attention::pointer_words(&layout),
         Reader::Reduce => super::reduce::pointer_words(&layout),
@@ -295,22 +290,6 @@ enum Reader {
     Ptx(Arc<super::ptx::Roles>),
 }
 
-/// A runtime kernel's PTX roles, where its signature does not place every pointer (a parameter
-/// of a type it does not name, large enough to hold pointers: Eigen's evaluators, CUB's
-/// iterators) and the program registered it from a fatbin with PTX ([`super::fatbins`]). Asked
-/// only then: a fatbin's PTX is decompressed for it.
-fn registered_ptx(
-    sig: &super::signature::Signature,
-    layout: &[(usize, usize)],
-    func: usize,
-    runtime: bool,
-) -> Option<Arc<super::ptx::Roles>> {
-    if !runtime || sig.pointer_words(layout).is_some() {
-        return None;
-    }
-    super::fatbins::roles_of(func)
-}
-
 /// Each kernel's [`Reader`], parsed once: one lookup per launch on the hook's path.
 static READERS: PerKernel<Reader> = Mutex::new(None);
 
@@ -330,12 +309,25 @@ fn reader(func: usize, runtime: bool) -> Option<Reader> {
                     .flatten()
                     .map(Reader::Ptx)
             })
-            .or_else(|| super::signature::parse(&name).map(Reader::Typed))
-            .or_else(|| {
-                runtime
+            .or_else(|| match super::signature::parse(&name) {
+                // A runtime kernel whose signature leaves a pointer unplaced (a parameter of a
+                // type it does not name, large enough to hold pointers: Eigen's evaluators,
+                // CUB's iterators): its PTX, where the program registered it from a fatbin with
+                // PTX ([`super::fatbins`]). Asked only then: a fatbin's PTX is decompressed.
+                Some(sig)
+                    if runtime
+                        && layout(func, runtime)
+                            .is_some_and(|l| sig.pointer_words(&l).is_none()) =>
+                {
+                    super::fatbins::roles_of(func)
+                        .map(Reader::Ptx)
+                        .or(Some(Reader::Typed(sig)))
+                }
+                Some(sig) => Some(Reader::Typed(sig)),
+                None => runtime
                     .then(|| super::fatbins::roles_of(func))
                     .flatten()
-                    .map(Reader::Ptx)
+                    .map(Reader::Ptx),
             })
     })
 }
