@@ -214,6 +214,27 @@ fn instructions(body: &str) -> Vec<Instr<'_>> {
     out
 }
 
+/// The parameter-space address an instruction gives its destination, as (parameter, byte
+/// offset): a parameter's name or such a register moved (`mov.b64 %rd5, <param>`), or such a
+/// register plus a constant (`add.s64 %rd8, %rd1, 16`). LLVM reads a struct passed by value
+/// through one (Eigen's evaluators: `ld.param.u64 %rd6, [%rd1+24]`).
+fn param_address(
+    ins: &Instr,
+    index: &HashMap<&str, usize>,
+    at_param: &HashMap<&str, (usize, usize)>,
+) -> Option<(usize, usize)> {
+    let src = *ins.ops.get(1)?;
+    let base = index
+        .get(src)
+        .map(|&k| (k, 0))
+        .or_else(|| at_param.get(src).copied())?;
+    match (ins.base, ins.ops.get(2)) {
+        ("mov", None) => Some(base),
+        ("add", Some(imm)) => Some((base.0, base.1 + imm.trim().parse::<usize>().ok()?)),
+        _ => None,
+    }
+}
+
 /// The roles of entry `name` in a module's PTX `text`; None where they are not settled (see the
 /// module's comment).
 pub fn roles(text: &str, name: &str) -> Option<Roles> {
@@ -243,51 +264,35 @@ pub fn roles(text: &str, name: &str) -> Option<Roles> {
     // Registers holding a parameter's address in the parameter space (`mov.b64 %rd5,
     // <param>`: a struct passed by value, its fields loaded through the register), with the
     // offset added to it: (parameter, byte offset).
+    // A register is one where every definition of it is such an address (a register also
+    // assigned otherwise is not): joined until nothing changes.
     let mut at_param: HashMap<&str, (usize, usize)> = HashMap::new();
     for _ in 0..8 {
-        let before = at_param.len();
+        let mut defs: HashMap<&str, Option<(usize, usize)>> = HashMap::new();
         for ins in &instrs {
-            let (Some(&dst), Some(&src)) = (ins.ops.first(), ins.ops.get(1)) else {
+            let Some(&dst) = ins.ops.first() else {
                 continue;
             };
-            let base = |op: &str| {
-                index
-                    .get(op)
-                    .map(|&k| (k, 0))
-                    .or_else(|| at_param.get(op).copied())
-            };
-            let found = match (ins.base, ins.ops.get(2)) {
-                ("mov", None) => base(src),
-                ("add", Some(imm)) => {
-                    base(src).and_then(|(k, o)| Some((k, o + imm.trim().parse::<usize>().ok()?)))
-                }
-                _ => None,
-            };
-            if let Some(v) = found {
-                at_param.insert(dst, v);
+            if matches!(ins.base, "st" | "red" | "bra" | "ret" | "exit" | "bar") {
+                continue;
             }
+            let v = param_address(ins, &index, &at_param);
+            defs.entry(dst)
+                .and_modify(|e| {
+                    if *e != v {
+                        *e = None
+                    }
+                })
+                .or_insert(v);
         }
-        if at_param.len() == before {
+        let next: HashMap<&str, (usize, usize)> = defs
+            .into_iter()
+            .filter_map(|(d, v)| Some((d, v?)))
+            .collect();
+        if next == at_param {
             break;
         }
-    }
-    // One that anything else assigns too is no parameter's address.
-    for ins in &instrs {
-        let Some(&dst) = ins.ops.first() else {
-            continue;
-        };
-        let defines = !matches!(ins.base, "st" | "red" | "bra" | "ret" | "exit" | "bar");
-        let simple = match (ins.base, ins.ops.get(1), ins.ops.get(2)) {
-            ("mov", Some(src), None) => index.contains_key(src) || at_param.contains_key(src),
-            ("add", Some(src), Some(imm)) => {
-                (at_param.contains_key(src) || index.contains_key(src))
-                    && imm.trim().parse::<usize>().is_ok()
-            }
-            _ => false,
-        };
-        if defines && !simple {
-            at_param.remove(dst);
-        }
+        at_param = next;
     }
     // Each register's origin, over all its definitions (PTX registers are assigned anew in
     // loops): joined until nothing changes.
