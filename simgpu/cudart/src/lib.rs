@@ -17,6 +17,7 @@ type Handle = *mut c_void;
 
 pub const SUCCESS: Err = 0;
 pub const INVALID_VALUE: Err = 1;
+pub const INVALID_DEVICE_FUNCTION: Err = 98;
 pub const INVALID_MEMCPY_DIRECTION: Err = 21;
 pub const INVALID_DEVICE: Err = 101;
 pub const NO_DEVICE: Err = 100;
@@ -68,6 +69,7 @@ struct Driver {
 
 const DRIVER_FNS: &[(&str, c_int)] = &[
     ("cuInit", 2000),
+    ("cuFuncGetName", 12030),
     ("cuDriverGetVersion", 2020),
     ("cuDeviceGetAttribute", 2000),
     ("cuMemAlloc", 3020),
@@ -264,6 +266,7 @@ macro_rules! drv {
 
 // The runtime by subject (after `drv!`, which they use).
 mod funcs;
+mod kernels;
 mod pointers;
 mod props;
 mod props12;
@@ -647,7 +650,11 @@ fn launch(
         (*const c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle, *mut *mut c_void, *mut *mut c_void)
         (f, g.x, g.y, g.z, b.x, b.y, b.z, shared, s, args, null));
     // An unknown kernel handle is an invalid device function to the runtime.
-    if r == 400 { ret(98) } else { r }
+    if r == 400 {
+        ret(INVALID_DEVICE_FUNCTION)
+    } else {
+        r
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -659,10 +666,12 @@ pub extern "C" fn cudaLaunchKernel(
     shared: usize,
     s: Handle,
 ) -> Err {
-    launch(f, g, b, args, shared, s)
+    // It takes a `cudaKernel_t` as well as a host stub.
+    launch(kernels::stub_of(f).unwrap_or(f), g, b, args, shared, s)
 }
 
-/// What `<<<...>>>` lowers to in CUDA 13, after `__cudaGetKernel`.
+/// What `<<<...>>>` lowers to in CUDA 13, after `__cudaGetKernel`: a launch of the handle that
+/// made, not of the host stub.
 #[unsafe(no_mangle)]
 pub extern "C" fn __cudaLaunchKernel(
     k: *const c_void,
@@ -672,7 +681,10 @@ pub extern "C" fn __cudaLaunchKernel(
     shared: usize,
     s: Handle,
 ) -> Err {
-    launch(k, g, b, args, shared, s)
+    match kernels::stub_of(k) {
+        Some(f) => launch(f, g, b, args, shared, s),
+        None => ret(INVALID_DEVICE_FUNCTION),
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -684,25 +696,34 @@ pub extern "C" fn __cudaLaunchKernel_ptsz(
     shared: usize,
     s: Handle,
 ) -> Err {
-    launch(k, g, b, args, shared, s)
+    __cudaLaunchKernel(k, g, b, args, shared, s)
 }
 
-/// In the simulator a registered kernel's handle is its own `cudaKernel_t`.
+/// A registered kernel's `cudaKernel_t`: the runtime's own handle, one per host stub, never the
+/// stub itself (see [`kernels`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn __cudaGetKernel(kernel: *mut *const c_void, entry: *const c_void) -> Err {
     if kernel.is_null() || entry.is_null() {
         return ret(INVALID_VALUE);
     }
+    if !kernels::registered(entry) {
+        return ret(INVALID_DEVICE_FUNCTION);
+    }
     // SAFETY: non-null output pointer.
-    unsafe { *kernel = entry };
+    unsafe { *kernel = kernels::handle_of(entry) };
     SUCCESS
 }
 
-/// In the simulator a registered kernel's handle is also its `cudaFunction_t` (a `CUfunction`).
+/// A registered host stub's `cudaFunction_t` (in the simulator, the stub's own address is its
+/// kernel's `CUfunction`). Anything else, a `cudaKernel_t` included, is an invalid device
+/// function, and like every failing call it sets the thread's last error.
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaGetFuncBySymbol(f: *mut *const c_void, symbol: *const c_void) -> Err {
     if f.is_null() || symbol.is_null() {
         return ret(INVALID_VALUE);
+    }
+    if !kernels::registered(symbol) {
+        return ret(INVALID_DEVICE_FUNCTION);
     }
     // SAFETY: non-null output pointer.
     unsafe { *f = symbol };
@@ -730,7 +751,14 @@ pub extern "C" fn cudaLaunchKernelExC(
     let Some(c) = (unsafe { config.as_ref() }) else {
         return ret(INVALID_VALUE);
     };
-    launch(f, c.grid, c.block, args, c.shared, c.stream)
+    launch(
+        kernels::stub_of(f).unwrap_or(f),
+        c.grid,
+        c.block,
+        args,
+        c.shared,
+        c.stream,
+    )
 }
 
 // ==================================================================== driver entry points
