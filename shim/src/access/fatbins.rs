@@ -19,6 +19,8 @@ struct Registered {
     stubs: HashMap<usize, (usize, Arc<str>)>,
     /// Each host stub's roles, once read (None: the PTX does not settle them).
     roles: HashMap<usize, Option<Arc<Roles>>>,
+    /// Each `cudaKernel_t` that `__cudaGetKernel` made, and the host stub it was made for.
+    kernels: HashMap<usize, usize>,
 }
 
 static REGISTERED: Mutex<Option<Registered>> = Mutex::new(None);
@@ -51,8 +53,21 @@ pub fn unregistered(handle: usize) {
         for s in r.wrappers.remove(&handle).map(|w| w.1).unwrap_or_default() {
             r.stubs.remove(&s);
             r.roles.remove(&s);
+            r.kernels.retain(|_, stub| *stub != s);
         }
     });
+}
+
+/// After `__cudaGetKernel` gave `kernel` for the host stub `host_fun`: CUDA 13's `<<<>>>`
+/// launches that handle (`__cudaLaunchKernel`), which the runtime does not take where it takes a
+/// host stub (`cudaGetFuncBySymbol` refuses it).
+pub fn kernel(kernel: usize, host_fun: usize) {
+    with(|r| r.kernels.insert(kernel, host_fun));
+}
+
+/// The host stub a `cudaKernel_t` was made for, where `__cudaGetKernel` made it.
+pub fn stub_of(kernel: usize) -> Option<usize> {
+    with(|r| r.kernels.get(&kernel).copied()).flatten()
 }
 
 /// What the PTX says of a kernel launched by its host stub, where the program registered it

@@ -12,7 +12,7 @@
 use super::elementwise::{elementwise, parse};
 use super::words::{Found, Operands, words};
 use crate::core::registry;
-use crate::ffi::table;
+use crate::ffi::{last_error, table};
 use planner::trace::{Access, Touch};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
@@ -78,7 +78,8 @@ pub fn driver_function(func: usize, runtime: bool) -> Option<usize> {
     let f = table::cudaGetFuncBySymbol()?;
     let mut cufunc = 0usize;
     // SAFETY: valid output pointer; func is the caller's kernel handle.
-    (unsafe { f(&mut cufunc, func) } == 0 && cufunc != 0).then_some(cufunc)
+    let status = last_error::quietly(|| unsafe { f(&mut cufunc, func) });
+    (status == 0 && cufunc != 0).then_some(cufunc)
 }
 
 /// Demangled kernel names by (kernel handle, is a runtime handle); None when the driver cannot

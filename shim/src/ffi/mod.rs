@@ -5,6 +5,7 @@
 //! - [`table`]: every real function Marmoset calls itself, one line each with its library and C
 //!   signature, resolved once; [`call!`] and [`call_why!`] call one and check its status.
 //! - [`caller`]: whether an address lies in a CUDA-family library.
+//! - [`last_error`]: Marmoset's own runtime calls leave the program's last error as it was.
 //! - [`cuda`], [`cudnn`], [`cublas`]: the C types and ABI facts the table's callers share.
 //! - [`cudnn_backend`]: the cuDNN backend API as Marmoset uses it (descriptors, attributes,
 //!   variant packs) and the lives of execution plans, shared by μ-cuDNN and recomputation.
@@ -16,6 +17,7 @@ pub mod cublas;
 pub mod cuda;
 pub mod cudnn;
 pub mod cudnn_backend;
+pub mod last_error;
 pub mod real;
 pub mod table;
 

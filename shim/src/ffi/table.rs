@@ -155,6 +155,8 @@ table! {
     CUDART cudaEventSynchronize(P) -> c_int;
     CUDART cudaEventElapsedTime(*mut f32, P, P) -> c_int;
     CUDART cudaGetFuncBySymbol(*mut usize, usize) -> c_int;
+    CUDART cudaGetLastError() -> c_int;
+    CUDART cudaPeekAtLastError() -> c_int;
 
     // cuDNN: handles and descriptors, read back and made anew.
     CUDNN cudnnGetVersion() -> usize;

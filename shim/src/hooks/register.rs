@@ -24,7 +24,9 @@ type RegisterFunction = unsafe extern "C" fn(
     *mut c_int,
 );
 
-pub static TABLE: [Entry; 3] = [
+type GetKernel = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> c_int;
+
+pub static TABLE: [Entry; 4] = [
     Entry::new(c"__cudaRegisterFatBinary", "", CUDART, {
         fn addr() -> usize {
             __cudaRegisterFatBinary as *const () as usize
@@ -40,6 +42,12 @@ pub static TABLE: [Entry; 3] = [
     Entry::new(c"__cudaRegisterFunction", "", CUDART, {
         fn addr() -> usize {
             __cudaRegisterFunction as *const () as usize
+        }
+        addr
+    }),
+    Entry::new(c"__cudaGetKernel", "", CUDART, {
+        fn addr() -> usize {
+            __cudaGetKernel as *const () as usize
         }
         addr
     }),
@@ -128,4 +136,27 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
             crate::access::fatbins::function(handle as usize, host_fun as usize, name)
         }));
     }
+}
+
+/// CUDA 13's `<<<>>>`: the kernel handle (`cudaKernel_t`) for a host stub, which the stub then
+/// launches with `__cudaLaunchKernel`; Marmoset keeps which stub each handle stands for.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __cudaGetKernel(kernel: *mut *mut c_void, entry: *const c_void) -> c_int {
+    let p = TABLE[3].real();
+    if p == 0 {
+        // cudaErrorInitializationError: no runtime is loaded to answer.
+        return 3;
+    }
+    // SAFETY: p is the real __cudaGetKernel, whose signature this is.
+    let real: GetKernel = unsafe { std::mem::transmute::<usize, GetKernel>(p) };
+    // SAFETY: the caller's arguments, forwarded unchanged.
+    let status = unsafe { real(kernel, entry) };
+    if status == 0 && !kernel.is_null() && !crate::core::state::config().disable {
+        // SAFETY: on success the runtime wrote the handle through the non-null pointer.
+        let k = unsafe { *kernel } as usize;
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            crate::access::fatbins::kernel(k, entry as usize)
+        }));
+    }
+    status
 }

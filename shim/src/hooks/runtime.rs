@@ -150,6 +150,12 @@ pub fn sync(api: &str, stream: Option<u64>) -> Option<Pending> {
     }))
 }
 
+/// A launched kernel as Marmoset knows it: the host stub a `cudaKernel_t` was made for (CUDA 13's
+/// `<<<>>>`), else the handle as given (a host stub already).
+fn stub(k: *const c_void) -> u64 {
+    crate::access::fatbins::stub_of(k as usize).unwrap_or(k as usize) as u64
+}
+
 fn kernel(
     api: &str,
     f: u64,
@@ -294,14 +300,14 @@ hooks! {
     [""] fn cudaMemset(p: P, v: c_int, n: usize) => memset("cudaMemset", p as u64, n as u64, None, v as u8 as u32, 1);
     [""] fn cudaMemsetAsync(p: P, v: c_int, n: usize, s: P) => memset("cudaMemsetAsync", p as u64, n as u64, Some(s as u64), v as u8 as u32, 1);
     [""] fn cudaLaunchKernel(f: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
-        kernel("cudaLaunchKernel", f as u64, g, b, args, shared, s);
+        kernel("cudaLaunchKernel", stub(f), g, b, args, shared, s);
     [""] fn __cudaLaunchKernel(k: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
-        kernel("__cudaLaunchKernel", k as u64, g, b, args, shared, s);
+        kernel("__cudaLaunchKernel", stub(k), g, b, args, shared, s);
     [""] fn __cudaLaunchKernel_ptsz(k: *const c_void, g: Dim3, b: Dim3, args: *mut P, shared: usize, s: P) =>
-        kernel("__cudaLaunchKernel_ptsz", k as u64, g, b, args, shared, s);
+        kernel("__cudaLaunchKernel_ptsz", stub(k), g, b, args, shared, s);
     [""] fn cudaLaunchKernelExC(cfg: *const LaunchConfig, f: *const c_void, args: *mut P) => {
         // SAFETY: cfg is null or a valid cudaLaunchConfig_t (API contract); read before forwarding.
-        unsafe { cfg.as_ref() }.and_then(|c| kernel("cudaLaunchKernelExC", f as u64, c.grid, c.block, args, c.shared, c.stream))
+        unsafe { cfg.as_ref() }.and_then(|c| kernel("cudaLaunchKernelExC", stub(f), c.grid, c.block, args, c.shared, c.stream))
     };
     [""] fn cudaStreamSynchronize(s: P) => sync("cudaStreamSynchronize", Some(s as u64));
     [""] fn cudaDeviceSynchronize() => sync("cudaDeviceSynchronize", None);

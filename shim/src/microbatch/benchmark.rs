@@ -8,7 +8,7 @@ use crate::core::config::Level;
 use crate::core::own_memory;
 use crate::core::state::log;
 use crate::ffi::cudnn::AlgoPerf;
-use crate::ffi::table;
+use crate::ffi::{last_error, table};
 use planner::microbatch::Micro;
 use std::ffi::{CStr, c_int};
 
@@ -37,7 +37,7 @@ pub(super) fn dev_alloc(bytes: usize) -> Option<usize> {
     let malloc = table::cudaMalloc()?;
     let mut p: P = std::ptr::null_mut();
     // SAFETY: real cudaMalloc with a valid output pointer.
-    (unsafe { malloc(&mut p, bytes.max(1)) } == 0).then_some(p as usize)
+    (last_error::quietly(|| unsafe { malloc(&mut p, bytes.max(1)) }) == 0).then_some(p as usize)
 }
 
 pub(super) fn dev_free(p: usize) {
@@ -46,7 +46,7 @@ pub(super) fn dev_free(p: usize) {
     }
     if let Some(free) = table::cudaFree() {
         // SAFETY: p came from dev_alloc.
-        unsafe { free(p as P) };
+        last_error::quietly(|| unsafe { free(p as P) });
     }
 }
 

@@ -9,7 +9,7 @@
 //! start event to that end is taken off (the device ran the other's work then). Collectives and
 //! copies run on their own engines beside compute, and neither take nor give such time.
 
-use crate::ffi::table;
+use crate::ffi::{last_error, table};
 use planner::trace::Event;
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -36,14 +36,13 @@ fn record(stream: u64) -> Option<usize> {
     let rec = table::cudaEventRecord()?;
     let mut e: Ev = std::ptr::null_mut();
     // SAFETY: real cudart calls with a valid output pointer and the caller's stream.
-    unsafe {
-        if create(&mut e) != 0 {
-            return None;
-        }
-        if rec(e, stream as Ev) != 0 {
-            destroy(e as usize);
-            return None;
-        }
+    if last_error::quietly(|| unsafe { create(&mut e) }) != 0 {
+        return None;
+    }
+    // SAFETY: e was created above; the stream is the caller's.
+    if last_error::quietly(|| unsafe { rec(e, stream as Ev) }) != 0 {
+        destroy(e as usize);
+        return None;
     }
     Some(e as usize)
 }
@@ -51,7 +50,7 @@ fn record(stream: u64) -> Option<usize> {
 fn destroy(e: usize) {
     if let Some(d) = table::cudaEventDestroy() {
         // SAFETY: e is an event this module created.
-        unsafe { d(e as Ev) };
+        last_error::quietly(|| unsafe { d(e as Ev) });
     }
 }
 

@@ -14,7 +14,7 @@ use crate::ffi::cudnn_backend::{
     ENGINE_DESCRIPTOR, ENGINE_OPERATION_GRAPH, ENGINECFG_DESCRIPTOR, ENGINECFG_ENGINE,
     OPERATIONGRAPH_DESCRIPTOR, PLAN_ENGINE_CONFIG, child, destroy, i64_of, raw,
 };
-use crate::ffi::table;
+use crate::ffi::{last_error, table};
 use planner::microbatch::{Configuration, Micro, Sizes, desirable, fastest};
 use std::ffi::c_int;
 
@@ -314,22 +314,19 @@ fn timed(h: usize, f: impl FnOnce() -> Option<()>) -> Option<f64> {
     let destroy_ev = table::cudaEventDestroy()?;
     let (mut a, mut b): (P, P) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut ms = 0f32;
-    // SAFETY: real CUDA runtime calls on events Marmoset creates and destroys here.
-    let ok = unsafe {
-        create(&mut a) == 0
-            && create(&mut b) == 0
-            && record(a, stream) == 0
-            && f().is_some()
-            && record(b, stream) == 0
-            && sync(b) == 0
-            && elapsed(&mut ms, a, b) == 0
-    };
-    // SAFETY: as above; a null event is skipped.
-    unsafe {
-        for e in [a, b] {
-            if !e.is_null() {
-                destroy_ev(e);
-            }
+    // SAFETY (each call below): real CUDA runtime calls on events Marmoset creates and destroys
+    // here, with valid output pointers and the handle's stream.
+    let ok = last_error::quietly(|| unsafe { create(&mut a) }) == 0
+        && last_error::quietly(|| unsafe { create(&mut b) }) == 0
+        && last_error::quietly(|| unsafe { record(a, stream) }) == 0
+        && f().is_some()
+        && last_error::quietly(|| unsafe { record(b, stream) }) == 0
+        && last_error::quietly(|| unsafe { sync(b) }) == 0
+        && last_error::quietly(|| unsafe { elapsed(&mut ms, a, b) }) == 0;
+    for e in [a, b] {
+        if !e.is_null() {
+            // SAFETY: an event created above.
+            last_error::quietly(|| unsafe { destroy_ev(e) });
         }
     }
     ok.then_some(ms as f64)
