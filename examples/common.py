@@ -1,6 +1,7 @@
 """Shared by the examples: arguments, the training loop on random data, and a per-step line."""
 import argparse
 import contextlib
+import os
 import time
 
 import torch
@@ -29,7 +30,25 @@ def parser(description, batch):
         "device's memory (its allocator then refuses more, and cuDNN falls back to engines "
         "with less workspace)",
     )
+    p.add_argument("--seed", type=int, help="seed torch's generators (weights and batches) with this")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="torch.use_deterministic_algorithms (warning where an operator has no deterministic "
+        "version) and cuBLAS's fixed workspace, so that two runs give the same losses",
+    )
     return p
+
+
+def settle(a):
+    """Applies --seed and --deterministic: call before the model is built and before CUDA starts."""
+    if a.deterministic:
+        # cuBLAS is deterministic on a stream only with a fixed workspace configuration.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+    if a.seed is not None:
+        torch.manual_seed(a.seed)
 
 
 def parse(description, batch):
@@ -71,3 +90,5 @@ def train(model, make_batch, loss_fn, steps, device, lr=0.01, amp=None, tf32=Fal
     if cuda:
         peak = torch.cuda.max_memory_allocated() / 2**30
         print(f"peak memory allocated by torch: {peak:.2f} GiB", flush=True)
+        reserved = torch.cuda.max_memory_reserved()
+        print(f"peak memory reserved by torch: {reserved} bytes", flush=True)

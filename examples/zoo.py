@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import torch
 from torch import nn
 
-from common import parser, train
+from common import parser, settle, train
 
 ce = nn.functional.cross_entropy
 
@@ -31,6 +31,13 @@ def vision(name, classes=1000, **kw):
     import torchvision
 
     return getattr(torchvision.models, name)(weights=None, num_classes=classes, **kw)
+
+
+def timm_model(name, classes=1000):
+    """A timm model by its registered name, untrained (pretrained=False: nothing is fetched)."""
+    import timm
+
+    return timm.create_model(name, pretrained=False, num_classes=classes)
 
 
 def segmentation(name, classes=21):
@@ -187,6 +194,8 @@ MODELS = {
                       "ConvNeXt-Tiny: 7x7 depthwise, LayerNorm, GELU (torchvision)"),
     "swin_t": (lambda a: (vision("swin_t"), ("image", 1000), ce), 32, 224, None,
                "Swin-T: shifted-window attention (torchvision)"),
+    "regnety_016": (lambda a: (timm_model("regnety_016"), ("image", 1000), ce), 32, 224, None,
+                    "RegNetY-1.6GF: grouped convolutions, squeeze-excite (timm)"),
     "fcn_resnet50": (lambda a: (segmentation("fcn_resnet50"), ("mask", 21), ce), 4, 384, None,
                      "FCN with a dilated ResNet-50, 21 classes, per-pixel loss (torchvision)"),
     "gpt2": (lambda a: gpt2(a), 4, None, 512, "GPT-2 small (transformers GPT2Config)"),
@@ -219,6 +228,7 @@ def main():
     a.batch = a.batch or batch
     a.image = a.image or image
     a.seq = a.seq or seq
+    settle(a)
     model, (kind, classes), loss = build(a)
     dev, b = a.device, a.batch
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Adds to .venv/ (made by scripts/setup-torch.sh, which this runs first) what examples/zoo.py
-# needs: torchvision and Hugging Face transformers, for the simulated GPU, never the nvidia-*
+# needs: torchvision, timm and Hugging Face transformers, for the simulated GPU, never the nvidia-*
 # packages (their libraries would load ahead of the simulated GPU's: see setup-torch.sh).
 #
 # - torchvision $TORCHVISION_VERSION with --no-deps (its requirement is torch and numpy, which
@@ -10,7 +10,8 @@
 #   examples/zoo.py uses; its compiled operators (torchvision._C: nms, roi_align, ...) are not
 #   used, and `torchvision.extension._has_ops()` says whether they loaded.
 # - transformers $TRANSFORMERS_VERSION with --no-deps, and its dependencies named here (none of
-#   them asks for torch); then a check that torch is still $TORCH_VERSION and no nvidia-* came in.
+#   them asks for torch); timm $TIMM_VERSION with --no-deps (its requirements are torch,
+#   torchvision and transformers' own); then a check that torch is still $TORCH_VERSION and no nvidia-* came in.
 #
 # Idempotent and quick once done. Offline or from a local mirror: pip's own PIP_FIND_LINKS /
 # PIP_INDEX_URL apply. No model weights are ever downloaded: examples/zoo.py builds every model
@@ -21,6 +22,7 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION=2.15.0
 TORCHVISION_VERSION=0.29.2
 TRANSFORMERS_VERSION=5.24.0
+TIMM_VERSION=1.0.31
 # transformers' requirements (its METADATA, extras left out) less numpy (setup-torch.sh's), and
 # pillow for torchvision. Each resolves with its own dependencies, none of which is torch.
 DEPS=("pillow>=5.3.0,!=8.3.*" "huggingface-hub>=1.31.0,<3.0" "packaging>=20.0" "pyyaml>=5.1"
@@ -34,12 +36,12 @@ scripts/setup-torch.sh
 
 # Whether the venv already has every package at its version (no import: quick).
 complete() {
-    "$PY" - "$TORCH_VERSION" "$TORCHVISION_VERSION" "$TRANSFORMERS_VERSION" <<'EOF'
+    "$PY" - "$TORCH_VERSION" "$TORCHVISION_VERSION" "$TRANSFORMERS_VERSION" "$TIMM_VERSION" <<'EOF'
 import importlib.metadata as m, sys
-torch, vision, tf = sys.argv[1:]
+torch, vision, tf, timm = sys.argv[1:]
 try:
     ok = (m.version("torch").startswith(torch) and m.version("torchvision") == vision
-          and m.version("transformers") == tf)
+          and m.version("transformers") == tf and m.version("timm") == timm)
     for d in ("pillow", "huggingface-hub", "packaging", "pyyaml", "regex", "tokenizers", "typer",
               "safetensors", "tqdm"):
         m.version(d)
@@ -75,11 +77,11 @@ fi
 pip=("$PY" -m pip install --quiet --disable-pip-version-check)
 say "installing pillow and transformers' dependencies into $VENV"
 "${pip[@]}" "${DEPS[@]}"
-say "installing torchvision==$TORCHVISION_VERSION and transformers==$TRANSFORMERS_VERSION with --no-deps"
-"${pip[@]}" --no-deps "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION"
+say "installing torchvision==$TORCHVISION_VERSION, transformers==$TRANSFORMERS_VERSION and timm==$TIMM_VERSION with --no-deps"
+"${pip[@]}" --no-deps "torchvision==$TORCHVISION_VERSION" "transformers==$TRANSFORMERS_VERSION" "timm==$TIMM_VERSION"
 check_nvidia
 complete || {
-    say "torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION, transformers $TRANSFORMERS_VERSION or a dependency is missing in $VENV"
+    say "torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION, transformers $TRANSFORMERS_VERSION, timm $TIMM_VERSION or a dependency is missing in $VENV"
     exit 1
 }
-say "done: $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("torch", "torchvision", "transformers")))') in $VENV"
+say "done: $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("torch", "torchvision", "transformers", "timm")))') in $VENV"

@@ -400,7 +400,8 @@ pub fn doctor(o: &Options) -> Result<ExitCode> {
         e.1 += hooked.len();
         if is_nvidia_wheel_dir(p) && origin.starts_with("RPATH") {
             findings.push(Finding {
-                problem: true,
+                // A trap on the simulated GPU; on a GPU, these are the libraries meant to run.
+                problem: o.sim,
                 topic: "rpath",
                 text: format!("{name} loaded from {} through the {origin}: DT_RPATH is searched before LD_LIBRARY_PATH{}, so this nvidia-* wheel's library wins over any other (the simulated GPU's under `marmoset run --sim` included). Fix: `pip uninstall` the nvidia-* wheels when you mean to use other CUDA libraries, or keep them and know these are what runs.",
                     p.parent().map(|d| d.display().to_string()).unwrap_or_default(),
@@ -443,7 +444,7 @@ pub fn doctor(o: &Options) -> Result<ExitCode> {
     }
     for (dir, (by, held)) in &trap_dirs {
         findings.push(Finding {
-            problem: true,
+            problem: o.sim,
             topic: "rpath",
             text: format!("nvidia-* wheel beside torch: {} holds {}; {by} names it in its DT_RPATH, which the loader searches before LD_LIBRARY_PATH: these libraries load instead of the ones LD_LIBRARY_PATH points at. Fix: `pip uninstall` those nvidia-* wheels when you mean to run on other CUDA libraries (the simulated GPU included).",
                 dir.display(), held.join(", ")),

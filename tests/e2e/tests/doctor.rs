@@ -58,9 +58,12 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
         "import ctypes, os\nctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libtorch_fake.so'))\n",
     )
     .unwrap();
-    let run = |json: bool| {
+    let run = |json: bool, sim: bool| {
         let mut c = Command::new(marmoset());
-        c.arg("doctor").arg("--sim");
+        c.arg("doctor");
+        if sim {
+            c.arg("--sim");
+        }
         if json {
             c.arg("--json");
         }
@@ -75,7 +78,7 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
             .env_remove("PYTORCH_ALLOC_CONF");
         c.output().expect("run marmoset doctor")
     };
-    let o = run(false);
+    let o = run(false, true);
     let out = stdout(&o);
     assert_eq!(
         o.status.code(),
@@ -110,7 +113,7 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
         "{out}"
     );
     // JSON: the library, where it came from and how, and the coverage counted from its exports.
-    let o = run(true);
+    let o = run(true, true);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
     let libs = v["libraries"].as_array().unwrap();
     let c = libs
@@ -152,6 +155,19 @@ fn doctor_names_the_rpath_trap_the_setting_and_the_hook_coverage() {
                 .unwrap()
                 .contains("expandable_segments:True")
     }));
+    // On a GPU the wheels' libraries are the ones meant to run: named, never a problem.
+    let o = run(true, false);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
+    let rpath: Vec<&serde_json::Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["topic"] == "rpath")
+        .collect();
+    assert!(
+        !rpath.is_empty() && rpath.iter().all(|f| f["problem"] == false),
+        "{rpath:?}"
+    );
     std::fs::remove_dir_all(&site).ok();
 }
 
