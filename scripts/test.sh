@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
-# PyTorch for the e2e tests that train on the simulated GPU (tests/e2e/tests/torch.rs).
-scripts/setup-torch.sh
+# PyTorch for the e2e tests that train on the simulated GPU (tests/e2e/tests/torch.rs), with
+# the model zoo's torchvision, timm and transformers (tests/e2e/tests/real_gpu_plan.rs).
+scripts/setup-zoo.sh
 # TensorFlow for the e2e test that runs it on the simulated GPU (tests/e2e/tests/tensorflow.rs).
 scripts/setup-tf.sh
 scripts/setup-chromium.sh   # the report test renders a page in headless Chromium

@@ -1,0 +1,45 @@
+"""Step by step through a first PyTorch program on a GPU, printing after each step the CUDA
+runtime's pending last error (cudaPeekAtLastError), so that a failure names the first call that
+left one. For scripts/real-gpu-probe.sh."""
+import ctypes
+import os
+import sys
+
+import torch
+
+rt = None
+
+
+def pending():
+    global rt
+    if rt is None:
+        for so in ("libcudart.so.13", "libcudart.so.12"):
+            try:
+                rt = ctypes.CDLL(so, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+    return rt.cudaPeekAtLastError() if rt else "no libcudart"
+
+
+def step(name, f):
+    try:
+        r = f()
+        torch.cuda.synchronize()
+        print(f"ok {name} {'' if r is None else r} (pending last error {pending()})", flush=True)
+    except Exception as e:
+        print(f"FAIL {name}: {type(e).__name__}: {str(e).splitlines()[0]} (pending {pending()})", flush=True)
+        sys.exit(1)
+
+
+d = "cuda"
+step("init", lambda: torch.cuda.init())
+step("empty", lambda: tuple(torch.empty(1024, device=d).shape))
+step("h2d", lambda: tuple(torch.ones(1024).to(d).shape))
+step("fill+sum", lambda: torch.ones(1024, device=d).sum().item())
+step("matmul", lambda: (torch.ones(64, 64, device=d) @ torch.ones(64, 64, device=d)).sum().item())
+x = torch.ones(2, 3, 16, 16, device=d, requires_grad=True)
+w = torch.ones(4, 3, 3, 3, device=d, requires_grad=True)
+step("conv", lambda: torch.nn.functional.conv2d(x, w).sum().item())
+step("backward", lambda: torch.nn.functional.conv2d(x, w).relu().sum().backward())
+print("all steps ran", flush=True)
