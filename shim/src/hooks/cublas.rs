@@ -2,7 +2,8 @@
 //! their operands (from m, n, k, the leading dimensions, batch strides and types; for cuBLASLt
 //! from the opaque layouts and matmul descriptor, read with the real getters), so that a memory
 //! policy makes them resident before the library runs its kernel. One call is one record; it
-//! counts as one library kernel when it has work (m, n and batch non-zero).
+//! counts as one library kernel when it has work (m, n and batch non-zero). A handle's workspace
+//! (`cublasSetWorkspace_v2`) is an operand of each of its calls.
 
 use super::{Pending, range};
 use crate::ffi::cublas::{ALGO_BYTES, R_16F, R_32F, R_32I, R_64F, scale_type};
@@ -218,6 +219,7 @@ fn gemm(api: &str, h: P, g: Gemm) -> Option<Pending> {
         }
         .push(&mut tensors, &mut touches);
     }
+    push_workspace(h, &mut tensors, &mut touches);
     let p = record(api, stream, (m, n, k, batch), tensors, touches);
     super::runtime::with_lineage(p, || gemm_lineage(h, &g, device))
 }
@@ -267,6 +269,7 @@ fn batched(
             &mut touches,
         );
     }
+    push_workspace(h, &mut tensors, &mut touches);
     let dim = |v: c_int| v.max(0) as u64;
     record(
         api,
@@ -318,6 +321,41 @@ hooks! {
     [""] fn cublasDgemmBatched(h: P, ta: c_int, tb: c_int, m: c_int, n: c_int, k: c_int, alpha: C, a: C, lda: c_int, b: C,
         ldb: c_int, beta: C, c: C, ldc: c_int, batch: c_int) =>
         batched("cublasDgemmBatched", h, (m, n, k), [a, b, c], batch);
+    [""] fn cublasSetWorkspace_v2(h: P, w: P, size: usize) => None,
+        call = set_workspace(h, w, size, || unsafe { real(h, w, size) });
+}
+
+/// Each handle's workspace (`cublasSetWorkspace_v2`): device memory the handle's calls use
+/// without naming it, which must be resident when they run.
+static WORKSPACES: std::sync::Mutex<Option<std::collections::HashMap<usize, (u64, u64)>>> =
+    std::sync::Mutex::new(None);
+
+/// Forwards `cublasSetWorkspace_v2` (`real`) and, where cuBLAS took it, keeps the handle's
+/// workspace (none for a null pointer or size 0: cuBLAS's own then).
+fn set_workspace(h: P, w: P, size: usize, real: impl FnOnce() -> c_int) -> c_int {
+    let status = real();
+    if status == 0
+        && let Ok(mut g) = WORKSPACES.lock()
+    {
+        let map = g.get_or_insert_with(Default::default);
+        if w.is_null() || size == 0 {
+            map.remove(&(h as usize));
+        } else {
+            map.insert(h as usize, (w as u64, size as u64));
+        }
+    }
+    status
+}
+
+/// The handle's workspace as a call's operand (read and written, as cuDNN's workspace is).
+fn push_workspace(h: P, tensors: &mut Vec<TensorArg>, touches: &mut Vec<Touch>) {
+    let ws = WORKSPACES
+        .lock()
+        .ok()
+        .and_then(|g| g.as_ref()?.get(&(h as usize)).copied());
+    if let Some((ptr, size)) = ws {
+        buffer("workspace", ptr, size, Access::Rw, tensors, touches);
+    }
 }
 
 pub use lt::TABLE as LT_TABLE;
