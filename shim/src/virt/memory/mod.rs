@@ -166,6 +166,18 @@ thread_local! {
 /// What [`before`] answers when a call's tensors find no room within the budget.
 pub const NO_ROOM: c_int = OUT_OF_MEMORY;
 
+/// Eviction's own code for an event the driver did not give (driver errors are positive).
+const EVENT_REFUSED: c_int = -1;
+
+/// An eviction's error as a message names it.
+fn refusal_name(code: c_int) -> String {
+    if code == EVENT_REFUSED {
+        "no event from the driver".into()
+    } else {
+        error_name(code)
+    }
+}
+
 /// Runs `f` with the budget lifted for this thread: room that cannot be made within the budget
 /// is taken beyond it (up to what the device gives). For what keeping to the budget would lose:
 /// rebuilding contents dropped for recomputation, and a call whose tensors do not fit within
@@ -269,13 +281,19 @@ impl Manager {
     }
 
     fn host_buffer(&mut self, size: u64) -> Option<usize> {
+        self.host_buffer_or_why(size).ok()
+    }
+
+    /// A pinned host buffer of `size` bytes, or why none: OUT_OF_MEMORY at the host staging
+    /// limit, else the driver's error.
+    fn host_buffer_or_why(&mut self, size: u64) -> Result<usize, c_int> {
         if let Some(b) = self.host_free.get_mut(&size).and_then(Vec::pop) {
-            return Some(b);
+            return Ok(b);
         }
         if self.host_used.saturating_add(size) > self.host_limit {
             self.reclaim(true);
             if let Some(b) = self.host_free.get_mut(&size).and_then(Vec::pop) {
-                return Some(b);
+                return Ok(b);
             }
             // Give back pooled buffers of other sizes before giving up.
             for (s, bufs) in self.host_free.drain() {
@@ -285,13 +303,13 @@ impl Manager {
                 }
             }
             if self.host_used.saturating_add(size) > self.host_limit {
-                return None;
+                return Err(OUT_OF_MEMORY);
             }
         }
         let mut p: P = std::ptr::null_mut();
-        call!(cuMemAllocHost_v2(&mut p, size as usize)).ok()?;
+        call!(cuMemAllocHost_v2(&mut p, size as usize))?;
         self.host_used += size;
-        Some(p as usize)
+        Ok(p as usize)
     }
 
     /// What an eviction and a drop do first: a resident tensor's (memory, size, mapped bytes),
@@ -329,10 +347,10 @@ impl Manager {
     /// is released once the copy is done; the host does not wait).
     fn evict(&mut self, va: u64) -> Result<(), c_int> {
         let (phys, size, mapped) = self.after_its_work(va, self.swap_out)?;
-        let buf = self.host_buffer(size).ok_or(OUT_OF_MEMORY)?;
+        let buf = self.host_buffer_or_why(size)?;
         let (Some(e), Some(start)) = (event_flags(0), event_flags(0)) else {
             self.host_free.entry(size).or_default().push(buf);
-            return Err(1);
+            return Err(EVENT_REFUSED);
         };
         let _ = record(start, self.swap_out as u64);
         let copy = call!(cuMemcpyDtoHAsync_v2(
@@ -365,7 +383,7 @@ impl Manager {
     /// issued before on its streams is done.
     fn release_dead(&mut self, va: u64) -> Result<(), c_int> {
         let (phys, size, mapped) = self.after_its_work(va, self.join)?;
-        let e = event().ok_or(1)?;
+        let e = event().ok_or(EVENT_REFUSED)?;
         if let Err(code) = record(e, self.join as u64) {
             destroy_event(e);
             return Err(code);
@@ -396,6 +414,8 @@ impl Manager {
             self.link_known();
         }
         let mut refused: HashSet<u64> = HashSet::new();
+        // The first refusal's error, which the message names.
+        let mut first_refusal: Option<c_int> = None;
         let choose = online().is_some_and(|o| (o.choosing)());
         let mut counted = false;
         // Asked once, when a victim is first needed.
@@ -497,7 +517,11 @@ impl Manager {
                         self.host_limit, self.host_used
                     )
                 } else if !refused.is_empty() {
-                    format!("evicting {} tensor(s) failed", refused.len())
+                    format!(
+                        "evicting {} tensor(s) failed, the first with {}",
+                        refused.len(),
+                        first_refusal.map_or_else(|| "no error code".into(), refusal_name)
+                    )
                 } else if held > 0 {
                     format!("{held} tensor(s) held by calls being issued")
                 } else {
@@ -528,7 +552,8 @@ impl Manager {
             };
             let a = alloc_of(v);
             match (gone, online()) {
-                (Err(_), o) => {
+                (Err(code), o) => {
+                    first_refusal.get_or_insert(code);
                     refused.insert(v);
                     if let Some(o) = o {
                         (o.kept)(a);
