@@ -29,6 +29,8 @@ pub const LIBRARIES: &[(&str, &str)] = &[
     // Not simulated: they exist so that torch loads, and answer not-supported (simgpu-stubgen).
     ("libcufft.so.12", "libsimgpu_cufft.so"),
     ("libcufile.so.0", "libsimgpu_cufile.so"),
+    // torch 2.11 names it in DT_NEEDED and imports nothing from it.
+    ("libcurand.so.10", "libsimgpu_curand.so"),
     ("libcupti.so.13", "libsimgpu_cupti.so"),
     ("libcusolver.so.12", "libsimgpu_cusolver.so"),
     ("libcusparse.so.12", "libsimgpu_cusparse.so"),
@@ -89,7 +91,7 @@ mod tests {
                 "{so} is not served"
             );
         }
-        assert_eq!(built_files().len(), 19);
+        assert_eq!(built_files().len(), 20);
         assert!(profiles().contains(&"h100"));
     }
 }

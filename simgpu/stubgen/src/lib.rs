@@ -54,6 +54,9 @@ const FAMILIES: &[(&str, i32)] = &[
     ("libcusolver", 9),
     // cufft.h: CUFFT_NOT_SUPPORTED = 16.
     ("libcufft.so", 16),
+    // curand.h has no not-supported status; CURAND_STATUS_ARCH_MISMATCH = 204 is the one for a
+    // feature the device lacks.
+    ("libcurand.so", 204),
     // nccl.h has no not-supported result; ncclInvalidUsage = 5 is what NCCL returns for a call it
     // cannot honour as made.
     ("libnccl.so", 5),
