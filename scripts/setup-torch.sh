@@ -10,12 +10,22 @@
 # mirror: pip's own PIP_FIND_LINKS / PIP_INDEX_URL apply.
 #
 # Then: target/release/marmoset run --sim -- .venv/bin/python SCRIPT.py
+#
+# --version V: torch V in .venv-torch-V/ instead (the test suite adds 2.11.0, the torch of the
+# lent GPUs, so that kernel readers that know one torch version only are caught here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.15.0
-DEPS=(filelock typing-extensions "setuptools>=77.0.3" sympy networkx jinja2 fsspec numpy)
 VENV=.venv
+if [[ "${1:-}" == --version && -n "${2:-}" ]]; then
+    TORCH_VERSION=$2
+    VENV=.venv-torch-$2
+elif [[ $# -gt 0 ]]; then
+    echo "usage: $0 [--version V]" >&2
+    exit 2
+fi
+DEPS=(filelock typing-extensions "setuptools>=77.0.3" sympy networkx jinja2 fsspec numpy)
 PY="$VENV/bin/python"
 
 say() { echo "setup-torch: $*" >&2; }

@@ -10,6 +10,8 @@ cargo build --workspace --release
 # PyTorch for the e2e tests that train on the simulated GPU (tests/e2e/tests/torch.rs), with
 # the model zoo's torchvision, timm and transformers (tests/e2e/tests/real_gpu_plan.rs).
 scripts/setup-zoo.sh
+# The torch of the lent GPUs beside it (tests/e2e/tests/torch_versions.rs).
+scripts/setup-torch.sh --version 2.11.0
 # TensorFlow for the e2e test that runs it on the simulated GPU (tests/e2e/tests/tensorflow.rs).
 scripts/setup-tf.sh
 scripts/setup-chromium.sh   # the report test renders a page in headless Chromium

@@ -383,12 +383,35 @@ pub fn venv_python() -> PathBuf {
     py
 }
 
+/// The Python of `.venv-torch-VERSION/` (`scripts/setup-torch.sh --version VERSION` makes it;
+/// the README's test command makes 2.11.0's). A missing venv fails the test with that command.
+pub fn venv_python_of(version: &str) -> PathBuf {
+    let py = root().join(format!(".venv-torch-{version}/bin/python"));
+    assert!(
+        py.exists(),
+        "{} is missing: run scripts/setup-torch.sh --version {version} (the README's test command does)",
+        py.display()
+    );
+    py
+}
+
 /// `marmoset run SIM MARMOSET_ARGS -- .venv/bin/python examples/SCRIPT ARGS` (SIM: `--sim`,
 /// `--sim=p100`), with none of the test's own MARMOSET_, SIMGPU_, TORCH_ and PYTORCH_ settings.
 pub fn torch_command(sim: &str, marmoset_args: &[&str], script: &str, args: &[&str]) -> Command {
+    torch_command_of(&venv_python(), sim, marmoset_args, script, args)
+}
+
+/// [`torch_command`] with another venv's Python ([`venv_python_of`]).
+pub fn torch_command_of(
+    python: &Path,
+    sim: &str,
+    marmoset_args: &[&str],
+    script: &str,
+    args: &[&str],
+) -> Command {
     let mut c = Command::new(marmoset());
     c.args(["run", sim]).args(marmoset_args).arg("--");
-    c.arg(venv_python())
+    c.arg(python)
         .arg(root().join("examples").join(script))
         .args(args);
     for (k, _) in std::env::vars() {
@@ -423,8 +446,20 @@ pub fn torch_example_with(
     args: &[&str],
     name: &str,
 ) -> (Output, serde_json::Value) {
+    torch_example_of(&venv_python(), marmoset_args, env, script, args, name)
+}
+
+/// [`torch_example_with`] with another venv's Python ([`venv_python_of`]).
+pub fn torch_example_of(
+    python: &Path,
+    marmoset_args: &[&str],
+    env: &[(&str, &str)],
+    script: &str,
+    args: &[&str],
+    name: &str,
+) -> (Output, serde_json::Value) {
     let report = temp_path(&format!("torch-{name}-report.json"));
-    let mut c = torch_command("--sim", marmoset_args, script, args);
+    let mut c = torch_command_of(python, "--sim", marmoset_args, script, args);
     c.env("SIMGPU_MODE", "shape").env("SIMGPU_REPORT", &report);
     c.envs(env.iter().copied());
     let out = torch_output(&mut c);

@@ -5,6 +5,7 @@
 //! the planner predicted (within 10%, simulated), and auto's less than the passive `lru`
 //! policy's step in the same budget. (Capuchin's own selection need not be: on the BERT-like
 //! encoder at batch 4 the passive policy, whose frees come back at once, is faster.)
+//! ResNet-50 runs on torch 2.11 too (`.venv-torch-2.11.0`, the lent GPUs' version).
 //! A missing .venv fails these tests with the command that makes it; they never skip.
 
 use marmoset_e2e::*;
@@ -59,8 +60,8 @@ fn written_whole(records: &[serde_json::Value], kernel: &str) -> usize {
 /// `script` at batch `batch` within `fraction` of its peak; `whole`: kernels (name fragments)
 /// that must be traced, every launch writing its outputs whole (replayable).
 /// The optimizer's foreach launches (SGD's momentum and update) read by their metadata's
-/// layout: every touch has the tensor's own extent (the conservative rule gives none), and the
-/// momentum's scaling (one list) touches no more tensors than the update reads.
+/// layout: every touch has the tensor's own extent (the conservative rule gives none), the
+/// momentum's scaling (one list) and the update alike.
 fn foreach_read_exactly(records: &[serde_json::Value]) -> usize {
     let kernels: Vec<(&serde_json::Value, bool)> = of_kind(records, "kernel")
         .into_iter()
@@ -89,8 +90,10 @@ fn foreach_read_exactly(records: &[serde_json::Value]) -> usize {
             read = read.max(count("r"));
         }
     }
+    // How many tensors one launch takes is the torch version's (2.15: all of ResNet-50's 161;
+    // 2.11: 110 at depth 1, 64 at depth 2): both kinds of launch are read, tensor by tensor.
     assert!(
-        one > 0 && one <= read,
+        one > 0 && read > 0,
         "momentum scaled over {one} tensors, the update reads {read}"
     );
     launches
@@ -126,10 +129,29 @@ fn reductions_read_by_their_tail(records: &[serde_json::Value]) -> usize {
 }
 
 fn guided(script: &str, batch: &str, name: &str, fraction: f64, whole: &[&str]) {
+    guided_on(&venv_python(), script, batch, name, fraction, whole)
+}
+
+/// [`guided`] on the torch of `python` (a venv's).
+fn guided_on(
+    python: &std::path::Path,
+    script: &str,
+    batch: &str,
+    name: &str,
+    fraction: f64,
+    whole: &[&str],
+) {
     const STEPS: usize = 8;
     let steps = STEPS.to_string();
     let args = ["--steps", steps.as_str(), "--batch", batch];
-    let (out, report) = torch_example(&["--policy", "none"], script, &args, &format!("{name}-p"));
+    let (out, report) = torch_example_of(
+        python,
+        &["--policy", "none"],
+        &[],
+        script,
+        &args,
+        &format!("{name}-p"),
+    );
     let base = step_times(&out)[STEPS - 1];
     let budget = (report["peak_bytes"].as_u64().expect("a peak") as f64 * fraction) as u64;
     let limit = budget.to_string();
@@ -141,8 +163,14 @@ fn guided(script: &str, batch: &str, name: &str, fraction: f64, whole: &[&str]) 
         if let Some(t) = trace {
             a.extend(["--trace", t.to_str().unwrap()]);
         }
-        let (out, report) =
-            torch_example_with(&a, &wait, script, &args, &format!("{name}-{policy}"));
+        let (out, report) = torch_example_of(
+            python,
+            &a,
+            &wait,
+            script,
+            &args,
+            &format!("{name}-{policy}"),
+        );
         assert!(report["sticky_error"].is_null(), "a trap: {report}");
         let held = report["peak_bytes"].as_u64().unwrap();
         assert!(held <= budget, "{policy}: peak {held} B over {budget} B");
@@ -219,6 +247,20 @@ fn guided(script: &str, batch: &str, name: &str, fraction: f64, whole: &[&str]) 
 #[test]
 fn resnet50_is_guided_to_the_end_at_half_its_peak_as_predicted() {
     guided("resnet50.py", "32", "r50", 0.5, &[]);
+}
+
+/// The same on torch 2.11, the lent GPUs' (its kernels, signatures and launch paths are another
+/// version's: readers that know one torch only fail here).
+#[test]
+fn resnet50_on_torch_2_11_is_guided_to_the_end_at_half_its_peak_as_predicted() {
+    guided_on(
+        &venv_python_of("2.11.0"),
+        "resnet50.py",
+        "32",
+        "r50-211",
+        0.5,
+        &[],
+    );
 }
 
 /// ResNet-50 at batch 32 within 0.3 of its peak: long collective recomputations, whose
