@@ -1,4 +1,4 @@
-"""Step by step through a first PyTorch program on a GPU, printing after each step the CUDA
+"""Step by step through a first PyTorch program on a GPU (then 512 MiB of tensors read back whole), printing after each step the CUDA
 runtime's pending last error (cudaPeekAtLastError), so that a failure names the first call that
 left one. For scripts/real-gpu-probe.sh."""
 import ctypes
@@ -42,4 +42,21 @@ x = torch.ones(2, 3, 16, 16, device=d, requires_grad=True)
 w = torch.ones(4, 3, 3, 3, device=d, requires_grad=True)
 step("conv", lambda: torch.nn.functional.conv2d(x, w).sum().item())
 step("backward", lambda: torch.nn.functional.conv2d(x, w).relu().sum().backward())
+# Under a budget below 512 MiB: eight 64 MiB tensors, each filled with its index, then each read
+# back whole. Eviction and restore must keep every byte (on a real GPU; the simulated GPU computes
+# none of torch's kernels).
+ts = []
+step("fill 8 x 64 MiB", lambda: ts.extend(torch.full((16 * 2**20,), float(i), device=d) for i in range(8)))
+
+
+def every_byte_back():
+    if "simulated" in torch.cuda.get_device_name():
+        return "not checked: the simulated GPU computes none of torch's kernels"
+    kept = [bool((t == i).all()) for i, t in enumerate(ts)]
+    if not all(kept):
+        raise RuntimeError(f"contents lost: {kept}")
+    return "8 of 8 intact"
+
+
+step("read back", every_byte_back)
 print("all steps ran", flush=True)
