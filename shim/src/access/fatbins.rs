@@ -47,15 +47,19 @@ pub fn function(handle: usize, host_fun: usize, name: &CStr) {
 }
 
 /// Before `__cudaUnregisterFatBinary(handle)`: its data goes with its library (a program
-/// unregisters every fatbin at exit: each goes with its own kernels only).
-pub fn unregistered(handle: usize) {
+/// unregisters every fatbin at exit: each goes with its own kernels only); the host stubs that
+/// went with it.
+pub fn unregistered(handle: usize) -> Vec<usize> {
     with(|r| {
-        for s in r.wrappers.remove(&handle).map(|w| w.1).unwrap_or_default() {
-            r.stubs.remove(&s);
-            r.roles.remove(&s);
-            r.kernels.retain(|_, stub| *stub != s);
+        let stubs = r.wrappers.remove(&handle).map(|w| w.1).unwrap_or_default();
+        for s in &stubs {
+            r.stubs.remove(s);
+            r.roles.remove(s);
+            r.kernels.retain(|_, stub| stub != s);
         }
-    });
+        stubs
+    })
+    .unwrap_or_default()
 }
 
 /// After `__cudaGetKernel` gave `kernel` for the host stub `host_fun`: CUDA 13's `<<<>>>`

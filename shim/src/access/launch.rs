@@ -70,16 +70,40 @@ fn layout_uncached(func: usize, runtime: bool) -> Option<Layout> {
     })
 }
 
-/// The driver's handle (CUfunction) of a kernel: a runtime kernel's via `cudaGetFuncBySymbol`.
+/// Each runtime kernel's driver handle, once the runtime gave it (a `CUfunction` serves any
+/// thread of the process, as the runtime's answer may not: a replay can run where the program's
+/// own launches do not).
+static FUNCTIONS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// Host stubs whose fatbin was unregistered: their driver handles go with their module.
+pub fn forget_functions(stubs: &[usize]) {
+    if let Ok(mut g) = FUNCTIONS.lock()
+        && let Some(m) = g.as_mut()
+    {
+        for s in stubs {
+            m.remove(s);
+        }
+    }
+}
+
+/// The driver's handle (CUfunction) of a kernel: a runtime kernel's via `cudaGetFuncBySymbol`,
+/// asked until it answers, then kept.
 pub fn driver_function(func: usize, runtime: bool) -> Option<usize> {
     if !runtime {
         return Some(func);
+    }
+    if let Some(&f) = FUNCTIONS.lock().ok()?.as_ref().and_then(|m| m.get(&func)) {
+        return Some(f);
     }
     let f = table::cudaGetFuncBySymbol()?;
     let mut cufunc = 0usize;
     // SAFETY: valid output pointer; func is the caller's kernel handle.
     let status = last_error::quietly(|| unsafe { f(&mut cufunc, func) });
-    (status == 0 && cufunc != 0).then_some(cufunc)
+    let found = (status == 0 && cufunc != 0).then_some(cufunc)?;
+    if let Ok(mut g) = FUNCTIONS.lock() {
+        g.get_or_insert_with(HashMap::new).insert(func, found);
+    }
+    Some(found)
 }
 
 /// Demangled kernel names by (kernel handle, is a runtime handle); None when the driver cannot

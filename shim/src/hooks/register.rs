@@ -80,7 +80,8 @@ pub unsafe extern "C" fn __cudaRegisterFatBinary(wrapper: *mut c_void) -> *mut *
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cudaUnregisterFatBinary(handle: *mut *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        crate::access::fatbins::unregistered(handle as usize)
+        let stubs = crate::access::fatbins::unregistered(handle as usize);
+        crate::access::launch::forget_functions(&stubs);
     }));
     let p = TABLE[1].real();
     if p != 0 {

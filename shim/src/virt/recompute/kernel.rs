@@ -113,8 +113,21 @@ pub(super) fn launch(k: &Kernel, addrs: &[u64], stream: u64, corrupt: bool) -> R
         let n = i32::from_le_bytes([params[at], params[at + 1], params[at + 2], params[at + 3]]);
         params[at..at + 4].copy_from_slice(&(n / 2).to_le_bytes());
     }
-    let f = crate::access::launch::driver_function(k.func as usize, k.runtime)
-        .ok_or("the driver has no handle for the kernel")?;
+    let f =
+        crate::access::launch::driver_function(k.func as usize, k.runtime).ok_or_else(|| {
+            format!(
+                "the driver has no handle for the kernel {:#x} ({}{})",
+                k.func,
+                if k.runtime {
+                    "a runtime kernel, which cudaGetFuncBySymbol refused"
+                } else {
+                    "a driver kernel"
+                },
+                crate::access::launch::name(k.func as usize, k.runtime)
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            )
+        })?;
     let mut size = params.len();
     // CU_LAUNCH_PARAM_BUFFER_POINTER, its buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, its size, END.
     let mut extra: [P; 5] = [
