@@ -414,6 +414,13 @@ pub fn torch_command_of(
     c.arg(python)
         .arg(root().join("examples").join(script))
         .args(args);
+    without_settings(&mut c);
+    c
+}
+
+/// Removes the test's own MARMOSET_, SIMGPU_, TORCH_ and PYTORCH_ settings from `c`'s
+/// environment: a program under test gets only those the test gives it.
+pub fn without_settings(c: &mut Command) {
     for (k, _) in std::env::vars() {
         if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
             .iter()
@@ -422,7 +429,6 @@ pub fn torch_command_of(
             c.env_remove(k);
         }
     }
-    c
 }
 
 /// `marmoset run --sim MARMOSET_ARGS -- .venv/bin/python examples/SCRIPT ARGS` in shape mode,

@@ -12,14 +12,7 @@ fn the_real_gpu_plan_runs_whole_on_the_simulated_gpu() {
     let out = temp_path("real-gpu-dry");
     let mut c = Command::new(root().join("scripts/real-gpu.sh"));
     c.arg("--dry-run").env("OUT", &out);
-    for (k, _) in std::env::vars() {
-        if ["MARMOSET_", "SIMGPU_", "TORCH_", "PYTORCH_"]
-            .iter()
-            .any(|p| k.starts_with(p))
-        {
-            c.env_remove(k);
-        }
-    }
+    without_settings(&mut c);
     let o = c.output().expect("run scripts/real-gpu.sh");
     ok(&o);
     let summary = std::fs::read_to_string(out.join("summary.txt")).expect("summary.txt");
