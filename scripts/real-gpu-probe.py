@@ -4,6 +4,7 @@ left one. For scripts/real-gpu-probe.sh."""
 import ctypes
 import os
 import sys
+import threading
 
 import torch
 
@@ -59,4 +60,29 @@ def every_byte_back():
 
 
 step("read back", every_byte_back)
+
+
+def on_a_fresh_thread():
+    """A 64 MiB tensor made on a new thread, whose first CUDA call is the allocation: with the
+    budget full it must evict first, on a thread that may have no context current yet."""
+    out = {}
+
+    def work():
+        try:
+            t = torch.full((16 * 2**20,), 9.0, device=d)
+            torch.cuda.synchronize()
+            out["value"] = t[-1].item()
+        except Exception as e:
+            out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    if "error" in out:
+        raise RuntimeError(out["error"])
+    return "made on a fresh thread"
+
+
+step("fresh thread", on_a_fresh_thread)
+step("read back again", every_byte_back)
 print("all steps ran", flush=True)

@@ -376,6 +376,49 @@ static int probe_threads(void) {
   return bad;
 }
 
+/* A thread's context: none current on a fresh thread, where a driver call that works in one
+ * fails; the runtime binds its primary context at its first call there that needs one. */
+typedef CUresult (*ctx_get_t)(void **);
+typedef CUresult (*ctx_set_t)(void *);
+typedef CUresult (*retain_t)(void **, int);
+typedef CUresult (*dalloc_t)(CUdeviceptr *, size_t);
+typedef CUresult (*dfree_t)(CUdeviceptr);
+
+static void *fresh_driver(void *arg) {
+  (void)arg;
+  void *ctx = (void *)1;
+  CUdeviceptr d = 0;
+  int got = ((ctx_get_t)driver_fn("cuCtxGetCurrent", 4000))(&ctx);
+  int alloc = ((dalloc_t)driver_fn("cuMemAlloc", 12000))(&d, 4096);
+  void *primary = NULL;
+  int retain = ((retain_t)driver_fn("cuDevicePrimaryCtxRetain", 7000))(&primary, 0);
+  int set = ((ctx_set_t)driver_fn("cuCtxSetCurrent", 4000))(primary);
+  int bound = ((dalloc_t)driver_fn("cuMemAlloc", 12000))(&d, 4096);
+  if (bound == 0) ((dfree_t)driver_fn("cuMemFree", 12000))(d);
+  printf("fresh_get=%d fresh_current_null=%d fresh_alloc=%d retain=%d set=%d bound_alloc=%d\n",
+         got, ctx == NULL, alloc, retain, set, bound);
+  return NULL;
+}
+
+static void *fresh_runtime(void *arg) {
+  (void)arg;
+  void *a = NULL, *ctx = NULL;
+  int r = cudaMalloc(&a, 4096);
+  ((ctx_get_t)driver_fn("cuCtxGetCurrent", 4000))(&ctx);
+  printf("runtime_malloc=%d runtime_bound=%d\n", r, ctx != NULL);
+  if (r == 0) cudaFree(a);
+  return NULL;
+}
+
+static int probe_context(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, fresh_driver, NULL);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, fresh_runtime, NULL);
+  pthread_join(t, NULL);
+  return 0;
+}
+
 /* A child forked after CUDA started: it runs on (pass-through) and exits cleanly. */
 static int probe_fork(void) {
   void *a;
@@ -417,6 +460,7 @@ int main(int argc, char **argv) {
   if (!strcmp(p, "shape")) return probe_shape(argc > 2 ? atoi(argv[2]) : 40);
   if (!strcmp(p, "faults")) return probe_faults();
   if (!strcmp(p, "threads")) return probe_threads();
+  if (!strcmp(p, "context")) return probe_context();
   if (!strcmp(p, "fork")) return probe_fork();
   if (!strcmp(p, "exit")) return probe_exit();
   fprintf(stderr, "unknown probe %s\n", p);

@@ -5,7 +5,12 @@
  * cudaMalloc and cudaMallocAsync in turn). Every thread prints a checksum of all its buffers at
  * the end, in thread order, so two runs compare byte for byte.
  *
- *   threads NTHREADS NBUF STEPS KIB
+ *   threads NTHREADS NBUF STEPS KIB [cold]
+ *
+ * cold: the threads run one after another, each thread's first CUDA call is a cudaMalloc (no
+ * context is current on it yet, as on a framework's fresh autograd thread), and each leaves its
+ * buffers allocated, for the main thread to free at the end: under a budget that the first
+ * thread fills, each later thread's first call must make room.
  *
  * Runs on the simulated GPU only (its kernels are host functions registered with it). */
 #include <dlfcn.h>
@@ -37,10 +42,10 @@ static void axpy(simgpuKernelCtx *ctx, void **p) {
   for (int i = 0; i < n; i++) hy[i] += a * hx[i];
 }
 
-static int nthreads, nbuf, steps;
+static int nthreads, nbuf, steps, cold;
 static size_t n; /* floats per buffer */
 
-typedef struct { int id; int failed; uint64_t checksum; char why[160]; } Work;
+typedef struct { int id; int failed; uint64_t checksum; char why[160]; float **kept; } Work;
 
 #define TRY(w, x) do { int e_ = (int)(x); if (e_ != 0) { \
   snprintf((w)->why, sizeof (w)->why, "line %d: %s -> %d", __LINE__, #x, e_); (w)->failed = 1; return NULL; } } while (0)
@@ -52,7 +57,7 @@ static void fill(float *h, int thread, int buf, int step) {
 static void *work(void *arg) {
   Work *w = arg;
   cudaStream_t s;
-  TRY(w, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (!cold) TRY(w, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   float **d = calloc((size_t)nbuf, sizeof *d);
   float **h = calloc((size_t)nbuf, sizeof *h); /* the host's reference of each buffer */
   float *back = malloc(n * 4);
@@ -64,6 +69,7 @@ static void *work(void *arg) {
     TRY(w, cudaMalloc((void **)&d[b], n * 4));
     TRY(w, cudaMemcpy(d[b], h[b], n * 4, cudaMemcpyHostToDevice));
   }
+  if (cold) TRY(w, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int count = (int)n;
   for (int step = 1; step <= steps; step++) {
     float a = 0.5f + 0.25f * (float)((w->id + step) % 4);
@@ -106,18 +112,20 @@ static void *work(void *arg) {
     }
     const unsigned char *p = (const unsigned char *)back;
     for (size_t i = 0; i < n * 4; i++) sum = (sum ^ p[i]) * 1099511628211ull;
-    TRY(w, cudaFree(d[b]));
+    if (!cold) TRY(w, cudaFree(d[b]));
     free(h[b]);
   }
   TRY(w, cudaStreamDestroy(s));
-  free(d); free(h); free(back);
+  if (cold) w->kept = d; else free(d);
+  free(h); free(back);
   w->checksum = sum;
   return NULL;
 }
 
 int main(int argc, char **argv) {
-  if (argc < 5) { fprintf(stderr, "usage: threads NTHREADS NBUF STEPS KIB\n"); return 2; }
+  if (argc < 5) { fprintf(stderr, "usage: threads NTHREADS NBUF STEPS KIB [cold]\n"); return 2; }
   nthreads = atoi(argv[1]); nbuf = atoi(argv[2]); steps = atoi(argv[3]);
+  cold = argc > 5 && strcmp(argv[5], "cold") == 0;
   n = (size_t)atoi(argv[4]) * 1024 / 4;
   if (nthreads < 1 || nthreads > 64 || nbuf < 2 || steps < 1 || n < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
   simgpuRegisterKernel_t reg = (simgpuRegisterKernel_t)sim_fn("simgpuRegisterKernel");
@@ -130,9 +138,17 @@ int main(int argc, char **argv) {
     memset(&w[i], 0, sizeof w[i]);
     w[i].id = i;
     if (pthread_create(&t[i], NULL, work, &w[i])) { fprintf(stderr, "pthread_create\n"); return 1; }
+    if (cold) pthread_join(t[i], NULL);
   }
   int bad = 0;
-  for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+  if (!cold)
+    for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < nthreads; i++)
+    if (w[i].kept) {
+      for (int b = 0; b < nbuf; b++)
+        if (cudaFree(w[i].kept[b]) != 0) { printf("thread %d: freeing buffer %d failed\n", i, b); bad = 1; }
+      free(w[i].kept);
+    }
   for (int i = 0; i < nthreads; i++) {
     if (w[i].failed) { printf("thread %d: failed: %s\n", i, w[i].why); bad = 1; }
     else printf("thread %d: checksum %016llx\n", i, (unsigned long long)w[i].checksum);

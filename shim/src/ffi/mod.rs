@@ -6,6 +6,7 @@
 //!   signature, resolved once; [`call!`] and [`call_why!`] call one and check its status.
 //! - [`caller`]: whether an address lies in a CUDA-family library.
 //! - [`last_error`]: Marmoset's own runtime calls leave the program's last error as it was.
+//! - [`context`]: a context current on the thread before Marmoset's own driver calls.
 //! - [`cuda`], [`cudnn`], [`cublas`]: the C types and ABI facts the table's callers share.
 //! - [`cudnn_backend`]: the cuDNN backend API as Marmoset uses it (descriptors, attributes,
 //!   variant packs) and the lives of execution plans, shared by μ-cuDNN and recomputation.
@@ -13,6 +14,7 @@
 //! The hook tables (`hooks/`) are another thing: the functions Marmoset exports and forwards.
 
 pub mod caller;
+pub mod context;
 pub mod cublas;
 pub mod cuda;
 pub mod cudnn;

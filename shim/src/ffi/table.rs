@@ -115,6 +115,7 @@ table! {
     CUDA cuDeviceGetName(*mut c_char, c_int, c_int) -> c_int;
     CUDA cuDeviceGetDefaultMemPool(*mut P, c_int) -> c_int;
     CUDA cuCtxGetDevice(*mut c_int) -> c_int;
+    CUDA cuCtxGetCurrent(*mut P) -> c_int;
     CUDA cuCtxSynchronize() -> c_int;
     CUDA cuStreamCreate(*mut P, u32) -> c_int;
     CUDA cuStreamWaitEvent(P, P, u32) -> c_int;

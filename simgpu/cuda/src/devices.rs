@@ -111,6 +111,26 @@ pub fn current() -> c_int {
         .unwrap_or_else(|| WORKING.load(Ordering::Relaxed).max(0))
 }
 
+/// Whether a context is current on this thread.
+pub fn bound() -> bool {
+    CURRENT.with(Cell::get).is_some()
+}
+
+/// What a library's own runtime does at its first call on a thread with no context current:
+/// binds the primary context of the runtime's default device (ordinal 0).
+pub fn bind_as_runtime() {
+    CURRENT.with(|c| {
+        if c.get().is_none() {
+            c.set(Some(0));
+        }
+    });
+}
+
+/// Leaves this thread with no context current.
+pub fn unbind() {
+    CURRENT.with(|c| c.set(None));
+}
+
 /// Makes ordinal `dev`'s context current on this thread.
 pub fn set_current(dev: c_int) -> Result<(), CUresult> {
     physical(dev)?;

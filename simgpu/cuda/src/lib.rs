@@ -64,6 +64,16 @@ fn lock() -> Result<MutexGuard<'static, Device>, CUresult> {
     }
 }
 
+/// [`with`], for a call that works in the thread's current context: CUDA_ERROR_INVALID_CONTEXT
+/// on a thread that has none. The runtime binds its primary context to a thread at its first
+/// call there that needs one; whoever calls the driver before that must bind one itself.
+fn with_ctx(f: impl FnOnce(&mut Device) -> Result<(), CUresult>) -> CUresult {
+    if !devices::bound() {
+        return context::INVALID_CONTEXT;
+    }
+    with(f)
+}
+
 /// Runs `f` on the device; a panic becomes CUDA_ERROR_UNKNOWN with a message, never an abort.
 fn with(f: impl FnOnce(&mut Device) -> Result<(), CUresult>) -> CUresult {
     match catch_unwind(AssertUnwindSafe(|| {
@@ -194,13 +204,20 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> CUresult {
-    with(|_| out(ctx, devices::context_handle(devices::current()) as Handle))
+    // NULL on a thread with no context current.
+    let h = if devices::bound() {
+        devices::context_handle(devices::current())
+    } else {
+        0
+    };
+    with(|_| out(ctx, h as Handle))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
     with(|_| {
         if ctx.is_null() {
+            devices::unbind();
             return Ok(());
         }
         let dev = devices::context_ordinal(ctx as usize).ok_or(context::INVALID_CONTEXT)?;
@@ -210,20 +227,20 @@ pub extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
-    with(|_| out(dev, devices::current()))
+    with_ctx(|_| out(dev, devices::current()))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
     context::drain_host_functions();
-    with(|d| d.device_sync())
+    with_ctx(|d| d.device_sync())
 }
 
 // ==================================================================== memory
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAlloc_v2(p: *mut CUdeviceptr, size: usize) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         if p.is_null() {
             return Err(INVALID_VALUE);
         }
@@ -236,7 +253,7 @@ pub extern "C" fn cuMemAlloc_v2(p: *mut CUdeviceptr, size: usize) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(p: CUdeviceptr) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         d.host_now += d.profile.api_call();
         d.free(p)
     })
@@ -245,7 +262,7 @@ pub extern "C" fn cuMemFree_v2(p: CUdeviceptr) -> CUresult {
 /// A stream-ordered allocation from `pool` (None: the device's current pool, its default one:
 /// the simulated device has no cuDeviceSetMemPool).
 fn alloc_async(p: *mut CUdeviceptr, size: usize, pool: Option<u64>, stream: Handle) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         if p.is_null() {
             return Err(INVALID_VALUE);
         }
@@ -283,7 +300,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
 pub extern "C" fn cuMemFreeAsync(p: CUdeviceptr, stream: Handle) -> CUresult {
     // Work is executed in program order, so everything issued before on `stream` is done: the
     // memory can go back at once.
-    with(|d| {
+    with_ctx(|d| {
         if !d.valid_stream(stream as u64) {
             return Err(INVALID_HANDLE);
         }
@@ -369,7 +386,7 @@ pub extern "C" fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         d.host_now += d.profile.api_call();
         let (f, t) = d.mem_info();
         out(free, f as usize)?;
@@ -379,7 +396,7 @@ pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresu
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         let p = d.host_alloc(size)?;
         out(pp, p as *mut c_void)
     })
@@ -625,13 +642,13 @@ macro_rules! copy_fn {
     ($name:ident, $dst:ty, $src:ty, sync) => {
         #[unsafe(no_mangle)]
         pub extern "C" fn $name(dst: $dst, src: $src, bytes: usize) -> CUresult {
-            with(|d| copy(d, dst as u64, src as u64, bytes, 0, true))
+            with_ctx(|d| copy(d, dst as u64, src as u64, bytes, 0, true))
         }
     };
     ($name:ident, $dst:ty, $src:ty, async) => {
         #[unsafe(no_mangle)]
         pub extern "C" fn $name(dst: $dst, src: $src, bytes: usize, stream: Handle) -> CUresult {
-            with(|d| copy(d, dst as u64, src as u64, bytes, stream as u64, false))
+            with_ctx(|d| copy(d, dst as u64, src as u64, bytes, stream as u64, false))
         }
     };
 }
@@ -679,34 +696,34 @@ fn memset(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) -> CUresult {
-    with(|d| memset(d, dst, &[v], n, 0, true))
+    with_ctx(|d| memset(d, dst, &[v], n, 0, true))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, v: u16, n: usize) -> CUresult {
-    with(|d| memset(d, dst, &v.to_ne_bytes(), n, 0, true))
+    with_ctx(|d| memset(d, dst, &v.to_ne_bytes(), n, 0, true))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, v: u32, n: usize) -> CUresult {
-    with(|d| memset(d, dst, &v.to_ne_bytes(), n, 0, true))
+    with_ctx(|d| memset(d, dst, &v.to_ne_bytes(), n, 0, true))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: Handle) -> CUresult {
-    with(|d| memset(d, dst, &[v], n, s as u64, false))
+    with_ctx(|d| memset(d, dst, &[v], n, s as u64, false))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD32Async(dst: CUdeviceptr, v: u32, n: usize, s: Handle) -> CUresult {
-    with(|d| memset(d, dst, &v.to_ne_bytes(), n, s as u64, false))
+    with_ctx(|d| memset(d, dst, &v.to_ne_bytes(), n, s as u64, false))
 }
 
 // ==================================================================== streams and events
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamCreate(s: *mut Handle, flags: c_uint) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         if flags > 1 {
             return Err(INVALID_VALUE);
         }
@@ -725,7 +742,7 @@ pub extern "C" fn cuStreamCreateWithPriority(
     if r == SUCCESS {
         // SAFETY: cuStreamCreate succeeded, so s is a valid pointer holding the new stream.
         let h = unsafe { *s } as u64;
-        with(|d| {
+        with_ctx(|d| {
             context::set_priority(d, h, prio);
             Ok(())
         });
@@ -756,7 +773,7 @@ pub extern "C" fn cuStreamWaitEvent(s: Handle, e: Handle, _flags: c_uint) -> CUr
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventCreate(e: *mut Handle, flags: c_uint) -> CUresult {
-    with(|d| {
+    with_ctx(|d| {
         if e.is_null() {
             return Err(INVALID_VALUE);
         }
@@ -968,6 +985,9 @@ fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    if !devices::bound() {
+        return context::INVALID_CONTEXT;
+    }
     if let Some(r) = modules::launch(f as usize, grid, block, shared, stream, params, extra) {
         return r;
     }
@@ -1428,6 +1448,8 @@ pub unsafe extern "C" fn simgpu_check(
 /// Places `seconds` of cuDNN work on the compute engine for `stream`; `sync` makes the host wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn simgpu_submit(stream: Handle, seconds: f64, sync: c_int) -> CUresult {
+    // The library launches through its own runtime, which binds a context first.
+    devices::bind_as_runtime();
     with(|d| {
         if !d.valid_stream(stream as u64) {
             return Err(INVALID_HANDLE);
@@ -1468,6 +1490,8 @@ pub extern "C" fn simgpu_submit_link(
     seconds: f64,
     sync: c_int,
 ) -> CUresult {
+    // The library launches through its own runtime, which binds a context first.
+    devices::bind_as_runtime();
     with(|d| {
         if !d.valid_stream(stream as u64) {
             return Err(INVALID_HANDLE);

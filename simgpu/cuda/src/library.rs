@@ -6,6 +6,8 @@ use super::*;
 /// kernel launch (a GEMM is a kernel to the device, not a cuDNN call); `sync` makes the host wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn simgpu_submit_kernel(stream: Handle, seconds: f64, sync: c_int) -> CUresult {
+    // The library launches through its own runtime, which binds a context first.
+    devices::bind_as_runtime();
     with(|d| {
         if !d.valid_stream(stream as u64) {
             return Err(INVALID_HANDLE);

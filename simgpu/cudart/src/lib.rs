@@ -107,6 +107,7 @@ const DRIVER_FNS: &[(&str, c_int)] = &[
     ("cuLaunchKernel", 4000),
     ("cuDevicePrimaryCtxRetain", 7000),
     ("cuCtxSetCurrent", 4000),
+    ("cuCtxGetCurrent", 4000),
     ("cuCtxGetDevice", 2000),
     ("cuDeviceGetCount", 2000),
     ("cuDeviceGetName", 2000),
@@ -222,11 +223,26 @@ fn primary_context(d: &Driver, dev: c_int) -> Result<Handle, c_int> {
     Ok(ctx)
 }
 
-/// Like the real runtime, the first call that needs a context initialises the primary context of
-/// the thread's device (device queries do not): afterwards cuDevicePrimaryCtxGetState reports it
-/// active.
+/// Like the real runtime, a call that needs a context initialises the primary context of the
+/// thread's device (device queries do not), and binds it to a thread that has no context
+/// current: afterwards cuDevicePrimaryCtxGetState reports it active, and the driver's calls
+/// work on this thread.
 fn ensure_context(d: &Driver) {
-    let _ = primary_context(d, current_device(d));
+    let Ok(ctx) = primary_context(d, current_device(d)) else {
+        return;
+    };
+    let mut now: Handle = std::ptr::null_mut();
+    // SAFETY: obtained from the driver for this signature; a valid output pointer.
+    let get: unsafe extern "C" fn(*mut Handle) -> c_int =
+        unsafe { std::mem::transmute(d.fns["cuCtxGetCurrent"]) };
+    // SAFETY: as above.
+    if unsafe { get(&mut now) } == SUCCESS && now.is_null() {
+        // SAFETY: obtained from the driver for this signature.
+        let set: unsafe extern "C" fn(Handle) -> c_int =
+            unsafe { std::mem::transmute(d.fns["cuCtxSetCurrent"]) };
+        // SAFETY: a context handle the driver gave.
+        let _ = unsafe { set(ctx) };
+    }
 }
 
 /// At SIMGPU_LOG=debug, names a driver call that failed (each name and code once).
@@ -416,12 +432,14 @@ pub extern "C" fn cudaMalloc(p: *mut *mut c_void, size: usize) -> Err {
 #[unsafe(no_mangle)]
 pub extern "C" fn cudaFree(p: *mut c_void) -> Err {
     if p.is_null() {
-        // cudaFree(NULL) is how programs initialise the runtime: it loads the driver and makes
-        // the context, as the real one does.
-        return if driver().is_some() {
-            SUCCESS
-        } else {
-            ret(NO_DEVICE)
+        // cudaFree(NULL) is how programs initialise the runtime: it loads the driver, makes
+        // the context and binds it to the thread, as the real one does.
+        return match driver() {
+            Some(d) => {
+                ensure_context(d);
+                SUCCESS
+            }
+            None => ret(NO_DEVICE),
         };
     }
     drv!("cuMemFree" (*mut c_void) (p))

@@ -561,3 +561,19 @@ fn the_report_is_written_at_exit_and_abort_and_its_absence_is_said() {
         std::fs::remove_file(&r).ok();
     }
 }
+
+#[test]
+fn a_thread_has_no_context_until_one_is_bound() {
+    // The real driver's rule: a fresh thread has no context current, a call that works in one
+    // fails there with CUDA_ERROR_INVALID_CONTEXT (201) until one is bound (by the driver's
+    // cuCtxSetCurrent, or by the runtime at its first call on the thread that needs one).
+    let o = run_sim("h100", &[], "sim_probe", &["context"]);
+    ok(&o);
+    assert_eq!(num(&o, "fresh_get"), 0.0, "{}", stdout(&o));
+    assert_eq!(num(&o, "fresh_current_null"), 1.0, "{}", stdout(&o));
+    assert_eq!(num(&o, "fresh_alloc"), 201.0, "{}", stdout(&o));
+    assert_eq!(num(&o, "set"), 0.0, "{}", stdout(&o));
+    assert_eq!(num(&o, "bound_alloc"), 0.0, "{}", stdout(&o));
+    assert_eq!(num(&o, "runtime_malloc"), 0.0, "{}", stdout(&o));
+    assert_eq!(num(&o, "runtime_bound"), 1.0, "{}", stdout(&o));
+}

@@ -167,3 +167,31 @@ fn eight_threads_of_small_tensors_under_a_tight_budget() {
         }
     }
 }
+
+#[test]
+fn a_fresh_threads_first_call_makes_room_in_the_context_the_runtime_would_bind() {
+    // Threads one after another, each leaving its 16 MiB allocated, the first CUDA call of each
+    // a cudaMalloc on a thread with no context current (as on PyTorch's autograd thread), under
+    // a budget the first thread fills: each later thread's first call must evict, which takes
+    // driver calls that work only in a context (the simulated driver refuses them on a thread
+    // with none, with CUDA_ERROR_INVALID_CONTEXT, as the real one does).
+    let args = ["3", "8", "3", "2048", "cold"];
+    let plain = run_sim("h100", &[], "threads", &args);
+    ok(&plain);
+    assert_eq!(stdout(&plain).matches("checksum").count(), 3);
+    for policy in ["lru", "auto"] {
+        let o = under_shim(
+            "h100",
+            &[
+                ("MARMOSET_POLICY", policy),
+                ("MARMOSET_MEMORY_LIMIT", "17MiB"),
+                ("MARMOSET_LOG", "warn"),
+            ],
+            "threads",
+            &args,
+        );
+        ok(&o);
+        assert_eq!(stdout(&o), stdout(&plain), "{policy}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("failed"), "{policy}: {}", stderr(&o));
+    }
+}

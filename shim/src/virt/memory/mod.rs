@@ -194,7 +194,10 @@ pub fn is_beyond_budget() -> bool {
     BEYOND.with(|b| b.get())
 }
 
+/// The manager, locked, on a thread with a context current (its work calls the driver).
 fn manager() -> Option<MutexGuard<'static, Option<Manager>>> {
+    // Before the lock: binding a context runs the runtime, which may call hooked functions.
+    crate::ffi::context::ensure();
     MANAGER.lock().ok()
 }
 
