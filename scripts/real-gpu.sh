@@ -2,7 +2,7 @@
 # The checks for a lent GPU, in one call (the standing order: docs/real-gpu/README.md).
 #
 #   scripts/real-gpu.sh             on the machine with the GPU: its CUDA, cuDNN and python3's torch
-#   scripts/real-gpu.sh --sim       the same plan on the simulated H100 here (shape mode): each real
+#   scripts/real-gpu.sh --sim       the same plan on the simulated H200 here (shape mode): each real
 #                                   time's simulated twin
 #   scripts/real-gpu.sh --dry-run   the same plan on the simulated GPU, fewer layers and steps,
 #                                   quickly (the test suite runs it, so the script cannot rot)
@@ -76,8 +76,8 @@ PY
 else
   py=$PWD/.venv/bin/python
   [ -x "$py" ] || { echo "real-gpu: $py is missing: scripts/setup-zoo.sh" >&2; exit 2; }
-  plain=("$m" run --sim=h100 --no-shim)
-  under=("$m" run --sim=h100)
+  plain=("$m" run --sim=h200 --no-shim)
+  under=("$m" run --sim=h200)
   # Shape mode: torch's own kernels have no arithmetic on the simulated GPU in either mode, so
   # its losses say nothing there; conv_check computes in data mode.
   export SIMGPU_MODE=shape

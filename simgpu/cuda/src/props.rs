@@ -258,7 +258,7 @@ mod tests {
     /// a framework reads them (H100 SXM5 and P100 SXM2 whitepapers, CUDA programming guide).
     #[test]
     fn every_cuda_12_attribute_is_answered_on_both_profiles() {
-        for profile in ["h100", "p100"] {
+        for profile in ["h100", "h200", "p100"] {
             let d = Device::for_test(profile);
             for a in 1..=143 {
                 assert!(attribute(&d, a, 0).is_ok(), "{profile}: attribute {a}");

@@ -77,6 +77,7 @@ pub struct Profile {
 /// The profiles built into the simulator, by name.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("h100", include_str!("../../profiles/h100.json")),
+    ("h200", include_str!("../../profiles/h200.json")),
     ("p100", include_str!("../../profiles/p100.json")),
 ];
 
