@@ -3,7 +3,7 @@
 //! pass (Ex and plain), inference, and the workspace and reserve-space queries. Only the plain
 //! BN operation is simulated (the fused activation / add-activation variants answer
 //! NOT_SUPPORTED). Time is a memory-bound pass: the bytes read and written over the profile's
-//! bandwidth.
+//! bandwidth, at the fraction of it its `batch_norm_efficiency` says.
 
 use simgpu_cudnn_core::batchnorm::{self as bn, BnShape};
 use simgpu_cudnn_core::*;
@@ -35,7 +35,7 @@ fn shape(mode: c_int, x: &Tensor, param: Option<&Tensor>) -> Result<BnShape, Sta
 
 fn bn_time(s: &Sim, elems: usize, passes: usize) -> f64 {
     let bytes = (4 * elems * passes) as f64;
-    s.profile.kernel_time(8.0 * elems as f64, bytes, 1.0, false)
+    s.profile.kernel_time(8.0 * elems as f64, bytes, 1.0, false) / s.profile.batch_norm_efficiency
 }
 
 /// Loads an optional parameter vector (NULL pointers are allowed where cuDNN allows them).

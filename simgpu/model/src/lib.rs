@@ -63,6 +63,10 @@ pub struct Profile {
     pub half_util_flops: f64,
     pub half_util_bytes: f64,
     pub algo_efficiency: AlgoEfficiency,
+    /// The fraction of the memory bandwidth cuDNN's batch normalisation passes reach (the
+    /// statistics, then the normalisation); 1 where a profile does not say.
+    #[serde(default = "full")]
+    pub batch_norm_efficiency: f64,
     /// GEMM rates and efficiencies for cuBLAS / cuBLASLt ([`gemm`]); absent in older profiles.
     #[serde(default)]
     pub gemm: Option<gemm::GemmRates>,
@@ -72,6 +76,10 @@ pub struct Profile {
     #[serde(default)]
     pub nccl: Option<nccl::NcclModel>,
     pub sources: BTreeMap<String, String>,
+}
+
+fn full() -> f64 {
+    1.0
 }
 
 /// The profiles built into the simulator, by name.
@@ -249,6 +257,11 @@ mod tests {
             ] {
                 assert!(p.sources.contains_key(key), "{name}: no source for {key}");
             }
+            assert!(
+                p.batch_norm_efficiency == 1.0 || p.sources.contains_key("batch_norm_efficiency"),
+                "{name}: no source for batch_norm_efficiency"
+            );
+            assert!(p.batch_norm_efficiency > 0.0 && p.batch_norm_efficiency <= 1.0);
             assert!(p.device_name.contains("simulated"));
             assert!(p.gemm.is_some(), "{name}: no GEMM rates");
         }
