@@ -13,7 +13,13 @@
  * fwd, bwd_data, bwd_filter: D_engines= (the graph's global engine count), D_results= (INSTANT),
  * D_fallback=, D_engine= (the chosen global index), D_knobs=, D_knob0=type:min:max:stride,
  * D_notes_<index>=<notes, comma-separated> for every result, D_json_ok=, D_matches_legacy=; and
- * the statuses of misuse: bad_type_status=, null_element_status=, unfinalized_status=. */
+ * the statuses of misuse: bad_type_status=, null_element_status=, unfinalized_status=.
+ *
+ *   backend_conv [implicit-gemm]
+ *
+ * implicit-gemm: engine 0's configuration in each direction (no workspace: a NULL workspace
+ * pointer in the variant pack); also prints pack_ids_status=, what reading the forward pack's
+ * unique ids back gives. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +128,11 @@ static int same(const float *a, const float *b, size_t n) {
   return nonzero && !memcmp(a, b, n * 4);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* implicit-gemm: each direction runs the configuration of engine 0 (implicit GEMM, which needs
+   * no workspace), so that its variant pack's workspace pointer is NULL, as PyTorch's is for a
+   * plan without workspace. */
+  int implicit = argc > 1 && strcmp(argv[1], "implicit-gemm") == 0;
   int64_t xd[4] = {N, C, H, W}, wd[4] = {K, C, R, R}, yd[4] = {N, K, H, W};
   size_t xn = N * C * H * W, wn = K * C * R * R, yn = N * K * H * W;
   float *hx = malloc(xn * 4), *hw = malloc(wn * 4), *hy = malloc(yn * 4);
@@ -188,8 +198,14 @@ int main(void) {
     }
 
     /* The first configuration, as the frontend takes it: engine, knobs, then the plan. */
+    int pick = 0;
+    for (int i = 0; implicit && i < results; i++) {
+      int64_t at = -1;
+      CHECK(cudnnBackendDestroyDescriptor(engine_of(cfgs[i], &at)));
+      if (at == 0) { pick = i; break; }
+    }
     int64_t index = -1;
-    cudnnBackendDescriptor_t e = engine_of(cfgs[0], &index);
+    cudnnBackendDescriptor_t e = engine_of(cfgs[pick], &index);
     cudnnBackendDescriptor_t knobs[CUDNN_KNOB_TYPE_COUNTS];
     for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; i++) knobs[i] = make(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
     int64_t nknobs = -1;
@@ -208,12 +224,12 @@ int main(void) {
     cudnnBackendDescriptor_t choices[CUDNN_KNOB_TYPE_COUNTS];
     for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; i++) choices[i] = make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
     int64_t nchoices = -1;
-    CHECK(cudnnBackendGetAttribute(cfgs[0], CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+    CHECK(cudnnBackendGetAttribute(cfgs[pick], CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                    CUDNN_KNOB_TYPE_COUNTS, &nchoices, choices));
     printf("%s_choices=%lld\n", dn, (long long)nchoices);
 
     cudnnBackendDescriptor_t plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR), pack;
-    CHECK(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[0]));
+    CHECK(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[pick]));
     CHECK(cudnnBackendFinalize(plan));
     int64_t ws_size = -1;
     CHECK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, NULL, &ws_size));
@@ -238,6 +254,11 @@ int main(void) {
     CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
     CHECK(cudnnBackendFinalize(pack));
     CHECK(cudnnBackendExecute(h, plan, pack));
+    if (d == 0 && implicit) {
+      int64_t got = 0, back[3];
+      printf("pack_ids_status=%d\n",
+             (int)cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, &got, back));
+    }
 
     /* The same algorithm through the legacy API, into out2. */
     int algo = (int)index;

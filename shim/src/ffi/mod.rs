@@ -7,6 +7,7 @@
 //! - [`caller`]: whether an address lies in a CUDA-family library.
 //! - [`last_error`]: Marmoset's own runtime calls leave the program's last error as it was.
 //! - [`context`]: a context current on the thread before Marmoset's own driver calls.
+//! - [`variant_pack`]: cuDNN variant packs as the program filled them.
 //! - [`cuda`], [`cudnn`], [`cublas`]: the C types and ABI facts the table's callers share.
 //! - [`cudnn_backend`]: the cuDNN backend API as Marmoset uses it (descriptors, attributes,
 //!   variant packs) and the lives of execution plans, shared by μ-cuDNN and recomputation.
@@ -22,6 +23,7 @@ pub mod cudnn_backend;
 pub mod last_error;
 pub mod real;
 pub mod table;
+pub mod variant_pack;
 
 /// Calls the real function `f` of the [`table`] with these arguments: `Ok(())` when it returns
 /// 0, else `Err(status)`; `Err` of its library's "not initialised" status when the function

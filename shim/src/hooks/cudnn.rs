@@ -530,17 +530,26 @@ hooks! {
                 // SAFETY: cuDNN wrote the new descriptor through the caller's non-null pointer.
                 let made = unsafe { *d } as usize;
                 super::attempt(entry, || { backend::created(ty, made); Some(()) });
+                super::attempt(entry, || { crate::ffi::variant_pack::created(ty, made); Some(()) });
             }
             r
         };
     [""] fn cudnnBackendDestroyDescriptor(d: P) => None,
         call = {
             super::attempt(entry, || { backend::destroyed(d as usize); Some(()) });
+            super::attempt(entry, || { crate::ffi::variant_pack::destroyed(d as usize); Some(()) });
             // What the online policy rebuilds through this plan, it rebuilds while it exists.
             super::attempt(entry, || { crate::virt::online::before_plan_gone(d as u64); Some(()) });
             unsafe { real(d) }
         };
-    [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None;
+    [""] fn cudnnBackendSetAttribute(d: P, name: c_int, ty: c_int, n: i64, v: C) => None,
+        call = {
+            let r = unsafe { real(d, name, ty, n, v) };
+            if r == 0 {
+                super::attempt(entry, || { crate::ffi::variant_pack::set(d as usize, name, ty, n, v); Some(()) });
+            }
+            r
+        };
     [""] fn cudnnBackendGetAttribute(d: C, name: c_int, ty: c_int, req: i64, n: *mut i64, v: P) => None,
         call = super::attempt(entry, || plan_workspace(d, name, ty, req, n, v))
             .or_else(|| super::attempt(entry, || backend::heuristic_results(d as usize, name, ty, req, n, v)))
@@ -608,14 +617,25 @@ fn plan_tensors(plan: usize) -> Vec<PlanTensor> {
 }
 
 fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
-    let ids = get_attr(pack as usize, VARIANT_PACK_UNIQUE_IDS, TYPE_INT64, 256).unwrap_or_default();
-    let ptrs = get_attr(
-        pack as usize,
-        VARIANT_PACK_DATA_POINTERS,
-        TYPE_VOID_PTR,
-        256,
-    )
-    .unwrap_or_default();
+    // The pack as the program filled it; read back from cuDNN only where Marmoset did not see
+    // it made (the real cuDNN does not always give it back).
+    let set = crate::ffi::variant_pack::contents(pack as usize).filter(|p| !p.uids.is_empty());
+    let ids = match &set {
+        Some(p) => p.uids.clone(),
+        None => {
+            get_attr(pack as usize, VARIANT_PACK_UNIQUE_IDS, TYPE_INT64, 256).unwrap_or_default()
+        }
+    };
+    let ptrs: Vec<i64> = match &set {
+        Some(p) => p.ptrs.iter().map(|&x| x as i64).collect(),
+        None => get_attr(
+            pack as usize,
+            VARIANT_PACK_DATA_POINTERS,
+            TYPE_VOID_PTR,
+            256,
+        )
+        .unwrap_or_default(),
+    };
     let known = plan_tensors(plan as usize);
     let (mut tensors, mut touches) = (Vec::new(), Vec::new());
     for (uid, ptr) in ids.iter().zip(&ptrs) {
@@ -649,7 +669,10 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
             uid: id,
         });
     }
-    let ws = one(pack as usize, VARIANT_PACK_WORKSPACE, TYPE_VOID_PTR).unwrap_or(0) as u64;
+    let ws = match set.as_ref().and_then(|p| p.workspace) {
+        Some(w) => w,
+        None => one(pack as usize, VARIANT_PACK_WORKSPACE, TYPE_VOID_PTR).unwrap_or(0) as u64,
+    };
     let ws_size = one(plan as usize, EXECUTION_PLAN_WORKSPACE_SIZE, TYPE_INT64)
         .unwrap_or(0)
         .max(0) as u64;

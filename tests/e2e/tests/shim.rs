@@ -196,6 +196,38 @@ fn a_backend_execution_is_attributed_to_its_variant_pack_allocations() {
 }
 
 #[test]
+fn a_backend_execution_without_workspace_is_attributed_though_cudnn_gives_its_pack_back_not() {
+    // Engine 0 (implicit GEMM) needs no workspace: the variant pack's workspace pointer is NULL,
+    // and cuDNN then gives the pack's unique ids back not (as the real one did on an H200):
+    // Marmoset takes the pack's contents as the program set them.
+    let (o, records) = run_shim(&[], "backend_conv", &["implicit-gemm"]);
+    ok(&o);
+    let v = values(&o);
+    assert_eq!(v["workspace_bytes"], "0");
+    assert_ne!(
+        v["pack_ids_status"], "0",
+        "the simulated cuDNN refuses the read-back"
+    );
+    let ptr = |k: &str| u64::from_str_radix(v[k].trim_start_matches("0x"), 16).unwrap();
+    let exec = of_kind(&records, "cudnn")
+        .into_iter()
+        .find(|r| r["api"] == "cudnnBackendExecute")
+        .expect("traced");
+    let touches: Vec<(u64, &str)> = exec["touches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["alloc"].as_u64().unwrap(), t["access"].as_str().unwrap()))
+        .collect();
+    let want = vec![
+        (alloc_id(&records, ptr("x")), "r"),
+        (alloc_id(&records, ptr("w")), "r"),
+        (alloc_id(&records, ptr("y")), "w"),
+    ];
+    assert_eq!(touches, want, "{exec}");
+}
+
+#[test]
 fn bad_settings_are_named_and_change_nothing() {
     let plain = run_sim("h100", &[], "trainer", &["2"]);
     for (var, val, accepted) in [

@@ -216,6 +216,20 @@ pub extern "C" fn cudnnBackendSetAttribute(
     logged("cudnnBackendSetAttribute", d as usize, name, st)
 }
 
+/// Whether a variant pack's unique ids or data pointers cannot be read back: the real cuDNN
+/// (9.19, on an H200 under PyTorch 2.11) gave none for every pack whose workspace pointer was
+/// NULL, and gave them for every pack with a workspace (4,616 executions; its status was not
+/// recorded: NOT_SUPPORTED here).
+fn unreadable_pack(desc: &Desc, name: c_int) -> bool {
+    desc.ty == VARIANT_PACK_DESCRIPTOR
+        && matches!(
+            name,
+            ATTR_VARIANT_PACK_UNIQUE_IDS | ATTR_VARIANT_PACK_DATA_POINTERS
+        )
+        && attr(desc, ATTR_VARIANT_PACK_WORKSPACE)
+            .is_ok_and(|w| w.i64s().first().is_none_or(|&p| p == 0))
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cudnnBackendGetAttribute(
     d: *const c_void,
@@ -233,6 +247,9 @@ pub extern "C" fn cudnnBackendGetAttribute(
         let a = attr(&desc, name)?;
         if a.ty != ty || requested < 0 {
             return Err(BAD_PARAM);
+        }
+        if unreadable_pack(&desc, name) {
+            return Err(NOT_SUPPORTED);
         }
         if count.is_null() && values.is_null() {
             return Err(BAD_PARAM_NULL_POINTER);
