@@ -11,7 +11,10 @@ A step ends at the program's read of its loss (a device-to-host copy of at most 
 are left out of both. A kind is an API (`cudnnBackendExecute`, `cublasSgemm_v2`, the copies by
 direction) or, for a kernel launched by the program, its function's name without namespaces,
 template arguments or parameters. The two programs must have issued the same kinds in the same
-number: where they did not, the script says so, and the table shows both counts.
+number: where they did not, the script says so, and the table shows both counts. Last, the
+kinds whose calls Marmoset could not attribute (no operand named but a workspace) more often in
+one trace than in the other: where the real libraries hide what the simulated ones show, a memory policy
+cannot protect those operands on the real device.
 """
 import argparse
 import gzip
@@ -51,12 +54,23 @@ def family(name):
     return base.split("::")[-1] or name
 
 
+def operands(r):
+    """What a call was found to touch besides its workspace (a library call's named tensors, a
+    launch's or copy's touches)."""
+    if "tensors" in r:
+        return [t for t in r["tensors"] if t.get("role") != "workspace"]
+    if r.get("kind") in ("cudnn", "cublas"):
+        return [t for t in r.get("touches") or [] if t.get("access") != "rw"] or r.get("touches")
+    return r.get("touches")
+
+
 def kinds(path, skip):
-    """{kind: [calls, device ms]} over the steps after the first `skip`, and the step count."""
+    """{kind: [calls, device ms, calls naming no operand]} over the steps after the first
+    `skip`, and the step count."""
     names = {}  # kernel function handle -> family
     calls = {}  # seq -> kind, for the calls whose timing is still to come
     step = 0
-    totals = defaultdict(lambda: [0, 0.0])
+    totals = defaultdict(lambda: [0, 0.0, 0])
     for r in records(path):
         k = r.get("kind")
         if k == "kernel":
@@ -71,6 +85,7 @@ def kinds(path, skip):
             if step >= skip:
                 calls[r["seq"]] = kind
                 totals[kind][0] += 1
+                totals[kind][2] += not operands(r)
             if k == "copy" and r.get("dir") == "d2h" and r.get("size", 9) <= 8:
                 step += 1
         elif k == "timing":
@@ -97,10 +112,12 @@ def main():
     every = sorted(set(real) | set(sim), key=lambda k: -real.get(k, [0, 0.0])[1])
     rows = []
     for k in every:
-        rc, rt = real.get(k, [0, 0.0])
-        sc, st = sim.get(k, [0, 0.0])
+        rc, rt, ru = real.get(k, [0, 0.0, 0])
+        sc, st, su = sim.get(k, [0, 0.0, 0])
         rows.append({"kind": k, "real_calls": rc, "sim_calls": sc, "real_ms": rt, "sim_ms": st,
-                     "ratio": rt / st if st > 0 else None})
+                     "ratio": rt / st if st > 0 else None,
+                     "real_unattributed": ru, "sim_unattributed": su})
+    unattributed = [r for r in rows if r["real_unattributed"] != r["sim_unattributed"]]
     differ = [r["kind"] for r in rows if r["real_calls"] != r["sim_calls"]]
     total = {"kind": "all", "real_calls": sum(r["real_calls"] for r in rows),
              "sim_calls": sum(r["sim_calls"] for r in rows),
@@ -108,7 +125,8 @@ def main():
     total["ratio"] = total["real_ms"] / total["sim_ms"] if total["sim_ms"] > 0 else None
     steps = (real_steps - a.skip, sim_steps - a.skip)
     if a.json:
-        print(json.dumps({"steps": steps, "kinds": rows, "all": total, "counts_differ": differ}, indent=1))
+        print(json.dumps({"steps": steps, "kinds": rows, "all": total, "counts_differ": differ,
+                          "unattributed_differ": [r["kind"] for r in unattributed]}, indent=1))
         return 0
     print(f"Device time by kind of call over steps {a.skip}-{real_steps - 1} of the real trace "
           f"({steps[0]} steps) and {a.skip}-{sim_steps - 1} of the simulated one ({steps[1]}); "
@@ -136,6 +154,13 @@ def main():
     if differ:
         print(f"\nThe two programs differ in the count of {len(differ)} kind(s): {', '.join(differ[:6])}"
               f"{' ...' if len(differ) > 6 else ''}")
+    if unattributed:
+        print("\nCalls naming no operand (Marmoset could not attribute them), real against simulated:\n")
+        print("| kind | real | simulated |")
+        print("|---|---|---|")
+        for r in unattributed:
+            print(f"| {r['kind']} | {r['real_unattributed']:,} of {r['real_calls']:,} "
+                  f"| {r['sim_unattributed']:,} of {r['sim_calls']:,} |")
     return 0
 
 

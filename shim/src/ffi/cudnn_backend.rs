@@ -75,6 +75,7 @@ pub fn create(ty: c_int) -> Option<usize> {
 }
 
 pub fn destroy(d: usize) {
+    super::variant_pack::destroyed(d);
     if let Some(f) = table::cudnnBackendDestroyDescriptor() {
         // SAFETY: d is a descriptor Marmoset created.
         unsafe { f(d as P) };
@@ -193,6 +194,15 @@ pub fn pack(ids: &[i64], ptrs: &[i64], ws: i64) -> Option<usize> {
         destroy(d);
         return None;
     }
+    // Kept, as the program's packs are: cuDNN does not give a pack's ids back.
+    super::variant_pack::made(
+        d,
+        super::variant_pack::Pack {
+            uids: ids.to_vec(),
+            ptrs: ptrs.iter().map(|&p| p as u64).collect(),
+            workspace: Some(ws as u64),
+        },
+    );
     Some(d)
 }
 

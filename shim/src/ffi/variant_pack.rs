@@ -1,9 +1,9 @@
-//! cuDNN variant packs as the program filled them: each pack's unique ids, data pointers and
-//! workspace pointer, taken as the program sets them (`cudnnBackendSetAttribute`), so that an
-//! execution's tensors are known without reading the pack back. The real cuDNN does not always
-//! give a variant pack's contents back: on an H200 (cuDNN 9.19, PyTorch 2.11) every pack whose
-//! workspace pointer was NULL gave no unique ids, and the convolution's tensors were unknown to
-//! the memory policy.
+//! cuDNN variant packs as they were filled: each pack's unique ids, data pointers and workspace
+//! pointer, taken as the program sets them (`cudnnBackendSetAttribute`) or as Marmoset made its
+//! own, so that an execution's tensors are known without reading the pack back. The real cuDNN
+//! does not give a variant pack's ids and pointers back: on an H200 (cuDNN 9.19, PyTorch 2.11)
+//! no execution's pack gave them (its workspace pointer read back), and every convolution's
+//! tensors were unknown to the memory policy.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -73,7 +73,12 @@ pub fn set(d: usize, name: c_int, ty: c_int, n: i64, v: *const c_void) {
     });
 }
 
-/// What the program set on the pack at `d`, if Marmoset saw it made.
+/// A pack Marmoset made itself, with what it set on it.
+pub fn made(d: usize, pack: Pack) {
+    packs(|p| p.insert(d, pack));
+}
+
+/// What was set on the pack at `d`, if Marmoset saw it made.
 pub fn contents(d: usize) -> Option<Pack> {
     packs(|p| p.get(&d).cloned()).flatten()
 }

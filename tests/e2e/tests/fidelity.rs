@@ -121,3 +121,25 @@ fn a_kind_whose_count_differs_is_named() {
         "{v}"
     );
 }
+
+#[test]
+fn a_kind_attributed_in_one_trace_only_is_named() {
+    // The simulated trace's cuDNN calls name their tensors, the real one's none (as the H200's
+    // did before Marmoset took variant packs as the program filled them).
+    let real = trace(&[1.0; 3], 1.0, None);
+    let sim = real.replace(
+        "\"api\":\"cudnnBackendExecute\",",
+        "\"api\":\"cudnnBackendExecute\",\"tensors\":[{\"role\":\"x\",\"ptr\":1,\"access\":\"r\"}],",
+    );
+    assert_ne!(real, sim);
+    let v = fidelity(&real, &sim, "0");
+    assert_eq!(
+        v["unattributed_differ"],
+        serde_json::json!(["cudnnBackendExecute"]),
+        "{v}"
+    );
+    assert_eq!(
+        fidelity(&real, &real, "0")["unattributed_differ"],
+        serde_json::json!([])
+    );
+}

@@ -216,18 +216,16 @@ pub extern "C" fn cudnnBackendSetAttribute(
     logged("cudnnBackendSetAttribute", d as usize, name, st)
 }
 
-/// Whether a variant pack's unique ids or data pointers cannot be read back: the real cuDNN
-/// (9.19, on an H200 under PyTorch 2.11) gave none for every pack whose workspace pointer was
-/// NULL, and gave them for every pack with a workspace (4,616 executions; its status was not
-/// recorded: NOT_SUPPORTED here).
+/// Whether an attribute cannot be read back: a variant pack's unique ids and data pointers. The
+/// real cuDNN (9.19, on an H200 under PyTorch 2.11) gave them for none of 4,616 executions'
+/// packs, whose workspace pointer it gave back (its status was not recorded: NOT_SUPPORTED
+/// here).
 fn unreadable_pack(desc: &Desc, name: c_int) -> bool {
     desc.ty == VARIANT_PACK_DESCRIPTOR
         && matches!(
             name,
             ATTR_VARIANT_PACK_UNIQUE_IDS | ATTR_VARIANT_PACK_DATA_POINTERS
         )
-        && attr(desc, ATTR_VARIANT_PACK_WORKSPACE)
-            .is_ok_and(|w| w.i64s().first().is_none_or(|&p| p == 0))
 }
 
 #[unsafe(no_mangle)]
