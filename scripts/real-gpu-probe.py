@@ -1,4 +1,6 @@
-"""Step by step through a first PyTorch program on a GPU (then 512 MiB of tensors read back whole), printing after each step the CUDA
+"""Step by step through a first PyTorch program on a GPU (then, under the probes' budget, a
+convolution's tensors evicted and used again, 512 MiB of tensors read back whole, and a tensor made
+on a fresh thread), printing after each step the CUDA
 runtime's pending last error (cudaPeekAtLastError), so that a failure names the first call that
 left one. For scripts/real-gpu-probe.sh."""
 import ctypes
@@ -46,6 +48,21 @@ step("backward", lambda: torch.nn.functional.conv2d(x, w).relu().sum().backward(
 # Under a budget below 512 MiB: eight 64 MiB tensors, each filled with its index, then each read
 # back whole. Eviction and restore must keep every byte (on a real GPU; the simulated GPU computes
 # none of torch's kernels).
+# A convolution's input and output (64 MiB each), made before the budget fills: evicted by the
+# fill, then the same convolution again must bring its input back (cuDNN's backend API: the
+# variant pack's pointers are what Marmoset must know).
+torch.backends.cudnn.deterministic = True
+torch.backends.cudnn.benchmark = False
+conv = {}
+
+
+def conv_before():
+    conv["x"] = torch.randn(16, 16, 256, 256, device=d)
+    conv["w"] = torch.randn(16, 16, 3, 3, device=d)
+    conv["y"] = torch.nn.functional.conv2d(conv["x"], conv["w"], padding=1)
+
+
+step("conv 64 MiB", conv_before)
 ts = []
 step("fill 8 x 64 MiB", lambda: ts.extend(torch.full((16 * 2**20,), float(i), device=d) for i in range(8)))
 
@@ -60,6 +77,18 @@ def every_byte_back():
 
 
 step("read back", every_byte_back)
+
+
+def conv_after_eviction():
+    again = torch.nn.functional.conv2d(conv["x"], conv["w"], padding=1)
+    if "simulated" in torch.cuda.get_device_name():
+        return "not checked: the simulated GPU computes none of torch's kernels"
+    if not torch.allclose(again, conv["y"], rtol=1e-4, atol=1e-4):
+        raise RuntimeError(f"differs: max {float((again - conv['y']).abs().max())}")
+    return "the same output from the input brought back"
+
+
+step("conv after eviction", conv_after_eviction)
 
 
 def on_a_fresh_thread():
