@@ -294,7 +294,7 @@ fn nccl_buffers_mapped_after_the_first_tensor_count_against_the_budget() {
          dist.init_process_group('nccl')\n\
          dist.all_reduce(x)\n\
          torch.cuda.synchronize()\n\
-         print('rank', dist.get_rank(), 'free MiB', torch.cuda.mem_get_info()[0] >> 20, flush=True)\n\
+         os.write(1, f'rank {dist.get_rank()} free MiB {torch.cuda.mem_get_info()[0] >> 20}\\n'.encode())\n\
          dist.destroy_process_group()\n",
     )
     .unwrap();
