@@ -475,6 +475,7 @@ mod tests {
 
     #[test]
     fn ptx_loads_by_entry_name_with_its_globals() {
+        let _turn = crate::modules::tests::launching();
         let ptx = c".version 8.0
 .target sm_90a
 .address_size 64

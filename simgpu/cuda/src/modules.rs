@@ -558,9 +558,13 @@ pub(crate) mod tests {
     /// The tests that launch kernels on the one simulated device take turns: its compute engine
     /// is shared, so a kernel of one test queues behind another's, and a launch timed while
     /// another test launches takes longer on the virtual clock.
+    /// A test's turn at the one simulated device, with device 0's context bound to its thread
+    /// (the driver's calls need one there, as a real driver program binds one first).
     pub(crate) fn launching() -> MutexGuard<'static, ()> {
         static LAUNCHING: Mutex<()> = Mutex::new(());
-        LAUNCHING.lock().unwrap_or_else(|e| e.into_inner())
+        let turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
+        crate::devices::set_current(0).expect("device 0");
+        turn
     }
 
     #[test]

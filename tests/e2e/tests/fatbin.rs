@@ -490,6 +490,16 @@ fn a_real_elementwise_kernel_streams_its_operands_at_the_profiles_rate() {
     type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
     type EventSync = unsafe extern "C" fn(*mut c_void) -> c_int;
     type Elapsed = unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> c_int;
+    type Retain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
+    type SetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
+    let retain: Retain = driver_fn(c"cuDevicePrimaryCtxRetain");
+    let set_current: SetCurrent = driver_fn(c"cuCtxSetCurrent");
+    // A program of the driver API binds a context to its thread first, as the real one needs.
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: an output pointer; device 0.
+    assert_eq!(unsafe { retain(&mut ctx, 0) }, 0);
+    // SAFETY: the context the driver gave.
+    assert_eq!(unsafe { set_current(ctx) }, 0);
     let alloc: Alloc = driver_fn(c"cuMemAlloc_v2");
     let launch: Launch = driver_fn(c"cuLaunchKernel");
     let ev_create: EventCreate = driver_fn(c"cuEventCreate");
