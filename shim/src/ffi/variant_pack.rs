@@ -1,9 +1,8 @@
 //! cuDNN variant packs as they were filled: each pack's unique ids, data pointers and workspace
 //! pointer, taken as the program sets them (`cudnnBackendSetAttribute`) or as Marmoset made its
-//! own, so that an execution's tensors are known without reading the pack back. The real cuDNN
-//! does not give a variant pack's ids and pointers back: on an H200 (cuDNN 9.19, PyTorch 2.11)
-//! no execution's pack gave them (its workspace pointer read back), and every convolution's
-//! tensors were unknown to the memory policy.
+//! own, so that an execution's tensors are known without reading the pack back: the real cuDNN
+//! gives a variant pack's workspace pointer back, but not its ids and data pointers
+//! (docs/real-gpu/2026-12-01-h200.md).
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};

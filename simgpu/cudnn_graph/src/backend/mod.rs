@@ -216,10 +216,9 @@ pub extern "C" fn cudnnBackendSetAttribute(
     logged("cudnnBackendSetAttribute", d as usize, name, st)
 }
 
-/// Whether an attribute cannot be read back: a variant pack's unique ids and data pointers. The
-/// real cuDNN (9.19, on an H200 under PyTorch 2.11) gave them for none of 4,616 executions'
-/// packs, whose workspace pointer it gave back (its status was not recorded: NOT_SUPPORTED
-/// here).
+/// Whether an attribute cannot be read back: a variant pack's unique ids and data pointers, which
+/// the real cuDNN does not give back (its workspace pointer it does; the real status is not
+/// known, NOT_SUPPORTED here; docs/real-gpu/2026-12-01-h200.md).
 fn unreadable_pack(desc: &Desc, name: c_int) -> bool {
     desc.ty == VARIANT_PACK_DESCRIPTOR
         && matches!(
