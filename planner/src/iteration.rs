@@ -27,7 +27,7 @@ mod tokens;
 pub use boundary::{quiet_cut, quietest};
 pub use detection::{NEXT, Region, Work, detect, detect_at_end, detect_period};
 pub use naming::{Divergence, Steady, TensorId, once, steady, steady_from};
-pub use tokens::{Call, Effect, calls, effect, kind_token, token};
+pub use tokens::{Call, Effect, calls, effect, is_call, kind_token, token};
 
 #[cfg(test)]
 mod tests;

@@ -269,6 +269,12 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream: Option<u64>,
         result: i32,
+        /// Returns an allocation of the shim's pool of tensors under `MARMOSET_MIN_TENSOR`:
+        /// no call of the iteration (see [`crate::iteration::is_call`]), since no plan moves
+        /// it and a framework may free it from another thread, anywhere among the calls of
+        /// the thread that runs the step.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pooled: bool,
     },
     Copy {
         api: String,

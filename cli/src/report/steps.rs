@@ -138,7 +138,9 @@ impl Steps {
 pub fn find(text: &str, recs: &[Value]) -> Steps {
     let calls: Vec<u64> = recs
         .iter()
-        .filter(|r| is_call(r["kind"].as_str().unwrap_or_default()))
+        // The iteration's calls, as the shim counts them (`planner::iteration::is_call`: a
+        // pooled free is none).
+        .filter(|r| is_call(r["kind"].as_str().unwrap_or_default()) && r["pooled"] != true)
         .filter_map(|r| u(r, "seq"))
         .collect();
     let index: HashMap<u64, usize> = calls.iter().enumerate().map(|(i, s)| (*s, i)).collect();

@@ -213,6 +213,7 @@ fn a_free_is_a_free_to_a_kind() {
         size,
         stream: None,
         result,
+        pooled: false,
     };
     let free = |alloc, size| free_with(alloc, size, 0);
     let t = |e: &Event| token(e, &sizes).unwrap();

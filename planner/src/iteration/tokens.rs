@@ -62,6 +62,16 @@ fn access_code(a: Access) -> u64 {
     }
 }
 
+/// Whether a record is a call of the stream an iteration repeats: an API call, but for the free
+/// of a pooled allocation. Such a free orders nothing a plan does (no plan moves a pooled
+/// allocation), and a framework may make it from another thread (TensorFlow frees a small
+/// result read back to the host from the thread that sees its copy complete), so that its
+/// place among the calls of the thread running the step changes from one step to the next.
+/// Its allocation's lifetime ends at the next call.
+pub fn is_call(event: &Event) -> bool {
+    event.api().is_some() && !matches!(event, Event::Free { pooled: true, .. })
+}
+
 /// The token of a call record: its kind, API, result and everything that describes the work
 /// (sizes, directions, kernel handle and geometry, cuDNN algorithm, workspace and tensor shapes
 /// and roles; for each touch the API names, the touched allocation's size, the range and the
@@ -69,9 +79,12 @@ fn access_code(a: Access) -> u64 {
 /// inferred from its parameter words, and a word may hold whatever an earlier call left there
 /// (PyTorch's reduction kernels take a struct whose unused pointer fields do), so the same
 /// call may seem to touch another allocation from one iteration to the next. `sizes` maps
-/// allocation ids to sizes. `None` for records that are not calls (header, timing, evict,
-/// restore).
+/// allocation ids to sizes. `None` for records that are not calls ([`is_call`]: header,
+/// timing, evict, restore, a pooled free).
 pub fn token(event: &Event, sizes: &HashMap<u64, u64>) -> Option<u64> {
+    if !is_call(event) {
+        return None;
+    }
     let mut h = Fnv::new();
     h.str(event.kind());
     h.str(event.api()?);

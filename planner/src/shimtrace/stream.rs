@@ -94,10 +94,26 @@ pub(super) struct Stream<'a> {
 impl<'a> Stream<'a> {
     pub(super) fn new(records: &'a [Record]) -> Stream<'a> {
         let calls = iteration::calls(records);
-        let records: Vec<&Record> = records.iter().filter(|r| r.event.api().is_some()).collect();
-        debug_assert_eq!(calls.len(), records.len());
         let mut allocs: HashMap<u64, (u64, u64)> = HashMap::new();
+        // A pooled free is no call: its allocation's life ends at the next call.
+        let mut ends_at: HashMap<u64, usize> = HashMap::new();
+        for r in records.iter().filter(|r| r.event.api().is_some()) {
+            if let Event::Free {
+                alloc: Some(a),
+                result: 0,
+                pooled: true,
+                ..
+            } = r.event
+            {
+                ends_at.insert(a, calls.partition_point(|c| c.seq < r.seq));
+            }
+        }
         let mut life = HashMap::new();
+        let records: Vec<&Record> = records
+            .iter()
+            .filter(|r| iteration::is_call(&r.event))
+            .collect();
+        debug_assert_eq!(calls.len(), records.len());
         let mut uses: HashMap<u64, Vec<(usize, Role)>> = HashMap::new();
         let mut all = Vec::with_capacity(calls.len());
         for (i, r) in records.iter().enumerate() {
@@ -110,7 +126,8 @@ impl<'a> Stream<'a> {
                     ..
                 } => {
                     allocs.insert(alloc, (ptr, size));
-                    life.insert(alloc, (i, usize::MAX, size));
+                    let freed = ends_at.get(&alloc).copied().unwrap_or(usize::MAX);
+                    life.insert(alloc, (i, freed, size));
                 }
                 Event::Free {
                     alloc: Some(a),

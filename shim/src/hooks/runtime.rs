@@ -54,6 +54,7 @@ pub fn free(api: &str, ptr: u64, stream: Option<u64>) -> Option<Pending> {
         size: known.map(|k| k.1),
         stream,
         result: 0,
+        pooled: known.is_some_and(|k| crate::virt::memory::pools(k.1)),
     });
     p.seq = Some(seq);
     Some(p)

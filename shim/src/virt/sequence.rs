@@ -139,6 +139,9 @@ struct Tracker {
     generation: u64,
     /// Allocation id -> size, of live allocations (tokens name sizes, never ids).
     sizes: HashMap<u64, u64>,
+    /// Bytes freed by pooled frees since the last call (no calls themselves): the next call
+    /// counts them freed, so that a period's balance of bytes holds them.
+    freed_between: u64,
     /// Allocations made in each iteration since the repetition was found, in order: the
     /// iteration's `TensorId::Rel{k}` names (the current one last).
     made: Vec<Vec<u64>>,
@@ -198,6 +201,7 @@ impl Tracker {
             dropped: 0,
             generation: 0,
             sizes: HashMap::new(),
+            freed_between: 0,
             made: Vec::new(),
             found: None,
             periods: Periods::new(),
@@ -265,6 +269,15 @@ impl Tracker {
             self.sizes.insert(alloc, size);
         }
         let Some(token) = iteration::token(&r.event, &self.sizes) else {
+            // No call, but a pooled free still ends its allocation.
+            if let Event::Free {
+                alloc: Some(id),
+                result: 0,
+                ..
+            } = r.event
+            {
+                self.freed_between += self.sizes.remove(&id).unwrap_or(0);
+            }
             return After::Nothing;
         };
         // The tracker follows and matches calls as kinds know them; detection tokenises the
@@ -285,7 +298,8 @@ impl Tracker {
         };
         let freed = freeing
             .and_then(|id| self.sizes.get(&id).copied())
-            .unwrap_or(0);
+            .unwrap_or(0)
+            + std::mem::take(&mut self.freed_between);
         let after = self.call(r, token, made, freed, recognise);
         if let Some(id) = freeing {
             self.sizes.remove(&id);

@@ -145,6 +145,54 @@ fn one_steady_iteration_of_contents() {
 }
 
 #[test]
+fn a_pooled_free_is_no_call_wherever_it_comes() {
+    // The program above with its input X from the shim's pool, freed (by another thread) at a
+    // place that changes from one iteration to the next.
+    let mut v = Vec::new();
+    let mut floating: Vec<Event> = Vec::new();
+    for (i, e) in program(4).into_iter().enumerate() {
+        match e {
+            Event::Free { alloc: Some(x), .. } if x >= 10 && x % 2 == 0 => {
+                let mut e = free(x);
+                if let Event::Free { pooled, .. } = &mut e {
+                    *pooled = true;
+                }
+                floating.push(e);
+            }
+            e => {
+                v.push(e);
+                // Each held free comes after a different number of calls (0, 1, 2, ...).
+                if floating.len() == 1 && i % 3 == 0 {
+                    v.append(&mut floating);
+                }
+            }
+        }
+    }
+    v.append(&mut floating);
+    let c = convert(&records(v, true)).unwrap();
+    let s = c.iteration.as_ref().unwrap();
+    assert_eq!(
+        s.period, 7,
+        "the iteration's calls, the input's free none of them"
+    );
+    assert_eq!(
+        c.ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+        [1, 3, 4, 5],
+        "each operation at its call within the iteration"
+    );
+    // The input's life ends where it was freed: no longer than to the next iteration.
+    let x = c
+        .storages
+        .iter()
+        .position(|o| matches!(o.tensor, TensorId::Rel { size: 10, .. }))
+        .expect("the input is a storage");
+    assert!(
+        !c.trace.storages[x].constant,
+        "not carried into the next iteration"
+    );
+}
+
+#[test]
 fn what_the_next_iteration_reads_stays() {
     // A batch prefetched before the current one is consumed: one is live at every point, so
     // whatever the cut, a batch made in one iteration is read (then freed) by the next.

@@ -56,6 +56,7 @@ fn free(id: u64) -> Event {
         size: None,
         stream: Some(0),
         result: 0,
+        pooled: false,
     }
 }
 fn ptr(id: u64) -> u64 {

@@ -839,6 +839,12 @@ pub fn alloc_internal(size: usize) -> Option<u64> {
 
 /// Before the program frees the allocation at `ptr` (while the registry still knows it): what
 /// the online policy dropped and rebuilds from it is rebuilt first, on the free's stream.
+/// Whether a program's allocation of `size` bytes is served from the pool of tensors under
+/// `MARMOSET_MIN_TENSOR` (which no plan moves).
+pub fn pools(size: u64) -> bool {
+    size < config().min_tensor && active()
+}
+
 pub fn before_free(ptr: u64, stream: Option<u64>) {
     if !active() {
         return;

@@ -38,7 +38,7 @@ impl Tracker {
             );
             After::Nothing
         };
-        if !steady_bytes(&calls, region) {
+        if !steady_bytes(&sorted, region) {
             return not("it keeps what it allocates");
         }
         // One full period is enough once the cuts that leave it whole and the next's first
@@ -149,6 +149,8 @@ impl Tracker {
         self.periods.clear();
         let mut sizes: HashMap<u64, u64> = HashMap::new();
         let mut k = 0;
+        // Pooled frees are no calls: the next call counts their bytes freed.
+        let mut between = 0;
         for r in &self.records {
             let (made, freed) = match r.event {
                 Event::Alloc {
@@ -167,26 +169,32 @@ impl Tracker {
                 } => (0, sizes.get(&id).copied().unwrap_or(0)),
                 _ => (0, 0),
             };
-            if iteration::token(&r.event, &sizes).is_none() || k >= self.tokens.len() {
+            if !iteration::is_call(&r.event) {
+                between += freed;
                 continue;
             }
-            self.periods.see(&self.tokens[..=k], made, freed);
+            if k >= self.tokens.len() {
+                continue;
+            }
+            self.periods.see(
+                &self.tokens[..=k],
+                made,
+                freed + std::mem::take(&mut between),
+            );
             k += 1;
         }
     }
 }
 
-/// Whether `region` of `calls` (ending with the last) frees what it allocates, by the rules the
-/// candidates are ripe by (see `periods`), on the calls in the order of their records.
-fn steady_bytes(calls: &[iteration::Call], region: iteration::Region) -> bool {
+/// Whether `region` of the calls of `records` (sorted by `seq`; the region ends with the last
+/// call) frees what it allocates, by the rules the candidates are ripe by (see `periods`). A
+/// pooled free is no call: the bytes it frees count from the next call on.
+fn steady_bytes(records: &[Record], region: iteration::Region) -> bool {
     let mut sizes: HashMap<u64, u64> = HashMap::new();
-    let (mut held, mut allocated) = (
-        Vec::with_capacity(calls.len()),
-        Vec::with_capacity(calls.len()),
-    );
+    let (mut held, mut allocated) = (Vec::new(), Vec::new());
     let (mut h, mut a) = (0u64, 0u64);
-    for c in calls {
-        match c.effect {
+    for r in records {
+        match iteration::effect(&r.event) {
             iteration::Effect::Alloc { id, size } => {
                 sizes.insert(id, size);
                 h += size;
@@ -195,8 +203,10 @@ fn steady_bytes(calls: &[iteration::Call], region: iteration::Region) -> bool {
             iteration::Effect::Free { id } => h = h.saturating_sub(sizes.remove(&id).unwrap_or(0)),
             iteration::Effect::Use => {}
         }
-        held.push(h);
-        allocated.push(a);
+        if iteration::is_call(&r.event) {
+            held.push(h);
+            allocated.push(a);
+        }
     }
     let low = periods::fewest(&held, region.start, region.period);
     periods::ripe(&held, &allocated, region.start, region.period, low)
