@@ -837,14 +837,14 @@ pub fn alloc_internal(size: usize) -> Option<u64> {
     with_room(|m| m.alloc(size as u64, true)).and_then(Result::ok)
 }
 
-/// Before the program frees the allocation at `ptr` (while the registry still knows it): what
-/// the online policy dropped and rebuilds from it is rebuilt first, on the free's stream.
 /// Whether a program's allocation of `size` bytes is served from the pool of tensors under
 /// `MARMOSET_MIN_TENSOR` (which no plan moves).
 pub fn pools(size: u64) -> bool {
     size < config().min_tensor && active()
 }
 
+/// Before the program frees the allocation at `ptr` (while the registry still knows it): what
+/// the online policy dropped and rebuilds from it is rebuilt first, on the free's stream.
 pub fn before_free(ptr: u64, stream: Option<u64>) {
     if !active() {
         return;
