@@ -97,7 +97,7 @@ impl<'a> Stream<'a> {
         let mut allocs: HashMap<u64, (u64, u64)> = HashMap::new();
         // A pooled free is no call: its allocation's life ends at the next call.
         let mut ends_at: HashMap<u64, usize> = HashMap::new();
-        for r in records.iter().filter(|r| r.event.api().is_some()) {
+        for r in records {
             if let Event::Free {
                 alloc: Some(a),
                 result: 0,

@@ -555,11 +555,11 @@ pub(crate) mod tests {
     use super::*;
     use crate::fatbin::fixture;
 
-    /// The tests that launch kernels on the one simulated device take turns: its compute engine
-    /// is shared, so a kernel of one test queues behind another's, and a launch timed while
-    /// another test launches takes longer on the virtual clock.
     /// A test's turn at the one simulated device, with device 0's context bound to its thread
-    /// (the driver's calls need one there, as a real driver program binds one first).
+    /// (the driver's calls need one there, as a real driver program binds one first). The tests
+    /// that launch kernels take turns: the compute engine is shared, so a kernel of one test
+    /// queues behind another's, and a launch timed while another test launches takes longer on
+    /// the virtual clock.
     pub(crate) fn launching() -> MutexGuard<'static, ()> {
         static LAUNCHING: Mutex<()> = Mutex::new(());
         let turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
