@@ -212,6 +212,8 @@ impl Sim<'_> {
             && match self.state[s] {
                 State::Resident => st.producer.is_some() || st.constant,
                 State::Dropped => !self.dead[s],
+                // Swapped out (dropping and swapping mixed): kept out, swapped in if needed.
+                State::Out | State::Leaving(_) => true,
                 _ => false,
             };
         if !keep {
@@ -398,37 +400,70 @@ impl Sim<'_> {
         {
             return (Verdict::Stale, 0);
         }
-        // A swap-out could not start before the recomputation that made it ended.
-        let swap = p.evict == Evict::Lru;
-        if self.pinned[s] || swap && self.is_made[s] {
-            return (Verdict::Skip, 0);
-        }
         let Some(back) = (p.evictable)(s, op) else {
             return (Verdict::Skip, 0);
         };
-        if !self.may_leave(s, op, back, swap) {
+        if self.pinned[s] {
             return (Verdict::Skip, 0);
         }
+        let Some((swap, drop)) = self.ways(p, s, op, back) else {
+            return (Verdict::Skip, 0);
+        };
         let score = if back == usize::MAX {
             f64::NEG_INFINITY
-        } else if swap {
+        } else if p.evict == Evict::Lru {
             self.last_use[s]
         } else {
             let downstream = p.evict == Evict::Dtr;
             let per = size as f64 * (at - self.last_use[s]).max(1e-9);
-            let cost = match walk {
-                Some((w, best)) => {
-                    let dropped = |i: usize| self.state[i] == State::Dropped && !self.dead[i];
-                    // The walk may stop once its cost so far loses to the best score: it only
-                    // grows (a sum of times), so the whole would lose too.
-                    let loses = |cost: f64| cost / per > best;
-                    w.cost(self.t, &self.consumers, &dropped, s, downstream, &loses)
-                }
-                None => self.remat_cost(s, downstream),
+            let copy = if swap {
+                self.round_trip(s)
+            } else {
+                f64::INFINITY
             };
-            cost / per
+            let rebuild = if !drop {
+                f64::INFINITY
+            } else {
+                match walk {
+                    Some((w, best)) => {
+                        let dropped = |i: usize| self.state[i] == State::Dropped && !self.dead[i];
+                        // The walk may stop once its cost so far loses to the best score: it
+                        // only grows (a sum of times), so the whole would lose too.
+                        let loses = |cost: f64| cost / per > best;
+                        w.cost(self.t, &self.consumers, &dropped, s, downstream, &loses)
+                    }
+                    None => self.remat_cost(s, downstream),
+                }
+            };
+            copy.min(rebuild) / per
         };
         (Verdict::Score(score), back)
+    }
+
+    /// How `s` may leave during `op` until `back` under `p`, as `(swap, drop)`: `None` when it
+    /// may not. A swap-out could not start before the recomputation that made it ended.
+    fn ways(&self, p: &Passive, s: usize, op: usize, back: usize) -> Option<(bool, bool)> {
+        let (swap, drop) = match p.evict {
+            Evict::Lru if self.is_made[s] => return None,
+            Evict::Lru => (true, false),
+            Evict::Dtr | Evict::DtrUpstream => (false, true),
+            Evict::DtrOrSwap => p.ways.map_or((false, true), |w| w(s, op, back)),
+        };
+        let swap = swap && !self.is_made[s] && back != usize::MAX;
+        let drop = drop && self.may_leave(s, op, back, false);
+        if back == usize::MAX {
+            // Nothing reads it again: it goes for good where it may.
+            return self
+                .may_leave(s, op, back, p.evict == Evict::Lru)
+                .then_some((false, true));
+        }
+        (swap || drop).then_some((swap, drop))
+    }
+
+    /// A copy of `s` out and back in at the link's speeds.
+    fn round_trip(&self, s: usize) -> f64 {
+        let copy = self.t.copy_bytes(s) as f64;
+        copy / self.link.d2h + copy / self.link.h2d
     }
 
     /// The storage to evict during `op` at `at` and its back-access: the least (score,
@@ -470,7 +505,12 @@ impl Sim<'_> {
         // which a replay does after `op` (see `early`); else before `op`.
         let after = if self.is_made[s] { op } else { prev };
         let size = self.t.storages[s].size;
-        if p.evict == Evict::Lru && back != usize::MAX {
+        let swap = match self.ways(p, s, op, back) {
+            Some((true, false)) => true,
+            Some((true, true)) => self.round_trip(s) < self.remat_cost(s, false),
+            _ => false,
+        };
+        if swap {
             let copy = self.t.copy_bytes(s);
             let start = at.max(self.d2h_free);
             let end = start + copy as f64 / self.link.d2h;
@@ -528,6 +568,8 @@ impl Sim<'_> {
 
     /// Makes `s`, which is not dropped, available to operation `op` at `self.now`.
     fn available(&mut self, s: usize, op: usize) {
+        // A swap-out that has ended by now has given its memory back: the tensor is away.
+        self.release(self.now);
         match self.state[s] {
             // Still on the device while its swap-out runs: usable.
             State::Resident | State::Leaving(_) => {}

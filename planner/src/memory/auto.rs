@@ -121,6 +121,13 @@ pub(super) fn portfolio(
         return (s.best, s.named);
     };
     s.policy("dtr", dtr.clone());
+    // The shim's own online policy, which runs wherever no plan guides (DTR's score, each
+    // tensor dropped or swapped by which costs less): a plan must beat what the program would
+    // run without one.
+    if s.go_on() {
+        let mixed = online_below(t, a, budget, link, Evict::DtrOrSwap, more, s.cutoff());
+        s.offer(mixed);
+    }
     // Its selection is also a variant's below: made once.
     let swap_sel = s
         .go_on()

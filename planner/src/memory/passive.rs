@@ -58,6 +58,7 @@ pub(super) fn passive_run_by(
 ) -> (Plan, Outcome) {
     let a = a.clone().extended(plan);
     let swap = evict == Evict::Lru;
+    let both = evict == Evict::DtrOrSwap;
     // Where the shim carries the plan out (`Trace::shim_carries_out`), it replays into the
     // program's memory and keeps nothing past the program's free of it: a drop is only
     // carried out where the producer's sources still hold their contents at the back-access
@@ -82,8 +83,15 @@ pub(super) fn passive_run_by(
             // Something made from it may be recomputed until its horizon: recomputable until
             // then, as DTR's evictions are.
             None => Some(a.horizon[s]).filter(|&h| sourced(s, h)),
-            Some(&back) => Some(back).filter(|&b| swap || sourced(s, b)),
+            Some(&back) => Some(back).filter(|&b| swap || both || sourced(s, b)),
         }
+    };
+    // Dropping or swapping, by which costs less: a swap where something reads it again, a drop
+    // where its sources hold their contents then.
+    let ways = |s: usize, op: usize, back: usize| {
+        let acc = &a.accesses[s];
+        let read = acc.get(acc.partition_point(|&x| x <= op)) == Some(&back);
+        (read, sourced(s, back))
     };
     // From which operation on `evictable` says `usize::MAX`: after the last access and the
     // horizon; weights never.
@@ -99,6 +107,7 @@ pub(super) fn passive_run_by(
     let passive = Passive {
         evict,
         evictable: &evictable,
+        ways: both.then_some(&ways as &dyn Fn(usize, usize, usize) -> (bool, bool)),
         horizon: (!swap && !shim).then_some(&a.horizon),
         more: Some(more),
         gone_from: indexed.then_some(&gone_from[..]),

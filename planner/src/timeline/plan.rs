@@ -50,6 +50,10 @@ pub enum Evict {
     Dtr,
     /// Drop, by DTR's score with only what would come back with it in the cost.
     DtrUpstream,
+    /// The shim's online policy (see [`Passive::ways`]): DTR's score with the cost the cheaper
+    /// of a rebuild (what would come back with it) and a copy out and back in, dropped or
+    /// swapped out by which is cheaper.
+    DtrOrSwap,
 }
 
 /// Passive mode (Capuchin's on-demand eviction, and all that DTR and LRU do): when an
@@ -61,6 +65,10 @@ pub struct Passive<'a> {
     /// Whether storage `s` may leave during operation `op`: `Some(back)`, the operation that
     /// needs it next (`usize::MAX`: none does, it goes for good), `None` when it may not.
     pub evictable: &'a dyn Fn(usize, usize) -> Option<usize>,
+    /// [`Evict::DtrOrSwap`] only: whether storage `s`, leaving during `op` until `back`, may be
+    /// swapped out (something reads it at `back`) and whether dropped (a recomputation finds
+    /// its sources then), as `(swap, drop)`.
+    pub ways: Option<&'a dyn Fn(usize, usize, usize) -> (bool, bool)>,
     /// Dropping only: per storage, the last operation that reads it or anything made from it.
     /// What the program frees before then stays as metadata (constants: resident) until then,
     /// as DTR keeps what a recomputation may need, so that every dropped storage can be

@@ -3,8 +3,8 @@
 //! [`Sim`]'s, in the module above.
 
 use super::{
-    ByOp, Candidates, Decision, Link, Map, Outcome, Passive, Plan, Set, Sim, Stall, State, Usage,
-    Walk,
+    ByOp, Candidates, Decision, Evict, Link, Map, Outcome, Passive, Plan, Set, Sim, Stall, State,
+    Usage, Walk,
 };
 use crate::model::{Direction, Step, Trace};
 use std::collections::BinaryHeap;
@@ -83,12 +83,23 @@ impl<'a> Sim<'a> {
             index: None,
         };
         let triggers = sim.set_plan(plan);
-        if let Some(gone_from) = passive.and_then(|p| p.gone_from) {
+        if let Some(p) = passive
+            && let Some(gone_from) = p.gone_from
+        {
             let sizes: Vec<u64> = t.storages.iter().map(|s| s.size).collect();
-            let own: Vec<f64> = t
-                .storages
-                .iter()
-                .map(|s| s.producer.map_or(f64::INFINITY, |p| t.ops[p].time_s))
+            // The least a score's cost can be: the producer's time, or where a swap may stand
+            // in for a rebuild, a copy out and back in if that is less.
+            let own: Vec<f64> = (0..n)
+                .map(|s| {
+                    let own = t.storages[s]
+                        .producer
+                        .map_or(f64::INFINITY, |p| t.ops[p].time_s);
+                    if p.evict == Evict::DtrOrSwap {
+                        own.min(sim.round_trip(s))
+                    } else {
+                        own
+                    }
+                })
                 .collect();
             sim.index = Some((
                 Candidates::new(&sizes, &own, gone_from.to_vec()),

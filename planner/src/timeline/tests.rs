@@ -285,21 +285,57 @@ fn a_source_nothing_can_recompute_makes_the_plan_invalid_not_a_hang() {
 
 /// Passive mode on the chain, with anything allowed to leave (next access from a table).
 fn passive_chain(evict: Evict, budget: u64) -> (Plan, Outcome) {
+    passive_chain_on(evict, budget, LINK)
+}
+
+/// [`passive_chain`] over `link`; dropping or swapping, either where something reads again.
+fn passive_chain_on(evict: Evict, budget: u64, link: Link) -> (Plan, Outcome) {
     let t = chain();
     let accesses: [&[usize]; 4] = [&[0, 1, 3], &[1, 2], &[2, 3], &[3]];
     let evictable = |s: usize, op: usize| -> Option<usize> {
         let next = accesses[s].iter().find(|&&x| x > op).copied();
         Some(next.unwrap_or(usize::MAX))
     };
+    let ways = |_: usize, _: usize, back: usize| (back != usize::MAX, true);
     let passive = Passive {
         evict,
         evictable: &evictable,
+        ways: Some(&ways),
         horizon: None,
         more: None,
         gone_from: None,
         cutoff: f64::INFINITY,
     };
-    simulate_passive(&t, budget, LINK, &Vec::new(), &passive)
+    simulate_passive(&t, budget, link, &Vec::new(), &passive)
+}
+
+/// Hand-computed, the shim's online policy: a (100 B, made in 1 s) goes at op 2 as in the two
+/// tests below. Over a 100 B/s link its copy out and back (2 s) costs more than its rebuild,
+/// and it is dropped, as DTR drops it (5 s); over 1000 B/s (0.2 s) it is swapped: out from
+/// t = 2 to 2.1, op 2 waits for that, and op 3 fetches it on demand (3.1 to 3.2): 4.2 s.
+#[test]
+fn the_online_policy_drops_or_swaps_by_which_costs_less() {
+    let (evicted, o) = passive_chain_on(Evict::DtrOrSwap, 210, LINK);
+    assert_eq!(
+        evicted,
+        vec![(0, Decision::Recompute { after: 1, back: 3 })]
+    );
+    assert_eq!((o.makespan, o.peak), (5.0, 210));
+    let fast = Link {
+        h2d: 1000.0,
+        d2h: 1000.0,
+    };
+    let (evicted, o) = passive_chain_on(Evict::DtrOrSwap, 210, fast);
+    let swap = Decision::Swap {
+        after: 1,
+        trigger: 3,
+        back: 3,
+    };
+    assert_eq!(evicted, vec![(0, swap)]);
+    assert!(o.feasible, "{o:?}");
+    assert!((o.makespan - 4.2).abs() < 1e-9, "{o:?}");
+    let again = simulate(&chain(), 210, fast, &evicted);
+    assert_eq!((again.makespan, again.peak), (o.makespan, o.peak));
 }
 
 /// Hand-computed, DTR: at op 2 (c needs 100 B, 200 held, budget 210) b is in use, so a
