@@ -673,7 +673,10 @@ fn backend_execute(h: P, plan: P, pack: P) -> Option<Pending> {
         Some(w) => w,
         None => one(pack as usize, VARIANT_PACK_WORKSPACE, TYPE_VOID_PTR).unwrap_or(0) as u64,
     };
-    let ws_size = one(plan as usize, EXECUTION_PLAN_WORKSPACE_SIZE, TYPE_INT64)
+    // The workspace the program provides: what its size query was answered (μ-cuDNN's
+    // configuration's for a planned plan, the plan's own otherwise). A replay brings that much.
+    let ws_size = backend::workspace_answer(plan as usize)
+        .or_else(|| one(plan as usize, EXECUTION_PLAN_WORKSPACE_SIZE, TYPE_INT64))
         .unwrap_or(0)
         .max(0) as u64;
     if ws != 0 && ws_size > 0 {

@@ -90,6 +90,39 @@ fn pytorch_default_path_trains_resnet50_with_graphs_in_wds_shared_workspace() {
     );
 }
 
+/// A traced execution records the workspace the program provides, what its size query was
+/// answered (under WR at most the limit), never the larger need of the engine PyTorch chose:
+/// a replay brings as much as the record says, and a plan makes room for that.
+#[test]
+fn a_traced_execution_records_the_workspace_pytorch_provides() {
+    let trace = temp_path("torch-mb-wr-trace.jsonl");
+    let t = trace.to_str().unwrap();
+    let (out, report) = resnet50(&["--workspace-limit", "16MiB", "--trace", t], "wr-trace");
+    trained_three_steps(&out, &report);
+    let records = take_trace(&trace);
+    let executions: Vec<u64> = of_kind(&records, "cudnn")
+        .iter()
+        .filter(|r| r["api"] == "cudnnBackendExecute")
+        .map(|r| r["workspace"].as_u64().unwrap_or(0))
+        .collect();
+    assert!(
+        executions.len() >= 100,
+        "executions traced: {}",
+        executions.len()
+    );
+    let beyond: Vec<&u64> = executions.iter().filter(|&&w| w > 16 << 20).collect();
+    assert!(
+        beyond.is_empty(),
+        "{} of {} executions record more workspace than the limit: {beyond:?}",
+        beyond.len(),
+        executions.len()
+    );
+    assert!(
+        executions.iter().any(|&w| w > 0),
+        "some provide a workspace"
+    );
+}
+
 /// `marmoset run --sim=p100 ARGS -- .venv/bin/python examples/conv_layers.py CSV` in shape mode:
 /// each layer's simulated milliseconds (forward; backward-data + backward-filter) and the total.
 fn torch_layers(marmoset_args: &[&str], csv: &std::path::Path) -> (f64, Vec<(String, f64)>) {

@@ -489,7 +489,16 @@ impl Manager {
             if !counted && victim.is_some_and(|(_, dead)| !dead) && guided::guided() {
                 counted = true;
                 // Beyond what the copies out in flight free: what the plan's memory lacks.
-                guided::unplanned(self.used - self.releasing + bytes - self.budget);
+                let short = self.used - self.releasing + bytes - self.budget;
+                guided::unplanned(short);
+                if crate::core::state::logs(Level::Debug) {
+                    log(
+                        Level::Debug,
+                        &format!(
+                            "memory: {bytes} B asked while a plan guides: {short} B beyond what the plan left, a live tensor leaves for it"
+                        ),
+                    );
+                }
             }
             if victim.is_none() && is_beyond_budget() {
                 // Rebuilding dropped contents: over the budget rather than lose them.
