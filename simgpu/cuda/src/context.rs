@@ -459,6 +459,26 @@ pub extern "C" fn cuPointerGetAttribute(
     with(|d| pointer_attribute(classify(d, p), p, attr, data))
 }
 
+/// The device allocation holding `p`: its start and size (each output optional). An address
+/// in no device allocation is CUDA_ERROR_NOT_FOUND.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    p: CUdeviceptr,
+) -> CUresult {
+    with(|d| {
+        let (start, len) = d.device_range(p).ok_or(NOT_FOUND)?;
+        if !base.is_null() {
+            out(base, start)?;
+        }
+        if !size.is_null() {
+            out(size, len as usize)?;
+        }
+        Ok(())
+    })
+}
+
 /// Several attributes at once; unlike the single query, unknown memory is not an error: each
 /// value is left as the driver leaves it for unregistered memory (type 0, NULL, ordinal -2).
 #[unsafe(no_mangle)]
@@ -798,6 +818,7 @@ pub fn procs() -> &'static [(&'static str, c_int, usize)] {
                 p!("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags),
                 p!("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
                 p!("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+                p!("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
                 p!("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
                 p!("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
                 p!("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig),
@@ -892,6 +913,69 @@ mod tests {
             crate::lookup(c"cuLogsRegisterCallback", 12000).1,
             2,
             "too old"
+        );
+    }
+
+    /// PyTorch's c10 DriverAPI looks up its whole list of driver functions at once (at CUDA
+    /// 12.0) the first time it needs one (an out-of-memory report), and stops at the first
+    /// missing: every name on its required list is found.
+    #[test]
+    fn cu_get_proc_address_finds_pytorchs_driver_list() {
+        for name in [
+            c"cuDeviceGetAttribute",
+            c"cuMemAddressReserve",
+            c"cuMemRelease",
+            c"cuMemMap",
+            c"cuMemAddressFree",
+            c"cuMemSetAccess",
+            c"cuMemUnmap",
+            c"cuMemCreate",
+            c"cuMemGetAllocationGranularity",
+            c"cuMemExportToShareableHandle",
+            c"cuMemImportFromShareableHandle",
+            c"cuMemsetD32Async",
+            c"cuStreamWriteValue32",
+            c"cuGetErrorString",
+            c"cuMemGetAddressRange",
+            c"cuMemRetainAllocationHandle",
+            c"cuMemGetAllocationPropertiesFromHandle",
+            c"cuCtxGetCurrent",
+            c"cuCtxSetCurrent",
+            c"cuCtxPushCurrent",
+            c"cuCtxPopCurrent",
+            c"cuDeviceGet",
+        ] {
+            assert!(crate::lookup(name, 12000).0.is_some(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn an_address_range_is_its_allocation() {
+        let _turn = crate::modules::tests::launching();
+        let mut a = 0u64;
+        assert_eq!(crate::cuMemAlloc_v2(&mut a, 3 << 20), 0);
+        let (mut base, mut size) = (0u64, 0usize);
+        assert_eq!(cuMemGetAddressRange_v2(&mut base, &mut size, a + 12345), 0);
+        assert_eq!((base, size), (a, 3 << 20));
+        // Each output is optional.
+        assert_eq!(
+            cuMemGetAddressRange_v2(std::ptr::null_mut(), &mut size, a),
+            0
+        );
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, std::ptr::null_mut(), a),
+            0
+        );
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, &mut size, a + (3 << 20)),
+            NOT_FOUND,
+            "past its end"
+        );
+        assert_eq!(crate::cuMemFree_v2(a), 0);
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, &mut size, a),
+            NOT_FOUND,
+            "freed"
         );
     }
 

@@ -21,6 +21,11 @@ mod modules;
 mod props;
 mod ptx;
 
+use __simgpu_stubs::{
+    cuCtxPopCurrent, cuCtxPushCurrent, cuMemExportToShareableHandle,
+    cuMemGetAllocationPropertiesFromHandle, cuMemImportFromShareableHandle,
+    cuMemRetainAllocationHandle, cuStreamWriteValue32,
+};
 use device::*;
 use loaded::*;
 use simgpu_model::CopyDir;
@@ -1287,6 +1292,16 @@ proc_table! {
     "cuGetErrorString", 6000 => cuGetErrorString,
     "cuGetProcAddress", 11030 => cuGetProcAddress,
     "cuGetProcAddress", 12000 => cuGetProcAddress_v2,
+    // Not simulated, but a real driver hands them out, and programs that load a list of
+    // driver functions at once (PyTorch's c10 DriverAPI) stop at the first one missing: found,
+    // each answers CUDA_ERROR_NOT_SUPPORTED (its stub, as when linked directly).
+    "cuMemExportToShareableHandle", 10020 => cuMemExportToShareableHandle,
+    "cuMemImportFromShareableHandle", 10020 => cuMemImportFromShareableHandle,
+    "cuMemRetainAllocationHandle", 11000 => cuMemRetainAllocationHandle,
+    "cuMemGetAllocationPropertiesFromHandle", 10020 => cuMemGetAllocationPropertiesFromHandle,
+    "cuStreamWriteValue32", 8000 => cuStreamWriteValue32,
+    "cuCtxPushCurrent", 4000 => cuCtxPushCurrent,
+    "cuCtxPopCurrent", 4000 => cuCtxPopCurrent,
 }
 
 /// The exported function named exactly `name` (for tests and `dlsym`-like look-ups).

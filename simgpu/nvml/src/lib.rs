@@ -3,7 +3,10 @@
 //! TensorFlow opens NVML right after `cuInit` and calls `nvmlInit_v2`; when NVML is missing or
 //! fails, its device count silently becomes -1 and no GPU is listed. So this library answers
 //! initialisation and shutdown (reference-counted, as NVML's are), error strings, the CUDA driver
-//! version and the machine's device count; nothing else of NVML is simulated. Return values are
+//! version, the machine's device count and a device's handle by its PCI bus id. PyTorch looks up
+//! a list of NVML functions at once when it first reports an out-of-memory error (the processes
+//! using the device) and stops at the first one missing: the others it looks up are exported and
+//! answer `NVML_ERROR_NOT_SUPPORTED`; nothing else of NVML is simulated. Return values are
 //! `nvmlReturn_t`'s (nvml.h, NVML API version 12).
 #![allow(non_snake_case)]
 // Exported C entry points: their callers are C programs and the pointer contracts are the API's.
@@ -18,6 +21,7 @@ pub const SUCCESS: NvmlReturn = 0;
 pub const ERROR_UNINITIALIZED: NvmlReturn = 1;
 pub const ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
 pub const ERROR_NOT_SUPPORTED: NvmlReturn = 3;
+pub const ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const ERROR_UNKNOWN: NvmlReturn = 999;
 
 /// `NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH`: the flags `nvmlInitWithFlags` knows.
@@ -176,6 +180,81 @@ pub extern "C" fn nvmlDeviceGetCount(n: *mut c_uint) -> NvmlReturn {
     nvmlDeviceGetCount_v2(n)
 }
 
+/// The PCI bus of the first simulated device (domain 0, device 0); device `i` sits on bus
+/// `PCI_BUS + i`, as the simulated driver reports them (simgpu-cuda's `props::PCI_BUS`).
+const PCI_BUS: u32 = 0x1b;
+
+/// The devices' handles: the address of each one's byte.
+static HANDLES: [u8; MAX_DEVICES as usize] = [0; MAX_DEVICES as usize];
+
+/// (domain, bus, device) of a PCI bus id `[domain:]bus:device.function`, in hex.
+fn parse_bus_id(id: &str) -> Option<(u32, u32, u32)> {
+    let (rest, _function) = id.trim().rsplit_once('.')?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+    match parts[..] {
+        [domain, bus, device] => Some((hex(domain)?, hex(bus)?, hex(device)?)),
+        [bus, device] => Some((0, hex(bus)?, hex(device)?)),
+        _ => None,
+    }
+}
+
+/// The handle of the simulated device on PCI bus id `id`; `NVML_ERROR_NOT_FOUND` (6) for an id
+/// no simulated device has.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    id: *const c_char,
+    device: *mut *const u8,
+) -> NvmlReturn {
+    if !initialised() {
+        return ERROR_UNINITIALIZED;
+    }
+    if id.is_null() || device.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: a NUL-terminated string (the API's contract), checked non-null.
+    let id = unsafe { std::ffi::CStr::from_ptr(id) }.to_string_lossy();
+    let Some((domain, bus, dev)) = parse_bus_id(&id) else {
+        return ERROR_INVALID_ARGUMENT;
+    };
+    let count = machine_devices(std::env::var("SIMGPU_DEVICES").ok().as_deref()).unwrap_or(1);
+    if domain != 0 || dev != 0 || bus < PCI_BUS || bus >= PCI_BUS + count {
+        return ERROR_NOT_FOUND;
+    }
+    // SAFETY: a non-null output pointer for a device handle (the API's contract).
+    unsafe { device.write(&HANDLES[(bus - PCI_BUS) as usize]) };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetHandleByPciBusId(
+    id: *const c_char,
+    device: *mut *const u8,
+) -> NvmlReturn {
+    nvmlDeviceGetHandleByPciBusId_v2(id, device)
+}
+
+/// Not simulated (the processes using a device, its NVLink peers, its fabric).
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetComputeRunningProcesses() -> NvmlReturn {
+    ERROR_NOT_SUPPORTED
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetNvLinkRemoteDeviceType() -> NvmlReturn {
+    ERROR_NOT_SUPPORTED
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2() -> NvmlReturn {
+    ERROR_NOT_SUPPORTED
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGpuFabricInfoV() -> NvmlReturn {
+    ERROR_NOT_SUPPORTED
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +330,46 @@ mod tests {
         assert_eq!(
             nvmlSystemGetCudaDriverVersion(std::ptr::null_mut()),
             ERROR_INVALID_ARGUMENT
+        );
+    }
+
+    #[test]
+    fn a_device_is_found_by_its_pci_bus_id() {
+        let _t = turn();
+        assert_eq!(nvmlInit_v2(), SUCCESS);
+        let mut d: *const u8 = std::ptr::null();
+        // PyTorch's format (NVML_DEVICE_PCI_BUS_ID_FMT) for the first simulated device.
+        let first = c"00000000:1B:00.0";
+        assert_eq!(
+            nvmlDeviceGetHandleByPciBusId_v2(first.as_ptr(), &mut d),
+            SUCCESS
+        );
+        assert!(!d.is_null());
+        let mut again: *const u8 = std::ptr::null();
+        assert_eq!(
+            nvmlDeviceGetHandleByPciBusId(c"1b:00.0".as_ptr(), &mut again),
+            SUCCESS
+        );
+        assert_eq!(d, again, "the same device, the same handle");
+        for other in [
+            c"00000000:1C:00.0",
+            c"00000001:1B:00.0",
+            c"00000000:1B:01.0",
+        ] {
+            assert_eq!(
+                nvmlDeviceGetHandleByPciBusId_v2(other.as_ptr(), &mut d),
+                ERROR_NOT_FOUND,
+                "{other:?}"
+            );
+        }
+        assert_eq!(
+            nvmlDeviceGetHandleByPciBusId_v2(c"bus one".as_ptr(), &mut d),
+            ERROR_INVALID_ARGUMENT
+        );
+        assert_eq!(nvmlShutdown(), SUCCESS);
+        assert_eq!(
+            nvmlDeviceGetHandleByPciBusId_v2(first.as_ptr(), &mut d),
+            ERROR_UNINITIALIZED
         );
     }
 }

@@ -28,6 +28,28 @@ fn torch_trains_a_small_cnn_on_the_simulated_gpu() {
     trained(&out, &report);
 }
 
+/// PyTorch alone capped below what it needs (`set_per_process_memory_fraction`) fails with its
+/// own out-of-memory error, as on a real device: its report of the processes using the device
+/// (NVML, and the driver functions it looks up all at once) finds what it asks for.
+#[test]
+fn torch_alone_beyond_its_memory_fraction_reports_out_of_memory() {
+    let mut c = torch_command(
+        "--sim=h100",
+        &["--no-shim"],
+        "small_cnn.py",
+        &["--steps", "3", "--memory-fraction", "0.00001"],
+    );
+    c.env("SIMGPU_MODE", "shape");
+    let out = torch_output(&mut c);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("torch.OutOfMemoryError: CUDA out of memory"),
+        "{err}"
+    );
+    assert!(!err.contains("INTERNAL ASSERT FAILED"), "{err}");
+}
+
 #[test]
 fn torch_trains_under_marmoset_and_the_trace_counts_what_the_simulator_did() {
     let trace = temp_path("torch-trace.jsonl");
