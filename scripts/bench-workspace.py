@@ -124,6 +124,8 @@ def main():
                                     ["--memory-fraction", f"{budget / capacity:.6f}"])
                 row["pytorch_alone_ms"] = alone
                 row["pytorch_alone_why"] = why
+                if alone is None and why != "OOM":
+                    say(f"{model} on {profile} at {f}: PyTorch alone failed, not for memory: {why}")
                 row["choice_ms"], _, _ = run(model, profile, ["--memory-limit", str(budget),
                                                               "--joint-workspace", "off"])
                 row["default_ms"], drep, row["default_why"] = run(
@@ -151,7 +153,9 @@ def main():
     for r in results:
         best = r["limits"].get(r["best_limit"]) if r["best_limit"] else None
         ratio = f"{r['default_ms'] / best:.3f}" if best and r["default_ms"] else "-"
-        alone = fmt(r["pytorch_alone_ms"]) if r["pytorch_alone_ms"] else (r["pytorch_alone_why"] or "fails")
+        # OOM, or "failed" (the reason is on stderr): a table cell holds no log line.
+        alone = fmt(r["pytorch_alone_ms"]) if r["pytorch_alone_ms"] else (
+            "OOM" if r["pytorch_alone_why"] == "OOM" else "failed")
         cells = " | ".join(fmt(r["limits"][l]) for l in limits)
         others = [x for x in (r["pytorch_alone_ms"], r.get("choice_ms")) if x]
         gain = f"{r['default_ms'] / min(others):.3f}" if others and r["default_ms"] else "-"
