@@ -39,9 +39,10 @@ pub(crate) fn load_model(path: &Path) -> Result<(planner::model::Trace, Planned)
         // its guided iterations recorded since (of calls waiting for copies and replays) moved
         // the prediction by 0.8% (the BERT-like encoder under capuchin at half its peak,
         // simulated H100).
-        let t = planner::shimtrace::convert_as_planned(&records)
+        let mut t = planner::shimtrace::convert_as_planned(&records)
             .map(|c| c.trace)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        t.lends_workspaces = planner::shimtrace::lent_workspaces(&records);
         return Ok((t, planner::shimtrace::held_and_links(&records)));
     }
     if first.contains("\"INSTRUCTION\"") {

@@ -81,6 +81,10 @@ pub struct Configs {
     pub least_workspace: u64,
     /// The storages the operation's workspace occupies (its scratch outputs).
     pub workspace: Vec<usize>,
+    /// Every configuration it could run: (seconds, workspace bytes), fastest first (empty in
+    /// traces written before it was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub front: Vec<(f64, u64)>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -135,6 +139,15 @@ pub struct Trace {
     /// each storage's size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub copied: Vec<u64>,
+    /// The executor lends a convolution a workspace beside the program's, up to a cap each
+    /// plan chooses with its evictions (`memory::joint`): every policy plans so. Set by the
+    /// shim under the joint plan and by `marmoset plan` on the trace of a run that planned so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lends_workspaces: bool,
+    /// The allocator's page where the model is as it holds memory (`shimtrace::as_held`): a
+    /// workspace the executor lends takes whole pages. 0: bytes as asked.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub page: u64,
 }
 
 impl Trace {

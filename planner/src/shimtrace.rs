@@ -51,7 +51,7 @@ use crate::trace::{CopyDir, Event, Record, Replay};
 use std::collections::HashMap;
 use stream::Stream;
 
-pub use held::{as_held, convert_as_planned, held_and_links, last_guiding_plan};
+pub use held::{as_held, convert_as_planned, held_and_links, last_guiding_plan, lent_workspaces};
 pub use replay::{
     GEMMS_REPLAYED, REPLAYED, first_writes, in_place_update, lineage, replay_scope,
     replays_in_shim, whole_copy, why_not_replayed,
@@ -251,25 +251,22 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
         }
     }
     let replays = lineage(records);
-    // Each execution plan's configurations (μ-cuDNN's): (fastest seconds, least workspace).
-    let configs: HashMap<(u64, u64), (f64, u64)> = records
+    // Each execution plan's configurations (μ-cuDNN's): (seconds, workspace), fastest first.
+    let configs: HashMap<(u64, u64), Vec<(f64, u64)>> = records
         .iter()
         .filter_map(|r| match &r.event {
             Event::Configs {
                 plan,
                 life,
                 configs,
-            } if !configs.is_empty() => Some((
-                (*plan, *life),
-                (
-                    configs
-                        .iter()
-                        .map(|c| c.time_ms)
-                        .fold(f64::INFINITY, f64::min)
-                        * 1e-3,
-                    configs.iter().map(|c| c.workspace).min().unwrap_or(0),
-                ),
-            )),
+            } if !configs.is_empty() => {
+                let mut front: Vec<(f64, u64)> = configs
+                    .iter()
+                    .map(|c| (c.time_ms * 1e-3, c.workspace))
+                    .collect();
+                front.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                Some(((*plan, *life), front))
+            }
             _ => None,
         })
         .collect();
@@ -646,12 +643,13 @@ fn convert_iteration(records: &[Record], fold: bool, which: Which) -> Result<Con
             op.scratch = scratch.iter().map(|&c| t.storages[c].size).sum();
         }
         if let Some(Replay::Backend { plan, life }) = lineage_of
-            && let Some(&(fastest_s, least_workspace)) = configs.get(&(*plan, *life))
+            && let Some(front) = configs.get(&(*plan, *life))
         {
             op.configs = Some(crate::model::Configs {
-                fastest_s,
-                least_workspace,
+                fastest_s: front[0].0,
+                least_workspace: front.iter().map(|c| c.1).min().unwrap_or(0),
                 workspace: scratch.clone(),
+                front: front.clone(),
             });
         }
         t.ops.push(op);

@@ -438,6 +438,10 @@ pub enum Event {
         /// plan's with the allocator's evictions: it never guided (the guiding plan stayed).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         declined: bool,
+        /// The joint plan's cap on the workspace lent a convolution, which the plan chose
+        /// (`memory::joint`). Absent where the executor lends none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace_cap: Option<u64>,
     },
     /// Planning found no plan (`why`): execution stays passive.
     NoPlan {

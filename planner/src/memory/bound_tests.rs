@@ -174,6 +174,7 @@ fn with_configs(r: &mut Rng, ops: usize) -> (Trace, Vec<Trace>) {
         fastest_s: fast,
         least_workspace: small,
         workspace: vec![ws],
+        front: Vec::new(),
     });
     t.validate().unwrap();
     (t, choices)

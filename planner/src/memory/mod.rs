@@ -18,6 +18,7 @@ mod descent;
 mod dtr;
 mod engines;
 mod hybrid;
+pub mod joint;
 mod lru;
 mod passive;
 mod prune;
@@ -189,7 +190,8 @@ pub fn run(name: &str, t: &Trace, budget: u64, link: Link) -> Option<(Plan, Outc
 
 /// Runs policy `name` until `more` says time is up (see [`Deadline`]); `None` for a name not in
 /// [`POLICIES`]. Where the shim carries the plan out ([`Trace::shim_carries_out`]), the plan
-/// and its outcome are as it carries them out.
+/// and its outcome are as it carries them out; where it lends convolutions workspace
+/// ([`Trace::lends_workspaces`]), with the cap on it chosen too ([`joint::choose`]).
 pub fn run_until(
     name: &str,
     t: &Trace,
@@ -197,6 +199,13 @@ pub fn run_until(
     link: Link,
     more: Deadline,
 ) -> Option<(Plan, Outcome)> {
+    if t.lends_workspaces
+        && let Some((_, p, o)) = joint::choose(t, budget, &mut |_, c| {
+            run_until(name, c, budget, link, more)
+        })
+    {
+        return Some((p, o));
+    }
     let a = Analysis::new(t);
     let planned = match name {
         "auto" => auto::portfolio(t, &a, budget, link, more, false).0,

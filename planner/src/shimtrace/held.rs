@@ -10,6 +10,7 @@ use crate::trace::{Event, Held, Record};
 /// Makes `t` the model as held by `h` (its budget: [`Held::left_of`]).
 pub fn as_held(t: &mut Trace, h: &Held) {
     let gran = h.gran.max(1);
+    t.page = gran;
     // A swap copies the tensor's own bytes, not its pages (the shim's copies in and out).
     t.copied = t
         .storages
@@ -120,6 +121,18 @@ pub fn held_and_links(records: &[Record]) -> (Option<Held>, Option<(f64, f64)>) 
         Some(Event::Plan { held, pcie_bps, .. }) => (*held, *pcie_bps),
         _ => (None, None),
     }
+}
+
+/// Whether the last plan that guided was the joint plan's, with a cap on the workspace lent
+/// a convolution: `marmoset plan` plans the trace so ([`crate::model::Trace::lends_workspaces`]).
+pub fn lent_workspaces(records: &[Record]) -> bool {
+    matches!(
+        last_guiding_plan(records).map(|i| &records[i].event),
+        Some(Event::Plan {
+            workspace_cap: Some(_),
+            ..
+        })
+    )
 }
 
 #[cfg(test)]

@@ -117,9 +117,8 @@ pub struct Config {
     /// it is, so that the allocator meets memory they did not count and the memory feedback
     /// must replan.
     pub test_uncounted: Option<u64>,
-    /// Test facility (MARMOSET_TEST_JOINT_SHARE=N): the joint plan's planned workspace is at
-    /// most 1/N of the budget instead of a third, so that faster configurations run in memory
-    /// lent from what is spare.
+    /// Test facility (MARMOSET_TEST_JOINT_SHARE=N): the workspace the framework is told under
+    /// the joint plan is at most 1/N of the budget instead of 1/768.
     pub test_joint_share: Option<u64>,
     /// Test facility (MARMOSET_TEST_FOLD): plan the model with chains folded (`1`, the
     /// default) or unfolded (`0`) (see `runtime::bridge`).

@@ -6,6 +6,7 @@
 
 use std::ffi::c_int;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An allocator of Marmoset's own buffers.
 pub struct Allocator {
@@ -64,6 +65,21 @@ pub fn budget() -> Option<u64> {
         return None;
     }
     (a.budget)()
+}
+
+/// What the guiding plan leaves room to lend one convolution's workspace (the joint plan's
+/// cap, `planner::memory::joint`), in bytes; `u64::MAX`: no plan chose one.
+static LEND_CAP: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The guiding plan's cap on a convolution's lent workspace (None: no plan guides, or it
+/// chose none).
+pub fn set_lend_cap(cap: Option<u64>) {
+    LEND_CAP.store(cap.unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// See [`set_lend_cap`].
+pub fn lend_cap() -> Option<u64> {
+    Some(LEND_CAP.load(Ordering::Relaxed)).filter(|&c| c != u64::MAX)
 }
 
 /// A loan of `bytes` (see [`Allocator::lend`]); None when the allocator does not serve or

@@ -1,19 +1,20 @@
 //! The joint plan's workspaces: under a memory budget with neither a workspace limit nor a
 //! total, convolutions on the backend API are measured as under WD (every engine at each
-//! micro-batch size within the budget, the desirable set kept). The framework is told the
-//! workspace of the fastest configuration within a share of the budget ([`joint_cap`]): it
-//! allocates that like any tensor, so the memory plan makes room for it. Each execution runs the
-//! fastest configuration that fits the workspace the framework provided or, beyond it, a buffer
-//! lent by the allocator from memory spare at that moment (`core::own_memory`): no tensor is
-//! evicted for it, and the allocator takes the buffer back, before it evicts anything, whenever
-//! it needs room.
+//! micro-batch size within the budget, the desirable set kept). The framework reads a plan's
+//! workspace once, when it builds the plan, so it is told a small one: the fastest
+//! configuration's within a small share of the budget ([`joint_cap`]), which it allocates like
+//! any tensor. Faster configurations run in a workspace lent beside it: under a plan, up to
+//! the cap the plan chose with its evictions (`planner::memory::joint`: the plan left room for
+//! it, so room is made where it is not spare); without one, only from memory spare at that
+//! moment (`core::own_memory`), for which no tensor is evicted, and which the allocator takes
+//! back, before it evicts anything, whenever it needs room.
 //!
 //! One lent buffer serves every convolution, reused in stream order: it grows when a faster
 //! configuration needs more and the budget has that much spare, and a use on another stream
 //! than the last waits for the last by event. Where nothing fits, the configuration needing
-//! least runs, in a buffer of its own made room for and freed behind it. A replay of an
-//! execution (recomputation) runs the configuration that execution ran, so that it rebuilds the
-//! same bits.
+//! least (under a plan, the one it left room for) runs, in a buffer of its own made room for
+//! and freed behind it. A replay of an execution (recomputation) runs the configuration that
+//! execution ran, so that it rebuilds the same bits.
 
 use super::P;
 use crate::core::own_memory::{self, Pinned};
@@ -37,12 +38,12 @@ pub(crate) fn joint_limit() -> Option<u64> {
     own_memory::budget()
 }
 
-/// The share of the budget one convolution's planned workspace may take: the framework is told
-/// the workspace of the fastest configuration within it, allocates it like any tensor, and the
-/// memory plan makes room for it; faster configurations run only in memory that is spare.
-const PLANNED_SHARE: u64 = 3;
+/// The share of the budget the workspace the framework provides may take (the fastest
+/// configuration's within it): the smallest cap above nothing the joint plan weighs
+/// (`planner::memory::joint::caps`: a third of the budget, then quartered four times).
+const PLANNED_SHARE: u64 = 768;
 
-/// The workspace the framework provides for a convolution, at most: a third of the budget
+/// The workspace the framework provides for a convolution, at most: 1/768 of the budget
 /// (the test facility's share instead, when set).
 pub(crate) fn joint_cap() -> Option<u64> {
     let share = config().test_joint_share.unwrap_or(PLANNED_SHARE);
@@ -97,9 +98,26 @@ pub(crate) fn choose(
     again: Option<&[(u64, i32)]>,
     own: u64,
 ) -> Option<Chosen> {
-    let candidates: Vec<&Configuration> = match again {
-        Some(parts) => front.iter().filter(|c| c.parts == parts).collect(),
-        None => front.iter().collect(),
+    // Under a plan that chose a cap, the fastest that fits it or the framework's workspace:
+    // the plan left room for it, so where it is not spare, room is made for it.
+    let cap = own_memory::lend_cap();
+    let candidates: Vec<&Configuration> = match (again, cap) {
+        (Some(parts), _) => front.iter().filter(|c| c.parts == parts).collect(),
+        (None, Some(cap)) => front
+            .iter()
+            .find(|c| c.workspace <= cap.max(own))
+            .into_iter()
+            .collect(),
+        (None, None) => front.iter().collect(),
+    };
+    // Nothing within the cap: the one that needs least.
+    let candidates = match candidates.is_empty() {
+        true => front
+            .iter()
+            .min_by_key(|c| c.workspace)
+            .into_iter()
+            .collect(),
+        false => candidates,
     };
     // Runs in what the framework provides.
     let in_caller = |c: &Configuration| Chosen {
@@ -122,7 +140,10 @@ pub(crate) fn choose(
     }
     let held = pinned.as_ref().map_or(0, |p| p.1);
     let spare = own_memory::spare().unwrap_or(0);
-    let least = candidates.iter().min_by_key(|c| c.workspace).copied()?;
+    let least = match cap {
+        Some(_) => candidates.first().copied(),
+        None => candidates.iter().min_by_key(|c| c.workspace).copied(),
+    }?;
     let mut choice = None;
     for c in &candidates {
         if c.workspace <= own {
@@ -140,10 +161,19 @@ pub(crate) fn choose(
     let (config, uses) = match choice {
         Some(x) => x,
         None => {
-            // Nothing fits what is spare: the one that needs least, in a buffer of its own with
-            // room made for it (the shared one given back first), made without the shared
+            // Nothing fits what is spare: the one that needs least (under a plan's cap, the one
+            // the plan left room for), in a buffer of its own with room made for it (the shared one given back first), made without the shared
             // buffer's lock: making room may wait for other threads' calls.
             drop(pinned);
+            if crate::core::state::logs(crate::core::config::Level::Debug) {
+                crate::core::state::log(
+                    crate::core::config::Level::Debug,
+                    &format!(
+                        "joint: {} B of workspace not spare ({spare} B spare, {held} B held): room made for it",
+                        least.workspace
+                    ),
+                );
+            }
             if let Some(b) = buffer.take() {
                 own_memory::free(b.ptr);
             }

@@ -428,6 +428,7 @@ fn plan_one(
     let planning_ms = t0.elapsed().as_secs_f64() * 1e3;
     match got {
         Ok(Ok(Planned {
+            workspace_cap,
             converted,
             plan,
             outcome,
@@ -479,15 +480,19 @@ fn plan_one(
                     .fold(0.0, |a, b| a + b),
                 held,
                 pcie_bps: Some((link.h2d, link.d2h)),
+                workspace_cap,
             };
             crate::core::bus::emit(record.clone());
             log(
                 Level::Info,
                 &format!(
-                    "bridge: {policy} planned {} operations ({} without a duration) in {planning_ms:.1} ms, {steps} search steps: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}",
+                    "bridge: {policy} planned {} operations ({} without a duration) in {planning_ms:.1} ms, {steps} search steps: {swaps} swaps, {recomputes} recomputations, {:.3} ms predicted per iteration{}{}",
                     converted.trace.ops.len(),
                     converted.untimed,
                     outcome.makespan * 1e3,
+                    workspace_cap.map_or(String::new(), |c| format!(
+                        ", convolutions lent up to {c} B of workspace"
+                    )),
                     if outcome.feasible {
                         ""
                     } else {
@@ -542,7 +547,7 @@ fn plan_one(
                 keep(
                     found,
                     converted,
-                    plan,
+                    (plan, workspace_cap),
                     (outcome, planned_within),
                     &records,
                     kind_tokens,
@@ -572,7 +577,7 @@ fn plan_one(
             let ready = keep(
                 found,
                 converted,
-                plan,
+                (plan, workspace_cap),
                 (outcome, planned_within),
                 &records,
                 kind_tokens,
@@ -599,7 +604,7 @@ fn plan_one(
 fn keep(
     found: Found,
     converted: Converted,
-    plan: Plan,
+    (plan, workspace_cap): (Plan, Option<u64>),
     (outcome, planned_within): (Outcome, u64),
     records: &[Record],
     tokens: Option<Vec<u64>>,
@@ -613,6 +618,7 @@ fn keep(
         outcome,
         planned_within,
         recipes,
+        workspace_cap,
     });
     if let Some(tokens) = tokens {
         crate::virt::kinds::remember(tokens, ready.clone(), record);
@@ -668,6 +674,7 @@ fn plan_now(
     let pace = planner::memory::Pace::new(config().plan_deadline_ms as f64 / 1e3);
     let t0 = Instant::now();
     let (steps, timed_out) = (std::cell::Cell::new(0u64), std::cell::Cell::new(false));
+    let steps_before = std::cell::Cell::new(0u64);
     let most = config().plan_steps;
     let more = || {
         if steps.get() >= most {
@@ -678,10 +685,45 @@ fn plan_now(
         timed_out.set(!in_time);
         in_time
     };
-    // As the shim carries it out (`Trace::shim_carries_out`).
-    let (plan, outcome) = planner::policy::run_until(policy, &converted.trace, budget, link, &more)
-        .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
+    // As the shim carries it out (`Trace::shim_carries_out`). Under the joint plan, with
+    // the convolutions' configurations chosen with it: a plan per cap on their lent
+    // workspaces, each with the whole bound on steps.
+    converted.trace.lends_workspaces = config().joint_workspace();
+    let joint = if converted.trace.lends_workspaces {
+        planner::memory::joint::choose(&converted.trace, budget, &mut |cap, c| {
+            steps_before.set(steps_before.get() + steps.get());
+            steps.set(0);
+            let planned = planner::policy::run_until(policy, c, budget, link, &more);
+            if let Some((_, o)) = &planned
+                && crate::core::state::logs(Level::Debug)
+            {
+                log(
+                    Level::Debug,
+                    &format!(
+                        "bridge: convolutions lent up to {} B of workspace: {:.3} ms predicted{}",
+                        cap,
+                        o.makespan * 1e3,
+                        if o.feasible { "" } else { " (not feasible)" }
+                    ),
+                );
+            }
+            planned
+        })
+    } else {
+        None
+    };
+    let (workspace_cap, plan, outcome) = match joint {
+        Some((cap, plan, outcome)) => (Some(cap), plan, outcome),
+        None => {
+            let (plan, outcome) =
+                planner::policy::run_until(policy, &converted.trace, budget, link, &more)
+                    .ok_or_else(|| format!("the planner has no policy {policy:?}"))?;
+            (None, plan, outcome)
+        }
+    };
+    steps.set(steps.get() + steps_before.get());
     Ok(Planned {
+        workspace_cap,
         converted,
         plan,
         outcome,
@@ -696,6 +738,8 @@ fn plan_now(
 /// What [`plan_now`] gives: the model, the plan and its prediction as the shim carries it out,
 /// how memory was held and the PCIe links the plan assumed.
 struct Planned {
+    /// The joint plan's cap on a convolution's lent workspace (None: not the joint plan).
+    workspace_cap: Option<u64>,
     converted: Converted,
     plan: Plan,
     outcome: Outcome,

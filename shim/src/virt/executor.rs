@@ -44,6 +44,8 @@ pub struct Ready {
     pub planned_within: u64,
     /// For each storage the plan recomputes: its producing call, ready to replay.
     pub recipes: HashMap<usize, Recipe>,
+    /// The most workspace the plan left room to lend a convolution (the joint plan's cap).
+    pub workspace_cap: Option<u64>,
 }
 
 mod steps;
@@ -158,6 +160,7 @@ pub fn boundary(period: usize) {
             e.predicted_s = r.outcome.makespan;
             GUIDING.store(true, Ordering::Relaxed);
             crate::virt::memory::set_guided(true);
+            crate::core::own_memory::set_lend_cap(r.workspace_cap);
         }
         if let Some(s) = e.active.as_mut() {
             // Every launch of this iteration gives its recipes their parameters.
@@ -225,6 +228,7 @@ pub fn adopt(r: Arc<Ready>) {
         e.whole = e.whole && replacing;
         GUIDING.store(true, Ordering::Relaxed);
         crate::virt::memory::set_guided(true);
+        crate::core::own_memory::set_lend_cap(r.workspace_cap);
         e.guided += 1;
     }
     // What the passive part of this iteration needed is not the plan's to answer for.
@@ -258,6 +262,7 @@ pub fn diverged() {
         set_uses(None);
         GUIDING.store(false, Ordering::Relaxed);
         crate::virt::memory::set_guided(false);
+        crate::core::own_memory::set_lend_cap(None);
         e.offered = None;
         orphan(&mut e);
     }

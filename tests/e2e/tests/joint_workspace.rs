@@ -1,7 +1,7 @@
 //! The joint plan of tensors and convolution workspaces (docs/microbatch.md, "The joint
 //! plan"): under a budget with no workspace limit or total, backend convolutions run μ-cuDNN's
-//! configurations: the fastest within the planned share of the budget in the workspace the
-//! program provides, or a faster one in a buffer lent from spare memory. torchlike's backend
+//! configurations: in the workspace the program provides, or a faster one in a buffer lent
+//! beside it, up to the cap the memory plan chose (before a plan, from spare memory). torchlike's backend
 //! convolutions in data mode: the results stay bit for bit those of an unlimited run, replays
 //! of convolutions included (MARMOSET_VERIFY), and the setting turns it off.
 
@@ -162,4 +162,43 @@ fn the_bound_covers_the_choice_of_configurations() {
     );
     std::fs::remove_file(&trace).ok();
     std::fs::remove_file(&without_path).ok();
+}
+
+/// Under a budget the plan chooses how much workspace a convolution may be lent with its
+/// evictions (the `plan` record's `workspace_cap`): once it guides, no execution is lent more,
+/// and `marmoset plan` on the trace makes the same choice (the same prediction).
+#[test]
+fn the_plan_chooses_the_workspace_it_lends() {
+    let (peak, plain) = unlimited("torchlike", &ARGS);
+    let budget = (peak as f64 * 0.5) as u64;
+    let (o, records, rep) = planned(
+        "auto",
+        budget,
+        &[("MARMOSET_VERIFY", "1")],
+        "torchlike",
+        &ARGS,
+    );
+    exact_within("joint cap", &o, &plain, &rep, budget);
+    let plan = *of_kind(&records, "plan").last().expect("a plan record");
+    let cap = plan["workspace_cap"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the plan names its cap: {plan}"));
+    // The last iteration's executions (and their replays) ran under the plan.
+    let err = stderr(&o);
+    let lines = joint_lines(&err);
+    let last = &lines[lines.len() - lines.len() / 8..];
+    for l in last {
+        // "...; joint: N B lent at 0x..." (or "N B of the caller's").
+        let said = l.split("joint: ").nth(1).unwrap_or("");
+        if said.contains(" lent at ") {
+            let lent: u64 = said.split(' ').next().unwrap().parse().unwrap();
+            assert!(lent <= cap, "lent {lent} B beyond the plan's {cap} B: {l}");
+        }
+    }
+    let trace = temp_path("joint-cap.jsonl");
+    let text: Vec<String> = records.iter().map(|r| r.to_string()).collect();
+    std::fs::write(&trace, text.join("\n") + "\n").unwrap();
+    let offline = plan_offline(&trace, &budget.to_string(), "auto");
+    agrees_offline("joint cap", &offline, plan);
+    std::fs::remove_file(&trace).ok();
 }

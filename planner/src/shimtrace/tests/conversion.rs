@@ -473,6 +473,7 @@ fn a_planned_trace_converts_at_the_period_its_tracker_followed() {
         recompute_ms: 0.0,
         held: None,
         pcie_bps: None,
+        workspace_cap: None,
         iteration_kind: Some(7),
         reused,
         steps: None,
