@@ -144,25 +144,18 @@ mod tests {
     /// A constant input, a convolution with a front (10 ms in 100 B, 40 ms in none) writing
     /// 100 B, and a reader of both; the program provides `own` bytes of workspace.
     fn conv(own: u64) -> Trace {
+        let st = |size, constant, producer| Storage {
+            size,
+            constant,
+            producer,
+        };
         let mut t = Trace::default();
-        t.storages.push(Storage {
-            size: 100,
-            constant: true,
-            producer: None,
-        });
-        t.storages.push(Storage {
-            size: 100,
-            constant: false,
-            producer: Some(0),
-        });
+        t.storages
+            .extend([st(100, true, None), st(100, false, Some(0))]);
         let mut c = Op::new("conv", 0.040, vec![0], vec![1]);
         let mut workspace = Vec::new();
         if own > 0 {
-            t.storages.push(Storage {
-                size: own,
-                constant: false,
-                producer: None,
-            });
+            t.storages.push(st(own, false, None));
             c.outputs.push(2);
             workspace.push(2);
         }
