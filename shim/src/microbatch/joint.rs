@@ -40,7 +40,7 @@ pub(crate) fn joint_limit() -> Option<u64> {
 
 /// The share of the budget the workspace the framework provides may take (the fastest
 /// configuration's within it): the smallest cap above nothing the joint plan weighs
-/// (`planner::memory::joint::caps`: a third of the budget, then quartered four times).
+/// (`planner::memory::joint::caps`: a third of the budget, then halved eight times).
 const PLANNED_SHARE: u64 = 768;
 
 /// The workspace the framework provides for a convolution, at most: 1/768 of the budget
@@ -162,8 +162,9 @@ pub(crate) fn choose(
         Some(x) => x,
         None => {
             // Nothing fits what is spare: the one that needs least (under a plan's cap, the one
-            // the plan left room for), in a buffer of its own with room made for it (the shared one given back first), made without the shared
-            // buffer's lock: making room may wait for other threads' calls.
+            // the plan left room for), in a buffer of its own with room made for it (the shared
+            // one given back first), made without the shared buffer's lock: making room may
+            // wait for other threads' calls.
             drop(pinned);
             if crate::core::state::logs(crate::core::config::Level::Debug) {
                 crate::core::state::log(

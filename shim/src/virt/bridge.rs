@@ -687,7 +687,7 @@ fn plan_now(
     };
     // As the shim carries it out (`Trace::shim_carries_out`). Under the joint plan, with
     // the convolutions' configurations chosen with it: a plan per cap on their lent
-    // workspaces, each with the whole bound on steps.
+    // workspaces, each with the whole bound on steps (the time bound is shared).
     converted.trace.lends_workspaces = config().joint_workspace();
     let joint = if converted.trace.lends_workspaces {
         planner::memory::joint::choose(&converted.trace, budget, &mut |cap, c| {
